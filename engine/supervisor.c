@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/supervisor.c - the rank supervisor of supervisor.h. One call per instance: set-up,
+ * fork, a poll() loop over pidfds + eventfd + signalfd, and tear-down. Only this file and
+ * main() decide that processes end.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/dps.h"
+#include "engine/placement.h"
+#include "engine/supervisor.h"
+#include "engine/topo.h"
+#include "shm/seg.h"
+
+struct sup {
+	const struct dps_sup_opts *o;
+	struct dps_sup_result *res;
+	struct dps_layout lay;
+	struct dps_placement place;
+	struct dps_topo topo;
+	struct dps_seg seg;
+	struct dps_ctl *ctl;
+	struct dps_ring *to_sup; /* (world) supervisor's reader handles */
+	pid_t *pids;             /* (world), 0 once reaped */
+	int *pidfds;             /* (world) */
+	int evfd, sigfd;
+	sigset_t oldmask;
+	int alive;
+	uint64_t abort_deadline; /* 0 until the abort is raised */
+	unsigned ncpus;
+};
+
+static int pidfd_open_compat(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static void describe_rank(const struct sup *s, int r, char *buf, size_t len)
+{
+	const int tp = s->o->par.tp;
+
+	snprintf(buf, len, "rank %d (DP %d, TP %d)", r, r / tp, r % tp);
+}
+
+/* ---- the rank side ------------------------------------------------------------------------ */
+
+static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_pid)
+{
+	struct dps_wait_policy pol;
+	struct dps_world w;
+	char role[32];
+	int rc;
+
+	/* Never outlive the supervisor; close the race where it died before prctl. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != sup_pid)
+		_exit(DPS_EXIT_ABORTED);
+	/* Ctrl-C reaches the whole process group: the supervisor alone decides. */
+	signal(SIGINT, SIG_IGN);
+	sigprocmask(SIG_SETMASK, &s->oldmask, NULL);
+	close(s->sigfd);
+	for (int i = 0; i < r; i++)
+		close(s->pidfds[i]);
+	snprintf(role, sizeof(role), "rank %d", r);
+	dps_log_set_role(role);
+
+	rc = dps_place_apply(&s->place.ranks[r]);
+	if (rc)
+		dps_warn("could not apply placement: %s (running unpinned)", dps_strerror(rc));
+	dps_wait_policy_for((unsigned)s->lay.world, s->ncpus, &pol);
+	dps_wait_set_policy(&pol);
+
+	rc = dps_world_attach(&w, &s->lay, s->seg.base, r, s->evfd);
+	if (rc) {
+		dps_error("cannot attach to the instance: %s", dps_strerror(rc));
+		_exit(1);
+	}
+	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
+	rc = s->o->rank_fn(&w, s->o->rank_arg);
+	fflush(NULL);
+	if (rc == -DPS_EABORT)
+		_exit(DPS_EXIT_ABORTED);
+	if (rc)
+		dps_error("failed: %s", dps_strerror(rc));
+	_exit(rc ? 1 : 0);
+}
+
+/* ---- the supervisor side ------------------------------------------------------------------ */
+
+static void sup_raise_abort(struct sup *s)
+{
+	unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
+
+	if (s->abort_deadline)
+		return;
+	dps_abort_raise(&s->ctl->abort);
+	s->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
+}
+
+static void sup_drain(struct sup *s)
+{
+	unsigned char buf[4096];
+	uint64_t cnt;
+	size_t len;
+
+	if (read(s->evfd, &cnt, sizeof(cnt)) < 0) {
+		/* EAGAIN: nothing signalled; the rings are drained anyway */
+	}
+	for (int r = 0; r < s->lay.world; r++)
+		while (dps_ring_trypop(&s->to_sup[r], 0, buf, sizeof(buf), &len) != -EAGAIN)
+			if (s->o->msg_fn)
+				s->o->msg_fn(r, buf, len, s->o->msg_arg);
+}
+
+static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
+{
+	char who[64];
+	int st;
+
+	if (waitpid(s->pids[r], &st, WNOHANG) != s->pids[r])
+		return;
+	s->pids[r] = 0;
+	close(s->pidfds[r]);
+	s->pidfds[r] = -1;
+	s->alive--;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == DPS_EXIT_ABORTED && s->abort_deadline)
+		return; /* stopped because we asked it to */
+	describe_rank(s, r, who, sizeof(who));
+	if (s->res->failed_rank < 0 && !s->res->stop_signal) {
+		s->res->failed_rank = r;
+		s->res->failed_ns = dps_now_ns();
+		if (WIFSIGNALED(st)) {
+			s->res->failed_signal = WTERMSIG(st);
+			snprintf(err, errlen, "%s was killed by signal %d (%s)", who, WTERMSIG(st),
+				 strsignal(WTERMSIG(st)));
+		} else {
+			s->res->failed_status = WEXITSTATUS(st);
+			snprintf(err, errlen, "%s exited with status %d", who, WEXITSTATUS(st));
+		}
+		dps_error("%s; stopping the other ranks", err);
+		sup_raise_abort(s);
+	} else if (WIFSIGNALED(st)) {
+		dps_warn("%s was killed by signal %d (%s)", who, WTERMSIG(st), strsignal(WTERMSIG(st)));
+	}
+}
+
+static void sup_kill_all(struct sup *s)
+{
+	for (int r = 0; r < s->lay.world; r++)
+		if (s->pids[r] > 0) {
+			kill(s->pids[r], SIGKILL);
+			s->res->killed++;
+		}
+}
+
+static int sup_loop(struct sup *s, char *err, size_t errlen)
+{
+	const int world = s->lay.world;
+	struct pollfd *pfd;
+	int i, timeout;
+
+	pfd = calloc((size_t)world + 2, sizeof(*pfd));
+	if (!pfd)
+		return -ENOMEM;
+	while (s->alive > 0) {
+		timeout = -1;
+		if (s->abort_deadline) {
+			uint64_t now = dps_now_ns();
+
+			if (now >= s->abort_deadline) {
+				sup_kill_all(s);
+				timeout = 100;
+			} else {
+				timeout = (int)((s->abort_deadline - now) / 1000000ull) + 1;
+			}
+		}
+		pfd[0] = (struct pollfd){ .fd = s->evfd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = s->sigfd, .events = POLLIN };
+		for (i = 0; i < world; i++)
+			pfd[2 + i] = (struct pollfd){ .fd = s->pidfds[i], .events = POLLIN };
+		if (poll(pfd, (nfds_t)world + 2, timeout) < 0 && errno != EINTR) {
+			free(pfd);
+			return -errno;
+		}
+		if (pfd[0].revents)
+			sup_drain(s);
+		if (pfd[1].revents) {
+			struct signalfd_siginfo si;
+
+			if (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) &&
+			    si.ssi_signo != SIGHUP) {
+				if (!s->res->stop_signal && s->res->failed_rank < 0) {
+					s->res->stop_signal = (int)si.ssi_signo;
+					dps_info("received %s, stopping the ranks",
+						 strsignal((int)si.ssi_signo));
+				}
+				sup_raise_abort(s);
+			}
+		}
+		for (i = 0; i < world; i++)
+			if (s->pidfds[i] >= 0 && pfd[2 + i].revents)
+				sup_reap(s, i, err, errlen);
+	}
+	sup_drain(s);
+	free(pfd);
+	return 0;
+}
+
+static int sup_setup(struct sup *s, char *err, size_t errlen)
+{
+	const struct dps_sup_opts *o = s->o;
+	sigset_t mask;
+	int rc;
+
+	dps_seg_sweep();
+	rc = dps_layout_build(&s->lay, &o->par, o->slot_bytes ? o->slot_bytes : DPS_COLL_SLOT_DEFAULT,
+			      err, errlen);
+	if (rc)
+		return rc;
+	rc = dps_topo_discover(&s->topo);
+	if (rc) {
+		snprintf(err, errlen, "cannot read the CPU topology: %s", dps_strerror(rc));
+		return rc;
+	}
+	s->ncpus = (unsigned)dps_topo_ncpus(&s->topo);
+	rc = dps_place_parse_bind(o->cpu_bind ? o->cpu_bind : "auto", s->lay.world, &s->topo,
+				  &s->place, err, errlen);
+	if (rc == 1)
+		rc = dps_place_compute(&s->topo, o->par.tp, o->par.dp, &s->place);
+	if (rc < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "cannot place the ranks: %s", dps_strerror(rc));
+		return rc;
+	}
+	if (o->verbose)
+		dps_placement_print(&s->place, o->par.tp, stderr);
+	rc = dps_seg_create(&s->seg, "inst", s->lay.total, err, errlen);
+	if (rc)
+		return rc;
+	dps_layout_init_shm(&s->lay, s->seg.base);
+	s->ctl = s->seg.base;
+
+	s->to_sup = calloc((size_t)s->lay.world, sizeof(*s->to_sup));
+	s->pids = calloc((size_t)s->lay.world, sizeof(*s->pids));
+	s->pidfds = malloc(sizeof(*s->pidfds) * (size_t)s->lay.world);
+	if (!s->to_sup || !s->pids || !s->pidfds)
+		return -ENOMEM;
+	for (int r = 0; r < s->lay.world; r++) {
+		s->pidfds[r] = -1;
+		dps_ring_attach(&s->to_sup[r], dps_layout_ring_to_sup(&s->lay, s->seg.base, r),
+				&s->ctl->abort, -1);
+	}
+	s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, &s->oldmask);
+	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (s->evfd < 0 || s->sigfd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create event descriptors: %s", strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
+static void sup_teardown(struct sup *s)
+{
+	if (s->pidfds)
+		for (int r = 0; r < s->lay.world; r++)
+			if (s->pidfds[r] >= 0)
+				close(s->pidfds[r]);
+	if (s->sigfd >= 0) {
+		close(s->sigfd);
+		sigprocmask(SIG_SETMASK, &s->oldmask, NULL);
+	}
+	if (s->evfd >= 0)
+		close(s->evfd);
+	free(s->to_sup);
+	free(s->pids);
+	free(s->pidfds);
+	dps_seg_destroy(&s->seg);
+	dps_placement_free(&s->place);
+	dps_topo_free(&s->topo);
+	dps_layout_free(&s->lay);
+}
+
+int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *err,
+		size_t errlen)
+{
+	struct sup s = { .o = o, .res = res, .evfd = -1, .sigfd = -1 };
+	const pid_t me = getpid();
+	int rc, r;
+
+	memset(res, 0, sizeof(*res));
+	res->failed_rank = -1;
+	res->failed_status = -1;
+	err[0] = '\0';
+	rc = sup_setup(&s, err, errlen);
+	if (rc)
+		goto out;
+	fflush(NULL); /* children must not repeat buffered output */
+	for (r = 0; r < s.lay.world; r++) {
+		pid_t pid = fork();
+
+		if (pid == 0)
+			rank_main(&s, r, me);
+		if (pid < 0 || (s.pidfds[r] = pidfd_open_compat(pid)) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot start rank %d: %s", r, strerror(errno));
+			if (pid > 0) {
+				kill(pid, SIGKILL);
+				waitpid(pid, NULL, 0);
+			}
+			sup_raise_abort(&s);
+			sup_kill_all(&s);
+			for (int i = 0; i < r; i++)
+				waitpid(s.pids[i], NULL, 0);
+			goto out;
+		}
+		s.pids[r] = pid;
+		s.alive++;
+	}
+	rc = sup_loop(&s, err, errlen);
+	if (!rc) {
+		if (res->failed_rank >= 0)
+			rc = -DPS_ERANK;
+		else if (res->stop_signal)
+			rc = -DPS_EABORT;
+	}
+out:
+	sup_teardown(&s);
+	return rc;
+}

@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm/coll.c - the collectives of coll.h. Called by every rank for every TP, DP, component
+ * and column group: small all-reduces (a few KiB of activations per decode step) dominate, so
+ * the fast path of a small all-reduce is: copy into our slot, publish, wait, sum.
+ */
+#include <string.h>
+
+#include "common/dps.h"
+#include "shm/coll.h"
+
+struct comm_hdr {
+	uint32_t n;
+	uint32_t pad0;
+	uint64_t slot_bytes;
+	char pad[DPS_CACHELINE - 16];
+};
+
+static size_t hdr_bytes(int n)
+{
+	return sizeof(struct comm_hdr) + (size_t)n * sizeof(struct dps_wword);
+}
+
+size_t dps_comm_shm_size(int n, size_t slot_bytes)
+{
+	size_t slots, total;
+
+	if (n <= 1)
+		return 0;
+	if (dps_size_mul((size_t)n * 2, slot_bytes, &slots) ||
+	    dps_size_add(dps_align_up(hdr_bytes(n), 4096), slots, &total))
+		return 0;
+	return total;
+}
+
+void dps_comm_shm_init(void *mem, int n, size_t slot_bytes)
+{
+	struct comm_hdr *h = mem;
+
+	if (n <= 1)
+		return;
+	memset(mem, 0, hdr_bytes(n));
+	h->n = (uint32_t)n;
+	h->slot_bytes = slot_bytes;
+}
+
+int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
+		    size_t slot_bytes, const _Atomic uint32_t *abort_word)
+{
+	struct comm_hdr *h = mem;
+
+	memset(c, 0, sizeof(*c));
+	if (n < 1 || me < 0 || me >= n)
+		return -EINVAL;
+	c->n = n;
+	c->me = me;
+	c->ranks = ranks;
+	c->abort_word = abort_word;
+	c->oneshot_max = DPS_COLL_ONESHOT_DEFAULT;
+	c->slot_bytes = slot_bytes;
+	if (n == 1)
+		return 0;
+	if (!mem || slot_bytes % DPS_CACHELINE || slot_bytes < (size_t)DPS_CACHELINE * (size_t)n ||
+	    h->n != (uint32_t)n || h->slot_bytes != slot_bytes)
+		return -EINVAL;
+	c->post = (struct dps_wword *)(h + 1);
+	c->slots = (unsigned char *)mem + dps_align_up(hdr_bytes(n), 4096);
+	return 0;
+}
+
+const char *dps_coll_kind_name(enum dps_coll_kind k)
+{
+	static const char *const names[DPS_COLL_KINDS] = {
+		"barrier", "broadcast", "all-gather", "all-reduce", "reduce-scatter", "all-to-all"
+	};
+	return k < DPS_COLL_KINDS ? names[k] : "?";
+}
+
+const char *dps_coll_algo_name(enum dps_coll_algo a)
+{
+	switch (a) {
+	case DPS_ALGO_ONESHOT: return "one-shot";
+	case DPS_ALGO_RSAG: return "rs+ag";
+	default: return "auto";
+	}
+}
+
+/* ---- steps ------------------------------------------------------------------------------ */
+
+static inline unsigned char *slot_of(const struct dps_comm *c, int member, unsigned k)
+{
+	return c->slots + ((size_t)member * 2 + k) * c->slot_bytes;
+}
+
+/* Publishes step s of this member (see the header comment for what that promises). */
+static inline void step_post(struct dps_comm *c, uint64_t s)
+{
+	c->seq = s;
+	dps_wword_publish(&c->post[c->me], s);
+}
+
+/* Waits until every member has posted step s. */
+static inline int wait_all(struct dps_comm *c, uint64_t s)
+{
+	int i, rc;
+
+	if (c->min_posted >= s)
+		return 0;
+	for (i = 0; i < c->n; i++) {
+		rc = dps_wword_wait(&c->post[i], s, c->abort_word, 0, NULL);
+		if (rc)
+			return rc;
+	}
+	c->min_posted = s;
+	return 0;
+}
+
+/* Picks the next slot and waits until every reader of its last use has moved on. */
+static inline int slot_acquire(struct dps_comm *c, unsigned *k)
+{
+	*k = c->next_slot;
+	c->next_slot ^= 1;
+	if (c->slot_last[*k] == 0)
+		return 0;
+	return wait_all(c, c->slot_last[*k] + 1);
+}
+
+struct timer {
+	uint64_t t0;
+	enum dps_coll_kind kind;
+};
+
+static inline struct timer stat_begin(enum dps_coll_kind kind)
+{
+	return (struct timer){ dps_now_ns(), kind };
+}
+
+static inline int stat_end(struct dps_comm *c, struct timer t, size_t bytes, int rc)
+{
+	c->stats.calls[t.kind]++;
+	c->stats.bytes[t.kind] += bytes;
+	c->stats.ns[t.kind] += dps_now_ns() - t.t0;
+	return rc;
+}
+
+/* ---- barrier and broadcast ---------------------------------------------------------------- */
+
+int dps_coll_barrier(struct dps_comm *c)
+{
+	struct timer t = stat_begin(DPS_COLL_BARRIER);
+	uint64_t s;
+
+	if (c->n == 1)
+		return stat_end(c, t, 0, 0);
+	s = c->seq + 1;
+	step_post(c, s);
+	return stat_end(c, t, 0, wait_all(c, s));
+}
+
+int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root)
+{
+	struct timer tm = stat_begin(DPS_COLL_BCAST);
+	const size_t esz = dps_dtype_size(t);
+	size_t bytes, off;
+	int rc = 0;
+
+	if (root < 0 || root >= c->n || dps_size_mul(count, esz, &bytes))
+		return -EINVAL;
+	if (c->n == 1)
+		return stat_end(c, tm, bytes, 0);
+	for (off = 0; off < bytes; off += c->slot_bytes) {
+		const size_t len = bytes - off < c->slot_bytes ? bytes - off : c->slot_bytes;
+		const uint64_t s = c->seq + 1;
+		unsigned k;
+
+		rc = slot_acquire(c, &k);
+		if (rc)
+			break;
+		if (c->me == root) {
+			memcpy(slot_of(c, root, k), (char *)buf + off, len);
+			step_post(c, s);
+		} else {
+			step_post(c, s);
+			rc = dps_wword_wait(&c->post[root], s, c->abort_word, 0, NULL);
+			if (rc)
+				break;
+			memcpy((char *)buf + off, slot_of(c, root, k), len);
+		}
+		c->slot_last[k] = s;
+	}
+	return stat_end(c, tm, bytes, rc);
+}
+
+/* ---- all-gather ------------------------------------------------------------------------------ */
+
+int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
+			const size_t *displs, enum dps_dtype t)
+{
+	struct timer tm = stat_begin(DPS_COLL_ALLGATHER);
+	const size_t esz = dps_dtype_size(t);
+	size_t maxb = 0, total = 0, off, b;
+	int i, rc = 0;
+
+	for (i = 0; i < c->n; i++) {
+		if (dps_size_mul(counts[i], esz, &b) || dps_size_add(total, b, &total))
+			return -EINVAL;
+		if (b > maxb)
+			maxb = b;
+	}
+	if (c->n == 1) {
+		memmove((char *)recv + (displs ? displs[0] * esz : 0), send, counts[0] * esz);
+		return stat_end(c, tm, total, 0);
+	}
+	for (off = 0; off < maxb; off += c->slot_bytes) {
+		const uint64_t s = c->seq + 1;
+		size_t pos = 0;
+		unsigned k;
+
+		rc = slot_acquire(c, &k);
+		if (rc)
+			break;
+		b = counts[c->me] * esz;
+		if (b > off)
+			memcpy(slot_of(c, c->me, k), (const char *)send + off,
+			       b - off < c->slot_bytes ? b - off : c->slot_bytes);
+		step_post(c, s);
+		rc = wait_all(c, s);
+		if (rc)
+			break;
+		for (i = 0; i < c->n; i++) {
+			const size_t bi = counts[i] * esz;
+			const size_t dst = displs ? displs[i] * esz : pos;
+
+			if (bi > off)
+				memcpy((char *)recv + dst + off, slot_of(c, i, k),
+				       bi - off < c->slot_bytes ? bi - off : c->slot_bytes);
+			pos += bi;
+		}
+		c->slot_last[k] = s;
+	}
+	return stat_end(c, tm, total, rc);
+}
+
+int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t count,
+		       enum dps_dtype t)
+{
+	size_t stack_counts[64] = { 0 }, *counts = stack_counts;
+	int i, rc;
+
+	if (c->n > 64) {
+		counts = malloc(sizeof(*counts) * (size_t)c->n);
+		if (!counts)
+			return -ENOMEM;
+	}
+	for (i = 0; i < c->n; i++)
+		counts[i] = count;
+	rc = dps_coll_allgatherv(c, send, recv, counts, NULL, t);
+	if (counts != stack_counts)
+		free(counts);
+	return rc;
+}
+
+/* ---- all-reduce -------------------------------------------------------------------------------- */
+
+enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t bytes)
+{
+	if (c->algo != DPS_ALGO_AUTO)
+		return c->algo;
+	return bytes <= c->oneshot_max ? DPS_ALGO_ONESHOT : DPS_ALGO_RSAG;
+}
+
+/*
+ * Part q of a chunk of m elements, in 64-byte units so that members writing neighbouring
+ * parts of one slot never share a cache line.
+ */
+static inline void part_range(size_t m, size_t esz, int n, int q, size_t *lo, size_t *len)
+{
+	const size_t unit = DPS_CACHELINE / esz;
+	const size_t units = (m + unit - 1) / unit;
+	size_t a = units * (size_t)q / (size_t)n * unit;
+	size_t b = units * (size_t)(q + 1) / (size_t)n * unit;
+
+	if (a > m)
+		a = m;
+	if (b > m)
+		b = m;
+	*lo = a;
+	*len = b - a;
+}
+
+int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t count,
+		       enum dps_dtype t)
+{
+	struct timer tm = stat_begin(DPS_COLL_ALLREDUCE);
+	const size_t esz = dps_dtype_size(t);
+	const void *stack_src[64], **src = stack_src;
+	const size_t chunk = c->slot_bytes / esz;
+	enum dps_coll_algo algo;
+	size_t bytes, off;
+	int i, rc = 0;
+
+	if (dps_size_mul(count, esz, &bytes))
+		return -EINVAL;
+	if (c->n == 1) {
+		if (recv != send)
+			memmove(recv, send, bytes);
+		return stat_end(c, tm, bytes, 0);
+	}
+	if (c->n > 64) {
+		src = malloc(sizeof(*src) * (size_t)c->n);
+		if (!src)
+			return -ENOMEM;
+	}
+	algo = dps_coll_allreduce_algo(c, bytes);
+	for (off = 0; off < count; off += chunk) {
+		const size_t m = count - off < chunk ? count - off : chunk;
+		const uint64_t s = c->seq + 1;
+		unsigned k;
+
+		rc = slot_acquire(c, &k);
+		if (rc)
+			break;
+		memcpy(slot_of(c, c->me, k), (const char *)send + off * esz, m * esz);
+		step_post(c, s);
+		rc = wait_all(c, s);
+		if (rc)
+			break;
+		if (algo == DPS_ALGO_ONESHOT) {
+			for (i = 0; i < c->n; i++)
+				src[i] = slot_of(c, i, k);
+			dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
+			c->slot_last[k] = s;
+			continue;
+		}
+		/* Reduce-scatter: sum our part of every slot into our own slot, in place. */
+		size_t lo, len;
+
+		part_range(m, esz, c->n, c->me, &lo, &len);
+		for (i = 0; i < c->n; i++)
+			src[i] = slot_of(c, i, k) + lo * esz;
+		dps_reduce_sum(t, slot_of(c, c->me, k) + lo * esz, src, c->n, len);
+		/* All-gather: every member's reduced part. */
+		step_post(c, s + 1);
+		rc = wait_all(c, s + 1);
+		if (rc)
+			break;
+		for (i = 0; i < c->n; i++) {
+			part_range(m, esz, c->n, i, &lo, &len);
+			memcpy((char *)recv + (off + lo) * esz, slot_of(c, i, k) + lo * esz,
+			       len * esz);
+		}
+		c->slot_last[k] = s + 1;
+	}
+	if (src != stack_src)
+		free(src);
+	return stat_end(c, tm, bytes, rc);
+}
+
+/* ---- reduce-scatter ------------------------------------------------------------------------------ */
+
+int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
+			   enum dps_dtype t)
+{
+	struct timer tm = stat_begin(DPS_COLL_REDUCESCATTER);
+	const size_t esz = dps_dtype_size(t);
+	const void *stack_src[64], **src = stack_src;
+	size_t bytes, w, off;
+	int i, q, rc = 0;
+
+	if (dps_size_mul(count, esz, &bytes))
+		return -EINVAL;
+	if (c->n == 1) {
+		if (recv != send)
+			memmove(recv, send, bytes);
+		return stat_end(c, tm, bytes, 0);
+	}
+	if (c->n > 64) {
+		src = malloc(sizeof(*src) * (size_t)c->n);
+		if (!src)
+			return -ENOMEM;
+	}
+	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
+	w = c->slot_bytes / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
+	for (off = 0; off < count; off += w) {
+		const size_t m = count - off < w ? count - off : w;
+		const uint64_t s = c->seq + 1;
+		unsigned k;
+
+		rc = slot_acquire(c, &k);
+		if (rc)
+			break;
+		for (q = 0; q < c->n; q++)
+			memcpy(slot_of(c, c->me, k) + (size_t)q * w * esz,
+			       (const char *)send + ((size_t)q * count + off) * esz, m * esz);
+		step_post(c, s);
+		rc = wait_all(c, s);
+		if (rc)
+			break;
+		for (i = 0; i < c->n; i++)
+			src[i] = slot_of(c, i, k) + (size_t)c->me * w * esz;
+		dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
+		c->slot_last[k] = s;
+	}
+	if (src != stack_src)
+		free(src);
+	return stat_end(c, tm, bytes * (size_t)c->n, rc);
+}
+
+/* ---- all-to-all-v -------------------------------------------------------------------------------- */
+
+int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scounts,
+		       const size_t *sdispls, void *recv, const size_t *rcounts,
+		       const size_t *rdispls, enum dps_dtype t)
+{
+	struct timer tm = stat_begin(DPS_COLL_ALLTOALL);
+	const size_t esz = dps_dtype_size(t);
+	const size_t hdr = dps_align_up((size_t)c->n * sizeof(uint64_t), DPS_CACHELINE);
+	size_t win, maxb = 0, off, moved = 0;
+	int i, j, rc = 0, mismatch = 0;
+	uint64_t step;
+
+	if (c->n == 1) {
+		if (scounts[0] != rcounts[0])
+			return -EINVAL;
+		memmove((char *)recv + (rdispls ? rdispls[0] * esz : 0),
+			(const char *)send + (sdispls ? sdispls[0] * esz : 0), scounts[0] * esz);
+		return stat_end(c, tm, scounts[0] * esz, 0);
+	}
+	/* Per-pair window: 64-byte multiples when the slot allows, else element multiples. */
+	win = (c->slot_bytes - hdr) / (size_t)c->n;
+	win = win >= DPS_CACHELINE ? win / DPS_CACHELINE * DPS_CACHELINE : win / esz * esz;
+	DPS_ASSERT(win >= esz);
+
+	for (step = 0, off = 0;; step++, off += win) {
+		const uint64_t s = c->seq + 1;
+		unsigned char *mine;
+		size_t spos = 0, rpos;
+		unsigned k;
+
+		rc = slot_acquire(c, &k);
+		if (rc)
+			break;
+		mine = slot_of(c, c->me, k);
+		if (step == 0)
+			for (j = 0; j < c->n; j++)
+				((uint64_t *)mine)[j] = scounts[j];
+		for (j = 0; j < c->n; j++) {
+			const size_t bj = scounts[j] * esz;
+			const size_t src = sdispls ? sdispls[j] * esz : spos;
+
+			if (bj > off)
+				memcpy(mine + hdr + (size_t)j * win, (const char *)send + src + off,
+				       bj - off < win ? bj - off : win);
+			spos += bj;
+		}
+		step_post(c, s);
+		rc = wait_all(c, s);
+		if (rc)
+			break;
+		if (step == 0) {
+			/* Every member reads every header, so all agree on the number of steps. */
+			for (i = 0; i < c->n; i++) {
+				const uint64_t *h = (const uint64_t *)slot_of(c, i, k);
+
+				for (j = 0; j < c->n; j++)
+					if (h[j] * esz > maxb)
+						maxb = h[j] * esz;
+				if (h[c->me] != rcounts[i])
+					mismatch = 1;
+			}
+		}
+		for (i = 0, rpos = 0; i < c->n; i++) {
+			const size_t bi = rcounts[i] * esz;
+			const size_t dst = rdispls ? rdispls[i] * esz : rpos;
+
+			if (bi > off) {
+				const size_t len = bi - off < win ? bi - off : win;
+
+				memcpy((char *)recv + dst + off, slot_of(c, i, k) + hdr +
+				       (size_t)c->me * win, len);
+				moved += len;
+			}
+			rpos += bi;
+		}
+		c->slot_last[k] = s;
+		if (off + win >= maxb)
+			break;
+	}
+	if (!rc && mismatch)
+		rc = -EINVAL;
+	return stat_end(c, tm, moved, rc);
+}

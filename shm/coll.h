@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm/coll.h - collectives over a group of rank processes, through shared memory.
+ *
+ * A communicator is a group of n processes (listed by world rank, in group-rank order) and a
+ * shared area: for each member a posted-step word (dps_wword, own cache line) and two payload
+ * slots of slot_bytes each. Every collective is a sequence of steps; in a step each member
+ * writes its part into its own slot, publishes the step number, waits for the members it reads
+ * from, and reads. Posting step s also tells every peer "I have finished reading everything
+ * of steps < s", which is how a writer knows a slot is free again: slot k, last read at step
+ * x, may be rewritten once every member has posted a step > x. The two slots alternate, so
+ * the next step's writes overlap the peers' reads of the previous one. Any message size works
+ * with bounded memory: large messages are cut into slot-sized chunks.
+ *
+ * Every member must call the same collectives on a communicator in the same order with
+ * matching arguments (as with MPI). Calls are not thread-safe on one communicator.
+ *
+ * Algorithms: all-reduce is one-shot (every member sums every chunk) up to oneshot_max bytes
+ * and reduce-scatter + all-gather above. Both sum each element in group-rank order in fp32 and
+ * round once (reduce.h), so the results are bit-identical on every rank and on both sides of
+ * the switch. Errors: -DPS_EABORT when the abort word is raised (a peer died), -EINVAL for
+ * inconsistent arguments.
+ */
+#ifndef DPS_SHM_COLL_H
+#define DPS_SHM_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/reduce.h"
+#include "shm/wait.h"
+
+enum dps_coll_kind {
+	DPS_COLL_BARRIER,
+	DPS_COLL_BCAST,
+	DPS_COLL_ALLGATHER,
+	DPS_COLL_ALLREDUCE,
+	DPS_COLL_REDUCESCATTER,
+	DPS_COLL_ALLTOALL,
+	DPS_COLL_KINDS
+};
+
+enum dps_coll_algo { DPS_ALGO_AUTO, DPS_ALGO_ONESHOT, DPS_ALGO_RSAG };
+
+#define DPS_COLL_SLOT_DEFAULT (256u << 10)
+#define DPS_COLL_ONESHOT_DEFAULT (64u << 10)
+
+struct dps_coll_stats {
+	uint64_t calls[DPS_COLL_KINDS];
+	uint64_t bytes[DPS_COLL_KINDS]; /* payload bytes this member contributed or received */
+	uint64_t ns[DPS_COLL_KINDS];    /* wall time inside the calls */
+};
+
+struct dps_comm {
+	int n;                     /* members */
+	int me;                    /* this process's rank in the group */
+	const int *ranks;          /* (n) world ranks, borrowed */
+	struct dps_wword *post;    /* (n) posted step of each member; NULL when n == 1 */
+	unsigned char *slots;      /* (n, 2, slot_bytes) */
+	size_t slot_bytes;
+	uint64_t seq;              /* last step this member posted */
+	uint64_t slot_last[2];     /* step at which each slot was last read (0 = never) */
+	uint64_t min_posted;       /* every member is known to have posted at least this */
+	unsigned next_slot;
+	size_t oneshot_max;        /* all-reduce: one-shot up to this many bytes */
+	enum dps_coll_algo algo;   /* forced algorithm for tests and benchmarks */
+	const _Atomic uint32_t *abort_word;
+	struct dps_coll_stats stats;
+};
+
+/* Bytes of shared memory a communicator of n members needs (0 on overflow). */
+size_t dps_comm_shm_size(int n, size_t slot_bytes);
+
+/* Initialises the shared area (zeroed memory, 64-byte aligned) before the members attach. */
+void dps_comm_shm_init(void *mem, int n, size_t slot_bytes);
+
+/*
+ * Binds member `me` of an n-member group to its shared area (mem may be NULL when n == 1).
+ * ranks is borrowed and must outlive c. slot_bytes must be a multiple of 64 and at least
+ * 64 * n. Returns 0 or -EINVAL.
+ */
+int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
+		    size_t slot_bytes, const _Atomic uint32_t *abort_word);
+
+/* Every member waits until all have arrived. */
+int dps_coll_barrier(struct dps_comm *c);
+
+/* buf (count elements) of member root is copied into buf of every member. */
+int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root);
+
+/* recv (n * count) = concatenation of every member's send (count), in group order. */
+int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t count,
+		       enum dps_dtype t);
+
+/*
+ * Variable sizes: member i contributes counts[i] elements (0 allowed); they land at
+ * recv + displs[i] (displs NULL = packed in group order). send holds counts[me] elements.
+ */
+int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
+			const size_t *displs, enum dps_dtype t);
+
+/* recv[j] = sum over members of send[j], j < count. send == recv is allowed. */
+int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t count,
+		       enum dps_dtype t);
+
+/*
+ * send holds n blocks of count elements (block q is for member q); recv (count) of member q =
+ * sum over members of their block q.
+ */
+int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
+			   enum dps_dtype t);
+
+/*
+ * Member i sends scounts[j] elements from send + sdispls[j] to member j, which receives them
+ * at recv + rdispls[i]; rcounts[i] must equal member i's scounts[me]. NULL displacements mean
+ * packed in group order. Returns -EINVAL (after completing the exchange) on a count mismatch.
+ */
+int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scounts,
+		       const size_t *sdispls, void *recv, const size_t *rcounts,
+		       const size_t *rdispls, enum dps_dtype t);
+
+/* The algorithm dps_coll_allreduce uses for a message of `bytes`. */
+enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t bytes);
+
+const char *dps_coll_kind_name(enum dps_coll_kind k);
+const char *dps_coll_algo_name(enum dps_coll_algo a);
+
+#endif

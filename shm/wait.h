@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm/wait.h - waiting on a 64-bit counter in shared memory until it reaches a target.
+ *
+ * A dps_wword is one cache line: a monotonically increasing 64-bit value and a count of
+ * processes asleep on it. A waiter spins briefly, then yields, then sleeps with FUTEX_WAIT on
+ * the low 32 bits of the value; the writer calls FUTEX_WAKE only when the sleeper count is
+ * non-zero, so the fast path is one store and one load. Every wait also watches the instance's
+ * abort word and returns -DPS_EABORT once it is raised: sleeps are bounded (DPS_WAIT_SLICE_MS)
+ * so a raised abort is seen within that time even if nobody wakes the sleeper.
+ *
+ * The policy (how long to spin and yield before sleeping) is per process: a rank that has a
+ * core of its own spins longer; ranks that share cores go to sleep sooner so that the peer
+ * they wait for can run.
+ */
+#ifndef DPS_SHM_WAIT_H
+#define DPS_SHM_WAIT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "common/dps.h"
+
+#define DPS_WAIT_SLICE_MS 50
+
+struct dps_wword {
+	_Alignas(DPS_CACHELINE) _Atomic uint64_t val;
+	_Atomic uint32_t sleepers; /* processes inside FUTEX_WAIT on val (low half) */
+	char pad[DPS_CACHELINE - sizeof(uint64_t) - sizeof(uint32_t)];
+};
+
+struct dps_wait_policy {
+	unsigned spins;  /* busy polls (with a pause) before yielding */
+	unsigned yields; /* sched_yield() rounds before sleeping */
+};
+
+/* Process-wide policy; defaults suit a rank with a core of its own. */
+void dps_wait_set_policy(const struct dps_wait_policy *p);
+void dps_wait_get_policy(struct dps_wait_policy *p);
+/* Picks a policy for `ranks` processes sharing `cpus` cores. */
+void dps_wait_policy_for(unsigned ranks, unsigned cpus, struct dps_wait_policy *out);
+
+/*
+ * Publishes v (which must be >= the current value) and wakes sleepers if there are any.
+ * Release semantics: everything written before the call is visible to a waiter that sees v.
+ */
+static inline void dps_wword_publish(struct dps_wword *w, uint64_t v);
+
+/*
+ * Blocks until w->val >= target. Returns 0 (acquire: the writer's prior stores are visible),
+ * -DPS_EABORT when *abort_word becomes non-zero, or -ETIMEDOUT when timeout_ns (0 = none)
+ * elapses. abort_word may be NULL. On success *seen (if not NULL) receives the value read.
+ */
+static inline int dps_wword_wait(struct dps_wword *w, uint64_t target,
+				 const _Atomic uint32_t *abort_word, uint64_t timeout_ns,
+				 uint64_t *seen);
+
+/* Slow paths, in wait.c. */
+int dps_wword_wait_slow(struct dps_wword *w, uint64_t target, const _Atomic uint32_t *abort_word,
+			uint64_t timeout_ns, uint64_t *seen);
+void dps_wword_wake(struct dps_wword *w);
+
+static inline void dps_wword_publish(struct dps_wword *w, uint64_t v)
+{
+	/*
+	 * seq_cst store then seq_cst load of sleepers: pairs with the waiter's seq_cst increment
+	 * of sleepers followed by its load of val (Dekker), so either the waiter sees v or we see
+	 * the waiter and wake it.
+	 */
+	atomic_store_explicit(&w->val, v, memory_order_seq_cst);
+	if (atomic_load_explicit(&w->sleepers, memory_order_seq_cst))
+		dps_wword_wake(w);
+}
+
+static inline int dps_wword_wait(struct dps_wword *w, uint64_t target,
+				 const _Atomic uint32_t *abort_word, uint64_t timeout_ns,
+				 uint64_t *seen)
+{
+	uint64_t v = atomic_load_explicit(&w->val, memory_order_acquire);
+
+	if (v >= target) {
+		if (seen)
+			*seen = v;
+		return 0;
+	}
+	return dps_wword_wait_slow(w, target, abort_word, timeout_ns, seen);
+}
+
+/* Raises an abort word and wakes nobody (waiters notice within DPS_WAIT_SLICE_MS). */
+static inline void dps_abort_raise(_Atomic uint32_t *abort_word)
+{
+	atomic_store_explicit(abort_word, 1, memory_order_seq_cst);
+}
+
+static inline int dps_abort_raised(const _Atomic uint32_t *abort_word)
+{
+	return abort_word && atomic_load_explicit(abort_word, memory_order_relaxed);
+}
+
+#endif

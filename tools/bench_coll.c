@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/bench_coll.c - `dpshard bench coll`: latency and bus bandwidth of one collective over
+ * a range of sizes, on real rank processes, with this machine's memcpy bandwidth for the same
+ * bytes measured in the same run as the yardstick.
+ *
+ * Sizes follow nccl-tests: for all-reduce the buffer, for all-gather the gathered output, for
+ * reduce-scatter the input, for all-to-all what one rank sends. Bus bandwidth is the algorithm
+ * bandwidth (bytes / time) times 2(n-1)/n for all-reduce and (n-1)/n for the others.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/supervisor.h"
+#include "shm/coll.h"
+#include "tools/cmd.h"
+#include "tools/flags.h"
+
+enum op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLTOALL, OP_BCAST, OP_BARRIER };
+
+static const char *const op_names[] = { "allreduce", "allgather", "reducescatter", "alltoall",
+					"bcast", "barrier" };
+
+struct bench {
+	enum op op;
+	enum dps_dtype dt;
+	size_t min_bytes, max_bytes;
+	int repeats;
+	size_t oneshot_max;
+	enum dps_coll_algo algo;
+	int json;
+	int world;
+};
+
+struct row { /* rank 0 -> supervisor, one per size */
+	uint64_t bytes, count;
+	int32_t algo;
+	int32_t iters;
+	double median_us, min_us, memcpy_gbs;
+	int32_t check_ok;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Element counts for the op at `bytes` (see the header comment). */
+static size_t op_count(const struct bench *b, size_t bytes)
+{
+	const size_t esz = dps_dtype_size(b->dt);
+	size_t count = bytes / esz;
+
+	if (b->op == OP_ALLGATHER || b->op == OP_REDUCESCATTER || b->op == OP_ALLTOALL)
+		count /= (size_t)b->world; /* per rank / per peer */
+	return count ? count : 1;
+}
+
+static int run_op(const struct bench *b, struct dps_comm *c, const void *send, void *recv,
+		  size_t count)
+{
+	switch (b->op) {
+	case OP_ALLREDUCE: return dps_coll_allreduce(c, send, recv, count, b->dt);
+	case OP_ALLGATHER: return dps_coll_allgather(c, send, recv, count, b->dt);
+	case OP_REDUCESCATTER: return dps_coll_reducescatter(c, send, recv, count, b->dt);
+	case OP_BCAST: return dps_coll_bcast(c, recv, count, b->dt, 0);
+	case OP_BARRIER: return dps_coll_barrier(c);
+	case OP_ALLTOALL: {
+		size_t cnt[DPS_MAX_WORLD];
+
+		for (int i = 0; i < c->n; i++)
+			cnt[i] = count;
+		return dps_coll_alltoallv(c, send, cnt, NULL, recv, cnt, NULL, b->dt);
+	}
+	}
+	return -EINVAL;
+}
+
+static void fill(const struct bench *b, void *buf, size_t n, int rank)
+{
+	for (size_t i = 0; i < n; i++) {
+		const float v = (float)((int)((i * 7 + (size_t)rank * 13) % 17) - 8);
+
+		if (b->dt == DPS_F32)
+			((float *)buf)[i] = v;
+		else if (b->dt == DPS_BF16)
+			((uint16_t *)buf)[i] = dps_f32_to_bf16(v);
+		else
+			((int32_t *)buf)[i] = (int32_t)v;
+	}
+}
+
+static double elem(const struct bench *b, const void *buf, size_t i)
+{
+	if (b->dt == DPS_F32)
+		return ((const float *)buf)[i];
+	if (b->dt == DPS_BF16)
+		return dps_bf16_to_f32(((const uint16_t *)buf)[i]);
+	return ((const int32_t *)buf)[i];
+}
+
+/* Checks a few elements of an all-reduce / all-gather result against the closed form. */
+static int check_result(const struct bench *b, const void *recv, size_t count, int n)
+{
+	if (b->op == OP_ALLREDUCE) {
+		for (size_t i = 0; i < count; i += 1 + count / 7) {
+			double want = 0;
+
+			for (int r = 0; r < n; r++)
+				want += (double)((int)((i * 7 + (size_t)r * 13) % 17) - 8);
+			if (elem(b, recv, i) != want)
+				return 0;
+		}
+	} else if (b->op == OP_ALLGATHER) {
+		for (int r = 0; r < n; r++)
+			if (elem(b, recv, (size_t)r * count) != (double)((int)(((size_t)r * 13) % 17) - 8))
+				return 0;
+	}
+	return 1;
+}
+
+static int bench_rank(struct dps_world *w, void *arg)
+{
+	struct bench *b = arg;
+	struct dps_comm *c = w->world_c;
+	const size_t esz = dps_dtype_size(b->dt);
+	double *t = calloc((size_t)b->repeats, sizeof(double));
+	void *send = NULL, *recv = NULL, *scratch = NULL;
+	size_t bytes;
+	int rc = 0;
+
+	dps_world_set_algo(w, b->oneshot_max, b->algo);
+	send = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
+	recv = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
+	scratch = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
+	if (!t || !send || !recv || !scratch) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (bytes = b->min_bytes; bytes <= b->max_bytes; bytes *= 2) {
+		const size_t count = op_count(b, bytes);
+		const size_t send_elems = (b->op == OP_REDUCESCATTER || b->op == OP_ALLTOALL) ?
+						  count * (size_t)c->n : count;
+		struct row row = { .bytes = bytes, .count = count };
+		int32_t iters = 1;
+		uint64_t t0;
+
+		fill(b, send, send_elems, w->rank);
+		/* Warm up, and let rank 0 pick a batch size of about 2 ms for everyone. */
+		t0 = dps_now_ns();
+		for (int i = 0; i < 5 && !rc; i++)
+			rc = run_op(b, c, send, recv, count);
+		if (rc)
+			goto out;
+		if (w->rank == 0) {
+			const double per = (double)(dps_now_ns() - t0) / 5.0;
+
+			iters = (int32_t)fmin(20000.0, fmax(1.0, 2e6 / fmax(per, 1.0)));
+		}
+		rc = dps_coll_bcast(c, &iters, 1, DPS_I32, 0);
+		if (rc)
+			goto out;
+		for (int rep = 0; rep < b->repeats; rep++) {
+			rc = dps_coll_barrier(c);
+			if (rc)
+				goto out;
+			t0 = dps_now_ns();
+			for (int i = 0; i < iters && !rc; i++)
+				rc = run_op(b, c, send, recv, count);
+			if (rc)
+				goto out;
+			t[rep] = (double)(dps_now_ns() - t0) / iters / 1e3;
+		}
+		if (w->rank != 0)
+			continue;
+		row.iters = iters;
+		row.algo = b->op == OP_ALLREDUCE ? (int32_t)dps_coll_allreduce_algo(c, count * esz)
+						 : DPS_ALGO_ONESHOT;
+		row.median_us = median(t, b->repeats);
+		row.min_us = t[0];
+		row.check_ok = check_result(b, recv, count, c->n);
+		/* memcpy of the same bytes, same process, same run. */
+		for (int rep = 0; rep < b->repeats; rep++) {
+			const int k = iters > 1 ? iters : 1;
+
+			t0 = dps_now_ns();
+			for (int i = 0; i < k; i++) {
+				memcpy(scratch, send, bytes);
+				__asm__ __volatile__("" ::: "memory");
+			}
+			t[rep] = (double)(dps_now_ns() - t0) / k / 1e3;
+		}
+		row.memcpy_gbs = (double)bytes / (median(t, b->repeats) * 1e3);
+		rc = dps_ring_push(&w->to_sup, &row, sizeof(row), 0);
+		if (rc)
+			goto out;
+	}
+out:
+	free(t);
+	free(send);
+	free(recv);
+	free(scratch);
+	return rc;
+}
+
+static double bus_factor(const struct bench *b)
+{
+	const double n = b->world;
+
+	switch (b->op) {
+	case OP_ALLREDUCE: return 2.0 * (n - 1) / n;
+	case OP_BCAST: return 1.0;
+	case OP_BARRIER: return 0.0;
+	default: return (n - 1) / n;
+	}
+}
+
+static void print_row(int rank, const void *msg, size_t len, void *arg)
+{
+	const struct bench *b = arg;
+	const struct row *r = msg;
+	double busbw;
+
+	if (rank != 0 || len != sizeof(*r))
+		return;
+	busbw = (double)r->bytes / (r->median_us * 1e3) * bus_factor(b);
+	if (b->json) {
+		printf("{\"op\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,\"bytes\":%llu,\"count\":%llu,"
+		       "\"algo\":\"%s\",\"iters\":%d,\"median_us\":%.3f,\"busbw_gbs\":%.3f,"
+		       "\"memcpy_gbs\":%.3f,\"ratio\":%.4f,\"check\":%s}\n",
+		       op_names[b->op], dps_dtype_name(b->dt), b->world,
+		       (unsigned long long)r->bytes, (unsigned long long)r->count,
+		       dps_coll_algo_name((enum dps_coll_algo)r->algo), r->iters, r->median_us, busbw,
+		       r->memcpy_gbs, busbw / r->memcpy_gbs, r->check_ok ? "true" : "false");
+	} else {
+		printf("%12llu %10llu  %-9s %11.2f %12.2f %12.2f %7.3f  %s\n",
+		       (unsigned long long)r->bytes, (unsigned long long)r->count,
+		       dps_coll_algo_name((enum dps_coll_algo)r->algo), r->median_us, busbw,
+		       r->memcpy_gbs, busbw / r->memcpy_gbs, r->check_ok ? "ok" : "WRONG");
+	}
+	fflush(stdout);
+	if (!r->check_ok)
+		fprintf(stderr, "dpshard bench coll: result check failed at %llu bytes\n",
+			(unsigned long long)r->bytes);
+}
+
+int dps_bench_coll(int argc, char **argv)
+{
+	struct bench b = { .dt = DPS_F32, .min_bytes = 64, .max_bytes = 1 << 20, .repeats = 15,
+			   .oneshot_max = DPS_COLL_ONESHOT_DEFAULT };
+	struct dps_sup_opts so = { .par = DPS_PAR_CFG_DEFAULT };
+	const char *op = "allreduce", *dtype = "f32", *algo = "auto", *cpu_bind = "auto";
+	size_t slot = DPS_COLL_SLOT_DEFAULT;
+	struct dps_sup_result res;
+	int ranks = 2, npos, rc, i;
+	char err[512], *pos[1];
+	const struct dps_flag flags[] = {
+		{ "ranks", DPS_FLAG_INT, &ranks, "N", "rank processes in the group", 1, DPS_MAX_WORLD },
+		{ "op", DPS_FLAG_STR, &op, "OP",
+		  "allreduce, allgather, reducescatter, alltoall, bcast or barrier", 0, 0 },
+		{ "dtype", DPS_FLAG_STR, &dtype, "T", "f32, bf16 or i32", 0, 0 },
+		{ "min-bytes", DPS_FLAG_SIZE, &b.min_bytes, "BYTES", "smallest message", 0, 0 },
+		{ "max-bytes", DPS_FLAG_SIZE, &b.max_bytes, "BYTES",
+		  "largest message (sizes double from min)", 0, 0 },
+		{ "repeats", DPS_FLAG_INT, &b.repeats, "N", "timed batches per size (median)", 1, 1000 },
+		{ "algo", DPS_FLAG_STR, &algo, "A",
+		  "all-reduce algorithm: auto, oneshot or rsag", 0, 0 },
+		{ "oneshot-max", DPS_FLAG_SIZE, &b.oneshot_max, "BYTES",
+		  "auto: one-shot all-reduce up to this size, reduce-scatter + all-gather above", 0, 0 },
+		{ "slot-bytes", DPS_FLAG_SIZE, &slot, "BYTES", "shared-memory slot per rank", 0, 0 },
+		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
+		  "auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 },
+		{ "json", DPS_FLAG_BOOL, &b.json, NULL, "one JSON object per size instead of a table", 0, 0 },
+		DPS_FLAGS_END
+	};
+
+	rc = dps_flags_parse(flags, argc, argv, "bench coll", "[--ranks N] [--op OP] [OPTIONS]",
+			     pos, 0, &npos);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	for (i = 0; i < (int)(sizeof(op_names) / sizeof(op_names[0])); i++)
+		if (!strcmp(op, op_names[i]))
+			break;
+	if (i == (int)(sizeof(op_names) / sizeof(op_names[0]))) {
+		fprintf(stderr, "dpshard bench coll: --op %s is not one of allreduce, allgather, "
+				"reducescatter, alltoall, bcast, barrier\n", op);
+		return 2;
+	}
+	b.op = (enum op)i;
+	if (dps_dtype_parse(dtype, &b.dt)) {
+		fprintf(stderr, "dpshard bench coll: --dtype %s is not one of f32, bf16, i32\n", dtype);
+		return 2;
+	}
+	if (!strcmp(algo, "auto"))
+		b.algo = DPS_ALGO_AUTO;
+	else if (!strcmp(algo, "oneshot"))
+		b.algo = DPS_ALGO_ONESHOT;
+	else if (!strcmp(algo, "rsag"))
+		b.algo = DPS_ALGO_RSAG;
+	else {
+		fprintf(stderr, "dpshard bench coll: --algo %s is not one of auto, oneshot, rsag\n", algo);
+		return 2;
+	}
+	if (b.min_bytes < 1 || b.min_bytes > b.max_bytes || b.max_bytes > (1ull << 32)) {
+		fprintf(stderr, "dpshard bench coll: need 1 <= --min-bytes <= --max-bytes <= 4G\n");
+		return 2;
+	}
+	b.world = ranks;
+	so.par.tp = ranks;
+	so.cpu_bind = cpu_bind;
+	so.slot_bytes = slot;
+	so.rank_fn = bench_rank;
+	so.rank_arg = &b;
+	so.msg_fn = print_row;
+	so.msg_arg = &b;
+	if (!b.json) {
+		printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot all-reduce up "
+		       "to %zu bytes, %d batches per size\n",
+		       op_names[b.op], dps_dtype_name(b.dt), ranks, slot, b.oneshot_max, b.repeats);
+		printf("# %10s %10s  %-9s %11s %12s %12s %7s  %s\n", "bytes", "count", "algo",
+		       "median_us", "busbw_GB/s", "memcpy_GB/s", "ratio", "check");
+		fflush(stdout);
+	}
+	rc = dps_sup_run(&so, &res, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard bench coll: %s\n", err[0] ? err : dps_strerror(rc));
+		return 1;
+	}
+	return 0;
+}

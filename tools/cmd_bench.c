@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/cmd_bench.c - `dpshard bench SUITE`: dispatch to the benchmark suites.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/cmd.h"
+
+int dps_cmd_bench(int argc, char **argv)
+{
+	if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+		FILE *f = argc < 1 ? stderr : stdout;
+
+		fprintf(f, "usage: dpshard bench SUITE [OPTIONS]\n\nsuites:\n"
+			   "  coll     latency and bus bandwidth of the shared-memory collectives\n"
+			   "\n`dpshard bench SUITE --help` describes a suite's options.\n");
+		return argc < 1 ? 2 : 0;
+	}
+	if (!strcmp(argv[0], "coll"))
+		return dps_bench_coll(argc - 1, argv + 1);
+	fprintf(stderr, "dpshard bench: unknown suite '%s' (try dpshard bench --help)\n", argv[0]);
+	return 2;
+}

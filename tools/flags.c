@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/flags.c - the flag parser and help printer of every dpshard subcommand (see
+ * flags.h). Reads user input, so every value is range-checked and every message names the
+ * flag and the value it refused.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/groups.h"
+#include "tools/flags.h"
+
+void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out)
+{
+	const struct dps_flag f[DPS_PAR_FLAGS] = {
+		{ "tensor-parallel-size", DPS_FLAG_INT, &cfg->tp, "N",
+		  "ranks per model replica (TP)", 1, DPS_MAX_WORLD },
+		{ "data-parallel-size", DPS_FLAG_INT, &cfg->dp, "N",
+		  "number of model replicas (DP)", 1, DPS_MAX_WORLD },
+		{ "attention-dp-size", DPS_FLAG_INT, &cfg->attn_dp, "N",
+		  "shard attention Q/O (and K/V) over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
+		{ "embedding-dp-size", DPS_FLAG_INT, &cfg->emb_dp, "N",
+		  "shard the embedding vocabulary over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
+		{ "mlp-dp-size", DPS_FLAG_INT, &cfg->mlp_dp, "N",
+		  "shard the target MLP over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
+		{ "draft-mlp-dp-size", DPS_FLAG_INT, &cfg->draft_mlp_dp, "N",
+		  "shard the Eagle3 draft MLP over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
+		{ "lm-head-dp-size", DPS_FLAG_INT, &cfg->lm_head_dp, "N",
+		  "shard the LM head vocabulary over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
+	};
+	memcpy(out, f, sizeof(f));
+}
+
+static const struct dps_flag *flag_find(const struct dps_flag *flags, const char *name, size_t len)
+{
+	for (; flags->type != DPS_FLAG_END; flags++)
+		if (strlen(flags->name) == len && !strncmp(flags->name, name, len))
+			return flags;
+	return NULL;
+}
+
+static int flag_set(const struct dps_flag *f, const char *cmd, const char *val)
+{
+	long v;
+	size_t sz;
+	char *end;
+	double d;
+	int rc;
+
+	switch (f->type) {
+	case DPS_FLAG_INT: {
+		long lo = f->lo, hi = f->hi;
+
+		if (lo == 0 && hi == 0)
+			hi = INT_MAX;
+		rc = dps_parse_int(val, lo, hi, &v);
+		if (rc == -ERANGE) {
+			fprintf(stderr, "dpshard %s: --%s %s is out of range [%ld, %ld]\n", cmd,
+				f->name, val, lo, hi);
+			return -1;
+		}
+		if (rc) {
+			fprintf(stderr, "dpshard %s: --%s expects an integer, got '%s'\n", cmd,
+				f->name, val);
+			return -1;
+		}
+		*(int *)f->ptr = (int)v;
+		return 0;
+	}
+	case DPS_FLAG_SIZE:
+		if (dps_parse_size(val, &sz)) {
+			fprintf(stderr,
+				"dpshard %s: --%s expects a byte size like 4096, 64K or 1M, got '%s'\n",
+				cmd, f->name, val);
+			return -1;
+		}
+		*(size_t *)f->ptr = sz;
+		return 0;
+	case DPS_FLAG_STR:
+		*(const char **)f->ptr = val;
+		return 0;
+	case DPS_FLAG_DOUBLE:
+		errno = 0;
+		d = strtod(val, &end);
+		if (errno || end == val || *end) {
+			fprintf(stderr, "dpshard %s: --%s expects a number, got '%s'\n", cmd,
+				f->name, val);
+			return -1;
+		}
+		*(double *)f->ptr = d;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+int dps_flags_parse(const struct dps_flag *flags, int argc, char **argv, const char *cmd,
+		    const char *synopsis, char **pos, int max_pos, int *npos)
+{
+	int i, only_pos = 0;
+
+	*npos = 0;
+	for (i = 0; i < argc; i++) {
+		const char *a = argv[i], *name, *eq, *val;
+		const struct dps_flag *f;
+		size_t len;
+
+		if (only_pos || a[0] != '-' || a[1] == '\0') {
+			if (*npos >= max_pos) {
+				fprintf(stderr, "dpshard %s: unexpected argument '%s' (try --help)\n",
+					cmd, a);
+				return -1;
+			}
+			pos[(*npos)++] = argv[i];
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_pos = 1;
+			continue;
+		}
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			dps_flags_usage(stdout, cmd, synopsis, flags);
+			return 1;
+		}
+		if (a[1] != '-') {
+			fprintf(stderr, "dpshard %s: unknown option '%s' (try --help)\n", cmd, a);
+			return -1;
+		}
+		name = a + 2;
+		eq = strchr(name, '=');
+		len = eq ? (size_t)(eq - name) : strlen(name);
+		f = flag_find(flags, name, len);
+		if (!f) {
+			fprintf(stderr, "dpshard %s: unknown option '--%.*s' (try --help)\n", cmd,
+				(int)len, name);
+			return -1;
+		}
+		if (f->type == DPS_FLAG_BOOL) {
+			if (eq) {
+				fprintf(stderr, "dpshard %s: --%s takes no value\n", cmd, f->name);
+				return -1;
+			}
+			*(int *)f->ptr = 1;
+			continue;
+		}
+		if (eq) {
+			val = eq + 1;
+		} else {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "dpshard %s: --%s needs a value\n", cmd, f->name);
+				return -1;
+			}
+			val = argv[++i];
+		}
+		if (flag_set(f, cmd, val))
+			return -1;
+	}
+	return 0;
+}
+
+static void flag_default(const struct dps_flag *f, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	switch (f->type) {
+	case DPS_FLAG_INT:
+		snprintf(buf, len, "%d", *(int *)f->ptr);
+		break;
+	case DPS_FLAG_SIZE:
+		snprintf(buf, len, "%zu", *(size_t *)f->ptr);
+		break;
+	case DPS_FLAG_STR:
+		if (*(const char **)f->ptr)
+			snprintf(buf, len, "%s", *(const char **)f->ptr);
+		break;
+	case DPS_FLAG_DOUBLE:
+		snprintf(buf, len, "%g", *(double *)f->ptr);
+		break;
+	default:
+		break;
+	}
+}
+
+void dps_flags_usage(FILE *out, const char *cmd, const char *synopsis,
+		     const struct dps_flag *flags)
+{
+	const struct dps_flag *f;
+
+	fprintf(out, "usage: dpshard %s %s\n\noptions:\n", cmd, synopsis);
+	for (f = flags; f->type != DPS_FLAG_END; f++) {
+		char left[64], def[128];
+
+		if (f->metavar)
+			snprintf(left, sizeof(left), "--%s %s", f->name, f->metavar);
+		else
+			snprintf(left, sizeof(left), "--%s", f->name);
+		flag_default(f, def, sizeof(def));
+		if (def[0])
+			fprintf(out, "  %-28s %s (default: %s)\n", left, f->help, def);
+		else
+			fprintf(out, "  %-28s %s\n", left, f->help);
+	}
+	fprintf(out, "  %-28s %s\n", "--help", "show this help and exit");
+}

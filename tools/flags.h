@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/flags.h - table-driven command-line flags for the dpshard subcommands. Each command
+ * declares one table; the same table parses argv and prints --help, so the help text cannot
+ * drift from what is accepted. Flags take the GNU forms "--name value" and "--name=value".
+ */
+#ifndef DPS_TOOLS_FLAGS_H
+#define DPS_TOOLS_FLAGS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+enum dps_flag_type {
+	DPS_FLAG_INT,    /* int *, decimal, range [lo, hi] */
+	DPS_FLAG_SIZE,   /* size_t *, "4096", "64K", "1M", "1MiB" */
+	DPS_FLAG_STR,    /* const char **, borrowed from argv */
+	DPS_FLAG_BOOL,   /* int *, set to 1 when present; takes no value */
+	DPS_FLAG_DOUBLE, /* double * */
+	DPS_FLAG_END
+};
+
+struct dps_flag {
+	const char *name;    /* without the leading "--" */
+	enum dps_flag_type type;
+	void *ptr;
+	const char *metavar; /* e.g. "N"; NULL for booleans */
+	const char *help;    /* one line; the default is printed from *ptr */
+	long lo, hi;         /* DPS_FLAG_INT range; both 0 means any non-negative int */
+};
+
+#define DPS_FLAGS_END { NULL, DPS_FLAG_END, NULL, NULL, NULL, 0, 0 }
+
+struct dps_par_cfg;
+/*
+ * Writes the parallel-layout flags (--tensor-parallel-size, --data-parallel-size and the five
+ * component sizes) into out[0..DPS_PAR_FLAGS-1], pointing at cfg's fields.
+ */
+#define DPS_PAR_FLAGS 7
+void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out);
+
+/*
+ * Parses argv[0..argc-1] (argv[0] is the first argument after the subcommand name).
+ * Positional arguments are collected in order into pos[0..*npos-1] (at most max_pos).
+ * Returns 0 on success, 1 when --help was given (usage printed to stdout), or -1 after
+ * printing a message naming the bad flag to stderr.
+ */
+int dps_flags_parse(const struct dps_flag *flags, int argc, char **argv, const char *cmd,
+		    const char *synopsis, char **pos, int max_pos, int *npos);
+
+/* Prints "usage: dpshard CMD SYNOPSIS" and every flag with its help and default. */
+void dps_flags_usage(FILE *f, const char *cmd, const char *synopsis, const struct dps_flag *flags);
+
+#endif

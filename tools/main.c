@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/main.c - the dpshard command: dispatches to the subcommands in tools/cmd.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "tools/cmd.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+} commands[] = {
+	{ "groups", dps_cmd_groups, "print the rank grid and every process group of a TP x DP layout" },
+	{ "bench", dps_cmd_bench, "benchmarks: `dpshard bench coll` measures the collectives" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dpshard COMMAND [OPTIONS]\n\n"
+		   "dpshard runs the decode path of a Trainium vLLM deployment on one Linux machine,\n"
+		   "one process per rank, with shared-memory collectives.\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+	fprintf(f, "\n`dpshard COMMAND --help` describes a command's options.\n"
+		   "`dpshard --version` prints the version.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("dpshard %s\n", PACKAGE_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 2, argv + 2);
+	fprintf(stderr, "dpshard: unknown command '%s' (try dpshard --help)\n", argv[1]);
+	return 2;
+}
