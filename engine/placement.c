@@ -11,7 +11,6 @@
  * dps_place_compute is a pure function of (topology, TP, DP): the same input always gives
  * the same placement, so every process that recomputes it agrees with the supervisor.
  */
-#define _GNU_SOURCE
 #include <limits.h>
 #include <numa.h>
 #include <numaif.h>

@@ -9,7 +9,6 @@
  * the kernel refuses the NUMA system calls) the machine is one node 0 holding the affinity
  * CPUs, and memory is not bound.
  */
-#define _GNU_SOURCE
 #include <limits.h>
 #include <numa.h>
 #include <sched.h>

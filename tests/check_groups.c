@@ -6,7 +6,6 @@
  * configuration and its message, the printed rank grid, and a deliberate fault that proves
  * the invariant checker can fail. Pure computation: no processes, no shared memory.
  */
-#define _GNU_SOURCE
 #include <check.h>
 #include <limits.h>
 #include <stdio.h>

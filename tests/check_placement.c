@@ -9,7 +9,6 @@
  * input plus a small deterministic fuzz loop. Two tests touch the real machine: a topology
  * discovery smoke test and dps_place_apply in a forked child.
  */
-#define _GNU_SOURCE
 #include <check.h>
 #include <numa.h>
 #include <numaif.h>

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
 #include "tools/cmd.h"
 
 static const struct {

@@ -1,0 +1,501 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_coll.c - every collective on real rank processes (forked by the supervisor,
+ * talking through the real shared segment) against a serial oracle (tests/oracle.h): group
+ * sizes 1 to 8, sub-groups of a larger world (TP, DP, component TP groups and DP columns),
+ * element counts 0, 1, 63, 4097 and just over 1 MiB, fp32, bf16 and int32, both all-reduce
+ * algorithms, chunking through small slots. Results must match the oracle bit for bit on every
+ * rank; all-reduce results are also hashed and the hashes compared across the members of each
+ * group in the supervisor. A deliberate fault proves the checker fails when it should.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/supervisor.h"
+#include "shm/coll.h"
+#include "tests/oracle.h"
+
+enum which { W_WORLD, W_TP, W_DP, W_COL, W_COMP };
+
+#define OP_BARRIER (1 << 0)
+#define OP_BCAST (1 << 1)
+#define OP_ALLGATHER (1 << 2)
+#define OP_ALLGATHERV (1 << 3)
+#define OP_ALLREDUCE (1 << 4)
+#define OP_REDUCESCATTER (1 << 5)
+#define OP_ALLTOALLV (1 << 6)
+#define OP_ALL 0x7f
+
+struct suite {
+	struct dps_par_cfg par;
+	enum which which[4];
+	enum dps_comp comp[4];
+	int n_which;
+	size_t slot_bytes;
+	int fault_rank;     /* this world rank perturbs one all-reduce input element */
+	int ops;
+	int big;            /* include the just-over-1-MiB count */
+};
+
+struct report {
+	int32_t group_first;
+	int32_t case_id;
+	uint64_t hash;
+};
+
+/* Supervisor side: all-reduce result hashes per (group, case). */
+#define MAX_REPORTS 200000
+static struct report *reports;
+static int n_reports;
+
+static void collect(int rank, const void *msg, size_t len, void *arg)
+{
+	if (len == sizeof(struct report) && n_reports < MAX_REPORTS)
+		memcpy(&reports[n_reports++], msg, len);
+}
+
+static int cmp_report(const void *a, const void *b)
+{
+	const struct report *x = a, *y = b;
+
+	if (x->group_first != y->group_first)
+		return x->group_first < y->group_first ? -1 : 1;
+	if (x->case_id != y->case_id)
+		return x->case_id < y->case_id ? -1 : 1;
+	return 0;
+}
+
+/* ---- rank side ------------------------------------------------------------------------------ */
+
+static void gen(enum dps_dtype t, void *buf, size_t count, uint32_t member, uint32_t base,
+		uint32_t salt)
+{
+	for (size_t j = 0; j < count; j++) {
+		const uint32_t idx = base + (uint32_t)j;
+
+		if (t == DPS_F32)
+			((float *)buf)[j] = oracle_f32(member, idx, salt);
+		else if (t == DPS_BF16)
+			((uint16_t *)buf)[j] = oracle_f32_to_bf16(oracle_f32(member, idx, salt));
+		else
+			((int32_t *)buf)[j] = (int32_t)oracle_hash(member, idx, salt);
+	}
+}
+
+/* Serial in-order sum over members 0..n-1 of element idx: the contract of DESIGN.md section 2. */
+static void oracle_sum(enum dps_dtype t, void *out, uint32_t n, uint32_t idx, uint32_t salt)
+{
+	if (t == DPS_F32) {
+		float a = oracle_f32(0, idx, salt);
+
+		for (uint32_t i = 1; i < n; i++)
+			a += oracle_f32(i, idx, salt);
+		memcpy(out, &a, 4);
+	} else if (t == DPS_BF16) {
+		float a = oracle_bf16_to_f32(oracle_f32_to_bf16(oracle_f32(0, idx, salt)));
+		uint16_t h;
+
+		for (uint32_t i = 1; i < n; i++)
+			a += oracle_bf16_to_f32(oracle_f32_to_bf16(oracle_f32(i, idx, salt)));
+		h = oracle_f32_to_bf16(a);
+		memcpy(out, &h, 2);
+	} else {
+		uint32_t a = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			a += oracle_hash(i, idx, salt);
+		memcpy(out, &a, 4);
+	}
+}
+
+static uint64_t fnv(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	uint64_t h = 1469598103934665603ull;
+
+	while (n--)
+		h = (h ^ *b++) * 1099511628211ull;
+	return h;
+}
+
+struct ctx {
+	struct dps_world *w;
+	struct dps_comm *c;
+	const struct suite *s;
+	unsigned char *a, *b, *want;
+	int fails;
+};
+
+static void mismatch(struct ctx *x, const char *op, enum dps_dtype t, size_t count, size_t at)
+{
+	if (x->fails++ < 5)
+		dps_error("%s %s count %zu (group of %d, member %d): mismatch at element %zu", op,
+			  dps_dtype_name(t), count, x->c->n, x->c->me, at);
+}
+
+static size_t first_diff(const void *a, const void *b, size_t n, size_t esz)
+{
+	for (size_t i = 0; i < n; i++)
+		if (memcmp((const char *)a + i * esz, (const char *)b + i * esz, esz))
+			return i;
+	return n;
+}
+
+static int check(struct ctx *x, const char *op, enum dps_dtype t, size_t count,
+		 const void *got, const void *want, size_t n)
+{
+	const size_t esz = dps_dtype_size(t);
+	size_t d = first_diff(got, want, n, esz);
+
+	if (d < n)
+		mismatch(x, op, t, count, d);
+	return d < n;
+}
+
+static int run_allreduce(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt, int case_id)
+{
+	struct dps_comm *c = x->c;
+	const size_t esz = dps_dtype_size(t);
+	const uint32_t n = (uint32_t)c->n;
+	uint64_t hashes[2];
+	int rc;
+
+	for (size_t j = 0; j < count; j++)
+		oracle_sum(t, x->want + j * esz, n, (uint32_t)j, salt);
+	for (int algo = 0; algo < 2; algo++) {
+		c->algo = algo ? DPS_ALGO_RSAG : DPS_ALGO_ONESHOT;
+		gen(t, x->a, count, (uint32_t)c->me, 0, salt);
+		if (x->w->rank == x->s->fault_rank && count > 0)
+			((unsigned char *)x->a)[0] ^= 0x40;
+		memset(x->b, 0xAB, count * esz);
+		/* The one-shot pass runs in place, the rs+ag pass out of place. */
+		rc = algo ? dps_coll_allreduce(c, x->a, x->b, count, t)
+			  : dps_coll_allreduce(c, x->a, x->a, count, t);
+		if (rc)
+			return rc;
+		check(x, algo ? "all-reduce rs+ag" : "all-reduce one-shot", t, count,
+		      algo ? x->b : x->a, x->want, count);
+		hashes[algo] = fnv(algo ? x->b : x->a, count * esz);
+	}
+	c->algo = DPS_ALGO_AUTO;
+	if (hashes[0] != hashes[1]) {
+		x->fails++;
+		dps_error("all-reduce %s count %zu: algorithms disagree", dps_dtype_name(t), count);
+	}
+	struct report r = { c->ranks[0], case_id, hashes[0] };
+	return dps_ring_push(&x->w->to_sup, &r, sizeof(r), 0);
+}
+
+static int run_allgather(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt, int var)
+{
+	struct dps_comm *c = x->c;
+	const size_t esz = dps_dtype_size(t);
+	size_t counts[64], displs[64], total = 0;
+	int i, rc;
+
+	for (i = 0; i < c->n; i++) {
+		counts[i] = var ? (i % 3 == 1 ? 0 : count + (size_t)i * 3) : count;
+		displs[i] = total;
+		total += counts[i];
+	}
+	gen(t, x->a, counts[c->me], (uint32_t)c->me, 0, salt);
+	for (i = 0; i < c->n; i++)
+		gen(t, x->want + displs[i] * esz, counts[i], (uint32_t)i, 0, salt);
+	memset(x->b, 0xCD, total * esz);
+	rc = var ? dps_coll_allgatherv(c, x->a, x->b, counts, NULL, t)
+		 : dps_coll_allgather(c, x->a, x->b, count, t);
+	if (rc)
+		return rc;
+	check(x, var ? "all-gather-v" : "all-gather", t, count, x->b, x->want, total);
+	return 0;
+}
+
+static int run_reducescatter(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt)
+{
+	struct dps_comm *c = x->c;
+	const size_t esz = dps_dtype_size(t);
+	int rc;
+
+	gen(t, x->a, count * (size_t)c->n, (uint32_t)c->me, 0, salt);
+	for (size_t j = 0; j < count; j++)
+		oracle_sum(t, x->want + j * esz, (uint32_t)c->n, (uint32_t)((size_t)c->me * count + j),
+			   salt);
+	memset(x->b, 0xEF, count * esz);
+	rc = dps_coll_reducescatter(c, x->a, x->b, count, t);
+	if (rc)
+		return rc;
+	check(x, "reduce-scatter", t, count, x->b, x->want, count);
+	return 0;
+}
+
+static size_t a2a_count(int from, int to, size_t count, uint32_t salt)
+{
+	return (size_t)((unsigned)(from * 5 + to * 3) + salt) % 4 * count / 2;
+}
+
+static int run_alltoallv(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt)
+{
+	struct dps_comm *c = x->c;
+	const size_t esz = dps_dtype_size(t);
+	size_t sc[64], rc_[64], sd[64], rd[64], stot = 0, rtot = 0;
+	int i, rc;
+
+	for (i = 0; i < c->n; i++) {
+		sc[i] = a2a_count(c->me, i, count, salt);
+		rc_[i] = a2a_count(i, c->me, count, salt);
+		/* Send pieces in reverse order to exercise explicit displacements. */
+		rd[i] = rtot;
+		rtot += rc_[i];
+	}
+	for (i = c->n - 1; i >= 0; i--) {
+		sd[i] = stot;
+		stot += sc[i];
+	}
+	for (i = 0; i < c->n; i++) {
+		gen(t, x->a + sd[i] * esz, sc[i], (uint32_t)c->me, (uint32_t)i << 24, salt);
+		gen(t, x->want + rd[i] * esz, rc_[i], (uint32_t)i, (uint32_t)c->me << 24, salt);
+	}
+	memset(x->b, 0x5A, rtot * esz);
+	rc = dps_coll_alltoallv(c, x->a, sc, sd, x->b, rc_, rd, t);
+	if (rc)
+		return rc;
+	check(x, "all-to-all-v", t, count, x->b, x->want, rtot);
+	return 0;
+}
+
+static int run_bcast(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt)
+{
+	struct dps_comm *c = x->c;
+	const size_t esz = dps_dtype_size(t);
+	const int root = (int)(salt % (uint32_t)c->n);
+	int rc;
+
+	gen(t, x->want, count, (uint32_t)root, 0, salt);
+	if (c->me == root)
+		memcpy(x->b, x->want, count * esz);
+	else
+		memset(x->b, 0x11, count * esz);
+	rc = dps_coll_bcast(c, x->b, count, t, root);
+	if (rc)
+		return rc;
+	check(x, "broadcast", t, count, x->b, x->want, count);
+	return 0;
+}
+
+static struct dps_comm *pick(struct dps_world *w, enum which wh, enum dps_comp comp)
+{
+	switch (wh) {
+	case W_TP: return w->tp_c;
+	case W_DP: return w->dp_c;
+	case W_COL: return w->dp_col_c[comp];
+	case W_COMP: return w->comp_tp_c[comp];
+	default: return w->world_c;
+	}
+}
+
+static int suite_rank(struct dps_world *w, void *arg)
+{
+	const struct suite *s = arg;
+	const size_t small[] = { 0, 1, 63, 4097 };
+	struct ctx x = { .w = w, .s = s };
+	const size_t cap = (size_t)9 << 20; /* bytes per buffer: 8 members x just over 1 MiB */
+	int rc = 0, case_id = 0;
+
+	x.a = malloc(cap);
+	x.b = malloc(cap);
+	x.want = malloc(cap);
+	if (!x.a || !x.b || !x.want)
+		return -ENOMEM;
+	for (int wi = 0; wi < s->n_which && !rc; wi++) {
+		x.c = pick(w, s->which[wi], s->comp[wi]);
+		for (int t = 0; t < DPS_DTYPE_COUNT && !rc; t++) {
+			const enum dps_dtype dt = (enum dps_dtype)t;
+			const size_t big = ((size_t)1 << 20) / dps_dtype_size(dt) + 1;
+
+			for (int k = 0; k < 5 && !rc; k++, case_id++) {
+				const size_t count = k < 4 ? small[k] : big;
+				const uint32_t salt = (uint32_t)(case_id * 131 + x.c->ranks[0] * 7919);
+
+				if (k == 4 && !s->big)
+					continue;
+				if (s->ops & OP_BARRIER)
+					rc = dps_coll_barrier(x.c);
+				if (!rc && (s->ops & OP_ALLREDUCE))
+					rc = run_allreduce(&x, dt, count, salt, case_id);
+				if (!rc && (s->ops & OP_ALLGATHER))
+					rc = run_allgather(&x, dt, count, salt + 1, 0);
+				if (!rc && (s->ops & OP_ALLGATHERV))
+					rc = run_allgather(&x, dt, count, salt + 2, 1);
+				if (!rc && (s->ops & OP_REDUCESCATTER))
+					rc = run_reducescatter(&x, dt, count, salt + 3);
+				if (!rc && (s->ops & OP_ALLTOALLV))
+					rc = run_alltoallv(&x, dt, count, salt + 4);
+				if (!rc && (s->ops & OP_BCAST))
+					rc = run_bcast(&x, dt, count, salt + 5);
+			}
+		}
+	}
+	free(x.a);
+	free(x.b);
+	free(x.want);
+	if (rc)
+		return rc;
+	return x.fails ? -DPS_EPROTO : 0;
+}
+
+/* ---- supervisor side ------------------------------------------------------------------------ */
+
+/* Runs the suite; returns dps_sup_run's code and checks the hashes agree within each group. */
+static int run_suite(const struct suite *s, int *hash_groups)
+{
+	struct dps_sup_opts o = { .par = s->par, .cpu_bind = "auto", .slot_bytes = s->slot_bytes,
+				  .rank_fn = suite_rank, .rank_arg = (void *)s, .msg_fn = collect };
+	struct dps_sup_result res;
+	char err[512];
+	int rc, i, j, groups = 0;
+
+	reports = calloc(MAX_REPORTS, sizeof(*reports));
+	ck_assert_ptr_nonnull(reports);
+	n_reports = 0;
+	rc = dps_sup_run(&o, &res, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "suite: %s\n", err);
+	qsort(reports, (size_t)n_reports, sizeof(*reports), cmp_report);
+	for (i = 0; i < n_reports; i = j) {
+		for (j = i + 1; j < n_reports && !cmp_report(&reports[i], &reports[j]); j++)
+			ck_assert_msg(reports[j].hash == reports[i].hash,
+				      "group %d case %d: ranks hold different all-reduce results",
+				      reports[i].group_first, reports[i].case_id);
+		groups++;
+	}
+	free(reports);
+	if (hash_groups)
+		*hash_groups = groups;
+	return rc;
+}
+
+START_TEST(test_group_sizes)
+{
+	/* _i = group size 1..8, one TP group spanning the world */
+	struct suite s = { .par = DPS_PAR_CFG_DEFAULT, .n_which = 1, .which = { W_WORLD },
+			   .fault_rank = -1, .ops = OP_ALL, .big = 1 };
+	int groups;
+
+	s.par.tp = _i;
+	ck_assert_int_eq(run_suite(&s, &groups), 0);
+	ck_assert_int_gt(groups, 0);
+}
+END_TEST
+
+START_TEST(test_subgroups)
+{
+	/* TP=2 x DP=4, attention 2, MLP 4: DP groups, TP groups, columns and component groups. */
+	struct suite s = { .par = { 2, 4, 2, 1, 4, 1, 1 }, .n_which = 4,
+			   .which = { W_DP, W_COL, W_COMP, W_TP },
+			   .comp = { 0, DPS_COMP_ATTN, DPS_COMP_ATTN, 0 },
+			   .fault_rank = -1, .ops = OP_ALL, .big = 0 };
+
+	ck_assert_int_eq(run_suite(&s, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_subgroups_big)
+{
+	struct suite s = { .par = { 2, 3, 3, 1, 1, 1, 1 }, .n_which = 2, .which = { W_COL, W_COMP },
+			   .comp = { DPS_COMP_ATTN, DPS_COMP_MLP }, .fault_rank = -1,
+			   .ops = OP_ALLREDUCE | OP_REDUCESCATTER | OP_ALLGATHERV, .big = 1 };
+
+	ck_assert_int_eq(run_suite(&s, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_small_slots)
+{
+	/* 4 KiB slots: every size above a few hundred elements is chunked. */
+	struct suite s = { .par = { 5, 1, 1, 1, 1, 1, 1 }, .n_which = 1, .which = { W_WORLD },
+			   .slot_bytes = 4096, .fault_rank = -1, .ops = OP_ALL, .big = 0 };
+
+	ck_assert_int_eq(run_suite(&s, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_fault_detected)
+{
+	/* Rank 1 flips a bit of its input: the oracle comparison must fail the run. */
+	struct suite s = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .n_which = 1, .which = { W_WORLD },
+			   .fault_rank = 1, .ops = OP_ALLREDUCE, .big = 0 };
+
+	ck_assert_int_eq(run_suite(&s, NULL), -DPS_ERANK);
+}
+END_TEST
+
+START_TEST(test_reduce_kernels)
+{
+	/* The vectorised ordered sum equals the one-at-a-time reference, bit for bit. */
+	const size_t n = 5000;
+	float *src[4], out[5000], ref[5000];
+	uint16_t *hs[4], hout[5000], href[5000];
+
+	for (int i = 0; i < 4; i++) {
+		src[i] = malloc(n * sizeof(float));
+		hs[i] = malloc(n * sizeof(uint16_t));
+		for (size_t j = 0; j < n; j++) {
+			src[i][j] = oracle_f32((uint32_t)i, (uint32_t)j, 99);
+			hs[i][j] = oracle_f32_to_bf16(src[i][j]);
+		}
+	}
+	for (int k = 1; k <= 4; k++) {
+		dps_reduce_sum(DPS_F32, out, (const void *const *)src, k, n);
+		dps_reduce_sum_ref(DPS_F32, ref, (const void *const *)src, k, n);
+		ck_assert(!memcmp(out, ref, sizeof(out)));
+		dps_reduce_sum(DPS_BF16, hout, (const void *const *)hs, k, n);
+		dps_reduce_sum_ref(DPS_BF16, href, (const void *const *)hs, k, n);
+		ck_assert(!memcmp(hout, href, sizeof(hout)));
+	}
+	/* The engine's bf16 rounding agrees with the oracle's, ties and NaN included. */
+	for (uint32_t u = 0; u < 0xffffffffu - 4093; u += 4093) {
+		float f;
+
+		memcpy(&f, &u, 4);
+		if (isnan(f))
+			continue;
+		ck_assert_uint_eq(dps_f32_to_bf16(f), oracle_f32_to_bf16(f));
+	}
+	ck_assert_uint_eq(dps_f32_to_bf16(1.0f + 1.0f / 256.0f), 0x3f80); /* tie to even: down */
+	ck_assert_uint_eq(dps_f32_to_bf16(1.0f + 3.0f / 256.0f), 0x3f82); /* tie to even: up */
+	ck_assert(isnan(dps_bf16_to_f32(dps_f32_to_bf16(NAN))));
+	for (int i = 0; i < 4; i++) {
+		free(src[i]);
+		free(hs[i]);
+	}
+}
+END_TEST
+
+static Suite *coll_suite(void)
+{
+	Suite *s = suite_create("coll");
+	TCase *tc = tcase_create("coll");
+
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_reduce_kernels);
+	tcase_add_loop_test(tc, test_group_sizes, 1, 9);
+	tcase_add_test(tc, test_subgroups);
+	tcase_add_test(tc, test_subgroups_big);
+	tcase_add_test(tc, test_small_slots);
+	tcase_add_test(tc, test_fault_detected);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(coll_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

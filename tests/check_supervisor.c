@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_supervisor.c - the rank supervisor with real processes: a rank killed with
+ * SIGKILL in the middle of a loop of collectives (the others get an error within a second,
+ * the dead rank is named, nothing is left in /dev/shm), a rank that exits non-zero, SIGTERM
+ * to the supervisor, SIGKILL of the supervisor (ranks die with it), 32 ranks on the two cores
+ * running a thousand all-reduces, placement and messages from ranks, and bad configurations.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/dps.h"
+#include "engine/supervisor.h"
+#include "shm/seg.h"
+
+/* Shared between the test process and the ranks it forks (MAP_SHARED, inherited). */
+struct shared {
+	_Atomic uint64_t err_ns[64];   /* when each rank saw its collective fail */
+	_Atomic int err_code[64];
+	_Atomic int pid[64];
+	_Atomic int iters[64];
+	_Atomic int cpu0[64];          /* first CPU of each rank's affinity */
+	_Atomic int ncpu[64];
+};
+
+static struct shared *sh;
+
+static void setup(void)
+{
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(sh, MAP_FAILED);
+}
+
+static void teardown(void)
+{
+	munmap(sh, sizeof(*sh));
+}
+
+/* Number of /dev/shm entries belonging to process pid. */
+static int shm_entries_of(pid_t pid)
+{
+	char prefix[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d = opendir("/dev/shm");
+
+	snprintf(prefix, sizeof(prefix), "dpshard-%ld-", (long)pid);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int run(struct dps_sup_opts *o, struct dps_sup_result *res, char *err, size_t len)
+{
+	return dps_sup_run(o, res, err, len);
+}
+
+/* ---- a rank killed in a loop of collectives ---------------------------------------------- */
+
+struct kill_arg {
+	int victim;
+	int how; /* 0 = SIGKILL itself, 1 = exit(1) via error return */
+};
+
+static int loop_rank(struct dps_world *w, void *arg)
+{
+	const struct kill_arg *k = arg;
+	float buf[64];
+	int rc;
+
+	sh->pid[w->rank] = getpid();
+	for (int it = 0;; it++) {
+		for (int j = 0; j < 64; j++)
+			buf[j] = (float)(w->rank + j);
+		if (w->rank == k->victim && it == 300) {
+			if (k->how == 0)
+				raise(SIGKILL);
+			return -EIO;
+		}
+		rc = dps_coll_allreduce(w->world_c, buf, buf, 64, DPS_F32);
+		if (rc) {
+			sh->err_ns[w->rank] = dps_now_ns();
+			sh->err_code[w->rank] = rc;
+			return rc;
+		}
+		sh->iters[w->rank] = it;
+	}
+}
+
+START_TEST(test_rank_sigkill)
+{
+	struct kill_arg k = { .victim = 2, .how = 0 };
+	struct dps_sup_opts o = { .par = { 4, 1, 1, 1, 1, 1, 1 }, .rank_fn = loop_rank,
+				  .rank_arg = &k };
+	struct dps_sup_result res;
+	char err[256];
+	int rc;
+
+	rc = run(&o, &res, err, sizeof(err));
+	ck_assert_int_eq(rc, -DPS_ERANK);
+	ck_assert_int_eq(res.failed_rank, 2);
+	ck_assert_int_eq(res.failed_signal, SIGKILL);
+	ck_assert_msg(strstr(err, "rank 2 (DP 0, TP 2)") && strstr(err, "signal 9"), "%s", err);
+	ck_assert_int_eq(res.killed, 0);
+	for (int r = 0; r < 4; r++) {
+		if (r == 2)
+			continue;
+		ck_assert_int_eq(sh->err_code[r], -DPS_EABORT);
+		/* The error came within a second of the supervisor seeing the death. */
+		ck_assert_msg(sh->err_ns[r] >= res.failed_ns - 1000000000ull &&
+			      sh->err_ns[r] - res.failed_ns < 1000000000ull,
+			      "rank %d got its error %.3f s after the death", r,
+			      ((double)sh->err_ns[r] - (double)res.failed_ns) / 1e9);
+	}
+	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+}
+END_TEST
+
+START_TEST(test_rank_exit_status)
+{
+	struct kill_arg k = { .victim = 1, .how = 1 };
+	struct dps_sup_opts o = { .par = { 2, 2, 1, 1, 1, 1, 1 }, .rank_fn = loop_rank,
+				  .rank_arg = &k };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ERANK);
+	ck_assert_int_eq(res.failed_rank, 1);
+	ck_assert_int_eq(res.failed_status, 1);
+	ck_assert_msg(strstr(err, "rank 1 (DP 0, TP 1) exited with status 1"), "%s", err);
+	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+}
+END_TEST
+
+/* ---- SIGTERM to the supervisor ------------------------------------------------------------ */
+
+static int term_rank(struct dps_world *w, void *arg)
+{
+	int rc;
+
+	if (w->rank == 0)
+		kill(getppid(), SIGTERM);
+	for (;;) {
+		rc = dps_coll_barrier(w->world_c);
+		if (rc)
+			return rc;
+	}
+}
+
+START_TEST(test_sigterm)
+{
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = term_rank };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_EABORT);
+	ck_assert_int_eq(res.stop_signal, SIGTERM);
+	ck_assert_int_eq(res.failed_rank, -1);
+	ck_assert_int_eq(res.killed, 0);
+	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+}
+END_TEST
+
+/* ---- SIGKILL of the supervisor ------------------------------------------------------------ */
+
+static int forever_rank(struct dps_world *w, void *arg)
+{
+	sh->pid[w->rank] = getpid();
+	for (;;) {
+		int rc = dps_coll_barrier(w->world_c);
+
+		if (rc)
+			return rc;
+	}
+}
+
+static int proc_alive(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+START_TEST(test_supervisor_sigkill)
+{
+	pid_t sup = fork();
+	uint64_t t0;
+	int alive;
+
+	ck_assert_int_ge(sup, 0);
+	if (sup == 0) {
+		struct dps_sup_opts o = { .par = { 2, 2, 1, 1, 1, 1, 1 }, .rank_fn = forever_rank };
+		struct dps_sup_result res;
+		char err[256];
+
+		_exit(dps_sup_run(&o, &res, err, sizeof(err)) ? 1 : 0);
+	}
+	t0 = dps_now_ns();
+	while (!(sh->pid[0] && sh->pid[1] && sh->pid[2] && sh->pid[3]))
+		ck_assert_msg(dps_now_ns() - t0 < 10000000000ull, "ranks did not start");
+	kill(sup, SIGKILL);
+	waitpid(sup, NULL, 0);
+	/* PR_SET_PDEATHSIG: every rank dies with its supervisor. */
+	t0 = dps_now_ns();
+	do {
+		alive = 0;
+		for (int r = 0; r < 4; r++)
+			alive += proc_alive(sh->pid[r]);
+		if (alive)
+			usleep(10000);
+	} while (alive && dps_now_ns() - t0 < 2000000000ull);
+	ck_assert_int_eq(alive, 0);
+	ck_assert_int_eq(shm_entries_of(sup), 0);
+}
+END_TEST
+
+/* ---- many ranks on few cores -------------------------------------------------------------- */
+
+static int many_rank(struct dps_world *w, void *arg)
+{
+	float buf[16];
+
+	for (int it = 0; it < 1000; it++) {
+		int rc;
+
+		for (int j = 0; j < 16; j++)
+			buf[j] = (float)(w->rank * 16 + j + it);
+		rc = dps_coll_allreduce(w->world_c, buf, buf, 16, DPS_F32);
+		if (rc)
+			return rc;
+		for (int j = 0; j < 16; j++) {
+			/* sum over r of (16 r + j + it) = 16 * W(W-1)/2 + W (j + it), exact in fp32 */
+			const float want = (float)(16 * w->world * (w->world - 1) / 2 +
+						   w->world * (j + it));
+
+			if (buf[j] != want)
+				return -DPS_EPROTO;
+		}
+	}
+	return 0;
+}
+
+START_TEST(test_32_ranks)
+{
+	struct dps_sup_opts o = { .par = { 8, 4, 1, 1, 1, 1, 1 }, .rank_fn = many_rank };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+}
+END_TEST
+
+/* ---- placement and messages --------------------------------------------------------------- */
+
+static int place_rank(struct dps_world *w, void *arg)
+{
+	cpu_set_t set;
+	char msg[32];
+
+	CPU_ZERO(&set);
+	sched_getaffinity(0, sizeof(set), &set);
+	sh->ncpu[w->rank] = CPU_COUNT(&set);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set)) {
+			sh->cpu0[w->rank] = c;
+			break;
+		}
+	for (int i = 0; i < 100; i++) {
+		int n = snprintf(msg, sizeof(msg), "%d:%d", w->rank, i);
+		int rc = dps_ring_push(&w->to_sup, msg, (size_t)n, 0);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int msg_next[8], msg_bad;
+
+static void on_msg(int rank, const void *msg, size_t len, void *arg)
+{
+	char want[32];
+	int n = snprintf(want, sizeof(want), "%d:%d", rank, msg_next[rank]++);
+
+	if ((size_t)n != len || memcmp(want, msg, len))
+		msg_bad++;
+}
+
+START_TEST(test_placement_and_messages)
+{
+	struct dps_sup_opts o = { .par = { 2, 1, 1, 1, 1, 1, 1 }, .rank_fn = place_rank,
+				  .msg_fn = on_msg };
+	struct dps_sup_result res;
+	cpu_set_t set;
+	char err[256];
+
+	if (sched_getaffinity(0, sizeof(set), &set) || !CPU_ISSET(0, &set) || !CPU_ISSET(1, &set)) {
+		fprintf(stderr, "skipped: needs CPUs 0 and 1\n");
+		return;
+	}
+	o.cpu_bind = "1:0";
+	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(sh->ncpu[0], 1);
+	ck_assert_int_eq(sh->cpu0[0], 1);
+	ck_assert_int_eq(sh->ncpu[1], 1);
+	ck_assert_int_eq(sh->cpu0[1], 0);
+	ck_assert_int_eq(msg_next[0], 100);
+	ck_assert_int_eq(msg_next[1], 100);
+	ck_assert_int_eq(msg_bad, 0);
+}
+END_TEST
+
+START_TEST(test_bad_config)
+{
+	struct dps_sup_opts o = { .par = { 2, 4, 1, 1, 3, 1, 1 }, .rank_fn = place_rank };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ECONFIG);
+	ck_assert_msg(strstr(err, "--mlp-dp-size 3 does not divide --data-parallel-size 4"), "%s", err);
+	o.par.mlp_dp = 1;
+	o.cpu_bind = "0-1:x";
+	ck_assert_int_lt(run(&o, &res, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, "--cpu-bind"), "%s", err);
+}
+END_TEST
+
+START_TEST(test_sweep_on_start)
+{
+	/* A segment of a dead instance is removed when a new instance starts. */
+	pid_t dead = fork();
+	char name[128];
+	int fd;
+
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	snprintf(name, sizeof(name), "/dpshard-%ld-12345-0-inst", (long)dead);
+	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(shm_entries_of(dead), 1);
+
+	struct dps_sup_opts o = { .par = { 1, 1, 1, 1, 1, 1, 1 }, .rank_fn = place_rank };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(shm_entries_of(dead), 0);
+}
+END_TEST
+
+static Suite *sup_suite(void)
+{
+	Suite *s = suite_create("supervisor");
+	TCase *tc = tcase_create("supervisor");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_rank_sigkill);
+	tcase_add_test(tc, test_rank_exit_status);
+	tcase_add_test(tc, test_sigterm);
+	tcase_add_test(tc, test_supervisor_sigkill);
+	tcase_add_test(tc, test_32_ranks);
+	tcase_add_test(tc, test_placement_and_messages);
+	tcase_add_test(tc, test_bad_config);
+	tcase_add_test(tc, test_sweep_on_start);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(sup_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
