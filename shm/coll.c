@@ -18,7 +18,8 @@ struct comm_hdr {
 
 static size_t hdr_bytes(int n)
 {
-	return sizeof(struct comm_hdr) + (size_t)n * sizeof(struct dps_wword);
+	/* header, bell, then one posted-step word per member */
+	return sizeof(struct comm_hdr) + ((size_t)n + 1) * sizeof(struct dps_wword);
 }
 
 size_t dps_comm_shm_size(int n, size_t slot_bytes)
@@ -63,7 +64,8 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 	if (!mem || slot_bytes % DPS_CACHELINE || slot_bytes < (size_t)DPS_CACHELINE * (size_t)n ||
 	    h->n != (uint32_t)n || h->slot_bytes != slot_bytes)
 		return -EINVAL;
-	c->post = (struct dps_wword *)(h + 1);
+	c->bell = (struct dps_wword *)(h + 1);
+	c->post = c->bell + 1;
 	c->slots = (unsigned char *)mem + dps_align_up(hdr_bytes(n), 4096);
 	return 0;
 }
@@ -92,27 +94,64 @@ static inline unsigned char *slot_of(const struct dps_comm *c, int member, unsig
 	return c->slots + ((size_t)member * 2 + k) * c->slot_bytes;
 }
 
-/* Publishes step s of this member (see the header comment for what that promises). */
+static inline int all_posted(const struct dps_comm *c, uint64_t s)
+{
+	for (int i = 0; i < c->n; i++)
+		if (atomic_load_explicit(&c->post[i].val, memory_order_acquire) < s)
+			return 0;
+	return 1;
+}
+
+/*
+ * Publishes step s of this member (see the header comment for what that promises). Waiters
+ * sleep on the group's bell, so whoever completes a step rings it: we ring when someone sleeps
+ * and every member has now posted s. Two members posting last at the same time both see each
+ * other (seq_cst store, then loads), so at least one rings.
+ */
 static inline void step_post(struct dps_comm *c, uint64_t s)
 {
 	c->seq = s;
-	dps_wword_publish(&c->post[c->me], s);
+	atomic_store_explicit(&c->post[c->me].val, s, memory_order_seq_cst);
+	if (atomic_load_explicit(&c->bell->sleepers, memory_order_seq_cst) && all_posted(c, s))
+		dps_bell_ring(c->bell);
+}
+
+struct wait_arg {
+	const struct dps_comm *c;
+	int member; /* -1: every member */
+	uint64_t s;
+};
+
+static int wait_pred(void *p)
+{
+	const struct wait_arg *a = p;
+
+	if (a->member >= 0)
+		return atomic_load_explicit(&a->c->post[a->member].val, memory_order_acquire) >= a->s;
+	return all_posted(a->c, a->s);
+}
+
+/* Waits until member j (or every member, j = -1) has posted step s. */
+static inline int wait_posted(struct dps_comm *c, int j, uint64_t s)
+{
+	struct wait_arg a = { c, j, s };
+
+	if (wait_pred(&a))
+		return 0;
+	return dps_wait_pred(wait_pred, &a, c->bell, c->abort_word);
 }
 
 /* Waits until every member has posted step s. */
 static inline int wait_all(struct dps_comm *c, uint64_t s)
 {
-	int i, rc;
+	int rc;
 
 	if (c->min_posted >= s)
 		return 0;
-	for (i = 0; i < c->n; i++) {
-		rc = dps_wword_wait(&c->post[i], s, c->abort_word, 0, NULL);
-		if (rc)
-			return rc;
-	}
-	c->min_posted = s;
-	return 0;
+	rc = wait_posted(c, -1, s);
+	if (!rc)
+		c->min_posted = s;
+	return rc;
 }
 
 /* Picks the next slot and waits until every reader of its last use has moved on. */
@@ -181,7 +220,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 			step_post(c, s);
 		} else {
 			step_post(c, s);
-			rc = dps_wword_wait(&c->post[root], s, c->abort_word, 0, NULL);
+			rc = wait_posted(c, root, s);
 			if (rc)
 				break;
 			memcpy((char *)buf + off, slot_of(c, root, k), len);
@@ -332,19 +371,27 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 			c->slot_last[k] = s;
 			continue;
 		}
-		/* Reduce-scatter: sum our part of every slot into our own slot, in place. */
+		/*
+		 * Reduce-scatter: sum our part of every slot straight into recv, then publish it
+		 * in our own slot (the peers read only their own parts of it meanwhile).
+		 */
 		size_t lo, len;
+		char *mine_out;
 
 		part_range(m, esz, c->n, c->me, &lo, &len);
 		for (i = 0; i < c->n; i++)
 			src[i] = slot_of(c, i, k) + lo * esz;
-		dps_reduce_sum(t, slot_of(c, c->me, k) + lo * esz, src, c->n, len);
-		/* All-gather: every member's reduced part. */
+		mine_out = (char *)recv + (off + lo) * esz;
+		dps_reduce_sum(t, mine_out, src, c->n, len);
+		memcpy(slot_of(c, c->me, k) + lo * esz, mine_out, len * esz);
+		/* All-gather: every other member's reduced part. */
 		step_post(c, s + 1);
 		rc = wait_all(c, s + 1);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
+			if (i == c->me)
+				continue;
 			part_range(m, esz, c->n, i, &lo, &len);
 			memcpy((char *)recv + (off + lo) * esz, slot_of(c, i, k) + lo * esz,
 			       len * esz);

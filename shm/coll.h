@@ -56,6 +56,7 @@ struct dps_comm {
 	int me;                    /* this process's rank in the group */
 	const int *ranks;          /* (n) world ranks, borrowed */
 	struct dps_wword *post;    /* (n) posted step of each member; NULL when n == 1 */
+	struct dps_wword *bell;    /* rung when a step completes and someone sleeps */
 	unsigned char *slots;      /* (n, 2, slot_bytes) */
 	size_t slot_bytes;
 	uint64_t seq;              /* last step this member posted */

@@ -26,6 +26,14 @@ void dps_wait_get_policy(struct dps_wait_policy *p)
 
 void dps_wait_policy_for(unsigned ranks, unsigned cpus, struct dps_wait_policy *out)
 {
+	const char *env_spins = getenv("DPS_WAIT_SPINS"), *env_yields = getenv("DPS_WAIT_YIELDS");
+
+	if (env_spins && env_yields) {
+		/* Experiments and benchmarks only: both must be given. */
+		out->spins = (unsigned)strtoul(env_spins, NULL, 10);
+		out->yields = (unsigned)strtoul(env_yields, NULL, 10);
+		return;
+	}
 	if (cpus == 0)
 		cpus = 1;
 	if (ranks <= cpus) {
@@ -118,4 +126,49 @@ done:
 	if (seen)
 		*seen = v;
 	return 0;
+}
+
+void dps_bell_ring(struct dps_wword *bell)
+{
+	atomic_fetch_add_explicit(&bell->val, 1, memory_order_seq_cst);
+	dps_wword_wake(bell);
+}
+
+int dps_wait_pred(int (*pred)(void *arg), void *arg, struct dps_wword *bell,
+		  const _Atomic uint32_t *abort_word)
+{
+	unsigned i;
+
+	for (i = 0; i < policy.spins; i++) {
+		if (pred(arg))
+			return 0;
+		if ((i & 63) == 63 && dps_abort_raised(abort_word))
+			return -DPS_EABORT;
+		cpu_relax();
+	}
+	for (i = 0; i < policy.yields; i++) {
+		if (pred(arg))
+			return 0;
+		if (dps_abort_raised(abort_word))
+			return -DPS_EABORT;
+		sched_yield();
+	}
+	for (;;) {
+		struct timespec ts = { 0, DPS_WAIT_SLICE_MS * 1000000L };
+		uint64_t b;
+
+		if (dps_abort_raised(abort_word))
+			return -DPS_EABORT;
+		/* Register, read the bell, then test: pairs with the ringer's store, load. */
+		atomic_fetch_add_explicit(&bell->sleepers, 1, memory_order_seq_cst);
+		b = atomic_load_explicit(&bell->val, memory_order_seq_cst);
+		if (pred(arg)) {
+			atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);
+			return 0;
+		}
+		syscall(SYS_futex, futex_word(bell), FUTEX_WAIT, (uint32_t)b, &ts, NULL, 0);
+		atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);
+		if (pred(arg))
+			return 0;
+	}
 }

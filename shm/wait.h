@@ -86,6 +86,18 @@ static inline int dps_wword_wait(struct dps_wword *w, uint64_t target,
 	return dps_wword_wait_slow(w, target, abort_word, timeout_ns, seen);
 }
 
+/*
+ * A bell: waiters whose condition involves several words (every member of a group has
+ * posted) sleep on one shared dps_wword; whoever makes the condition true rings it.
+ * dps_wait_pred spins and yields while testing pred(arg), then sleeps on the bell; it returns
+ * 0 once pred is true or -DPS_EABORT. The ringer must make its store visible before it loads
+ * bell->sleepers (seq_cst), and must ring whenever it may have made some waiter's pred true
+ * while sleepers is non-zero.
+ */
+int dps_wait_pred(int (*pred)(void *arg), void *arg, struct dps_wword *bell,
+		  const _Atomic uint32_t *abort_word);
+void dps_bell_ring(struct dps_wword *bell);
+
 /* Raises an abort word and wakes nobody (waiters notice within DPS_WAIT_SLICE_MS). */
 static inline void dps_abort_raise(_Atomic uint32_t *abort_word)
 {

@@ -8,26 +8,34 @@
 
 #include "common/dps.h"
 #include "engine/groups.h"
+#include "engine/placement.h"
+#include "engine/topo.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 
 #define GROUPS_SYNOPSIS                                                                     \
 	"[--tensor-parallel-size N] [--data-parallel-size N] [--attention-dp-size N] "       \
 	"[--embedding-dp-size N] [--mlp-dp-size N] [--draft-mlp-dp-size N] "                 \
-	"[--lm-head-dp-size N]"
+	"[--lm-head-dp-size N] [--placement] [--cpu-bind SPEC]"
 
 int dps_cmd_groups(int argc, char **argv)
 {
 	struct dps_par_cfg cfg = DPS_PAR_CFG_DEFAULT;
-	struct dps_flag flags[DPS_PAR_FLAGS + 1];
+	struct dps_flag flags[DPS_PAR_FLAGS + 3];
 	const struct dps_flag end = DPS_FLAGS_END;
+	const char *cpu_bind = "auto";
+	int show_place = 0;
 	struct dps_groups g;
 	char err[256] = "";
 	char *pos[1];
 	int npos, rc;
 
 	dps_flags_parallel(&cfg, flags);
-	flags[DPS_PAR_FLAGS] = end;
+	flags[DPS_PAR_FLAGS] = (struct dps_flag){ "placement", DPS_FLAG_BOOL, &show_place, NULL,
+		"also print where each rank would run on this machine", 0, 0 };
+	flags[DPS_PAR_FLAGS + 1] = (struct dps_flag){ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
+		"with --placement: auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 };
+	flags[DPS_PAR_FLAGS + 2] = end;
 	rc = dps_flags_parse(flags, argc, argv, "groups", GROUPS_SYNOPSIS, pos, 0, &npos);
 	if (rc == 1)
 		return 0; /* --help */
@@ -41,6 +49,30 @@ int dps_cmd_groups(int argc, char **argv)
 	}
 	dps_groups_print(&g, stdout);
 	dps_groups_free(&g);
+	if (show_place) {
+		struct dps_placement p = { 0 };
+		struct dps_topo t;
+
+		rc = dps_topo_discover(&t);
+		if (rc) {
+			fprintf(stderr, "dpshard groups: cannot read the CPU topology: %s\n",
+				dps_strerror(rc));
+			return 1;
+		}
+		rc = dps_place_parse_bind(cpu_bind, cfg.tp * cfg.dp, &t, &p, err, sizeof(err));
+		if (rc == 1)
+			rc = dps_place_compute(&t, cfg.tp, cfg.dp, &p);
+		if (rc < 0) {
+			fprintf(stderr, "dpshard groups: %s\n", err[0] ? err : dps_strerror(rc));
+			dps_topo_free(&t);
+			return 2;
+		}
+		printf("\nplacement on this machine (%d NUMA node(s), %d CPU(s)):\n", t.n_nodes,
+		       dps_topo_ncpus(&t));
+		dps_placement_print(&p, cfg.tp, stdout);
+		dps_placement_free(&p);
+		dps_topo_free(&t);
+	}
 	if (fflush(stdout) || ferror(stdout)) {
 		fprintf(stderr, "dpshard groups: writing to stdout failed\n");
 		return 1;
