@@ -359,7 +359,20 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		rc = slot_acquire(c, &k);
 		if (rc)
 			break;
-		memcpy(slot_of(c, c->me, k), (const char *)send + off * esz, m * esz);
+		if (algo == DPS_ALGO_ONESHOT) {
+			memcpy(slot_of(c, c->me, k), (const char *)send + off * esz, m * esz);
+		} else {
+			/* Peers read only their own parts of our slot: our part stays in send. */
+			for (i = 0; i < c->n; i++) {
+				size_t lo, len;
+
+				if (i == c->me)
+					continue;
+				part_range(m, esz, c->n, i, &lo, &len);
+				memcpy(slot_of(c, c->me, k) + lo * esz,
+				       (const char *)send + (off + lo) * esz, len * esz);
+			}
+		}
 		step_post(c, s);
 		rc = wait_all(c, s);
 		if (rc)
@@ -372,15 +385,17 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 			continue;
 		}
 		/*
-		 * Reduce-scatter: sum our part of every slot straight into recv, then publish it
-		 * in our own slot (the peers read only their own parts of it meanwhile).
+		 * Reduce-scatter: sum our part of every member's contribution (ours from send)
+		 * straight into recv (send == recv is fine: each block is read before it is
+		 * written), then publish it in our own slot for the all-gather.
 		 */
 		size_t lo, len;
 		char *mine_out;
 
 		part_range(m, esz, c->n, c->me, &lo, &len);
 		for (i = 0; i < c->n; i++)
-			src[i] = slot_of(c, i, k) + lo * esz;
+			src[i] = i == c->me ? (const char *)send + (off + lo) * esz
+					    : (const void *)(slot_of(c, i, k) + lo * esz);
 		mine_out = (char *)recv + (off + lo) * esz;
 		dps_reduce_sum(t, mine_out, src, c->n, len);
 		memcpy(slot_of(c, c->me, k) + lo * esz, mine_out, len * esz);

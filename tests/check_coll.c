@@ -159,28 +159,30 @@ static int run_allreduce(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	struct dps_comm *c = x->c;
 	const size_t esz = dps_dtype_size(t);
 	const uint32_t n = (uint32_t)c->n;
-	uint64_t hashes[2];
+	uint64_t hashes[4];
 	int rc;
 
 	for (size_t j = 0; j < count; j++)
 		oracle_sum(t, x->want + j * esz, n, (uint32_t)j, salt);
-	for (int algo = 0; algo < 2; algo++) {
-		c->algo = algo ? DPS_ALGO_RSAG : DPS_ALGO_ONESHOT;
+	/* Both algorithms, each in place and out of place. */
+	for (int v = 0; v < 4; v++) {
+		const int rsag = v & 1, inplace = v >> 1;
+		void *out = inplace ? x->a : x->b;
+
+		c->algo = rsag ? DPS_ALGO_RSAG : DPS_ALGO_ONESHOT;
 		gen(t, x->a, count, (uint32_t)c->me, 0, salt);
 		if (x->w->rank == x->s->fault_rank && count > 0)
 			((unsigned char *)x->a)[0] ^= 0x40;
 		memset(x->b, 0xAB, count * esz);
-		/* The one-shot pass runs in place, the rs+ag pass out of place. */
-		rc = algo ? dps_coll_allreduce(c, x->a, x->b, count, t)
-			  : dps_coll_allreduce(c, x->a, x->a, count, t);
+		rc = dps_coll_allreduce(c, x->a, out, count, t);
 		if (rc)
 			return rc;
-		check(x, algo ? "all-reduce rs+ag" : "all-reduce one-shot", t, count,
-		      algo ? x->b : x->a, x->want, count);
-		hashes[algo] = fnv(algo ? x->b : x->a, count * esz);
+		check(x, rsag ? "all-reduce rs+ag" : "all-reduce one-shot", t, count, out, x->want,
+		      count);
+		hashes[v] = fnv(out, count * esz);
 	}
 	c->algo = DPS_ALGO_AUTO;
-	if (hashes[0] != hashes[1]) {
+	if (hashes[0] != hashes[1] || hashes[0] != hashes[2] || hashes[0] != hashes[3]) {
 		x->fails++;
 		dps_error("all-reduce %s count %zu: algorithms disagree", dps_dtype_name(t), count);
 	}
