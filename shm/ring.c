@@ -61,9 +61,19 @@ int dps_ring_push(struct dps_ring *r, const void *msg, size_t len, uint64_t time
 		return -EMSGSIZE;
 	/* Slot seq % n is free once every reader released message seq - n. */
 	if (seq >= sh->n_slots) {
+		/* One deadline for the whole push, however many readers we wait for. */
+		const uint64_t deadline = timeout_ns ? dps_now_ns() + timeout_ns : 0;
+
 		for (i = 0; i < sh->n_readers; i++) {
+			uint64_t left = 0; /* 0 = no timeout */
+
+			if (deadline) {
+				const uint64_t now = dps_now_ns();
+
+				left = now < deadline ? deadline - now : 1;
+			}
 			rc = dps_wword_wait(&r->tail[i], seq - sh->n_slots + 1, r->abort_word,
-					    timeout_ns, NULL);
+					    left, NULL);
 			if (rc)
 				return rc;
 		}

@@ -94,6 +94,9 @@ int dps_wword_wait_slow(struct dps_wword *w, uint64_t target, const _Atomic uint
 			goto done;
 		if (dps_abort_raised(abort_word))
 			return -DPS_EABORT;
+		/* Under load one yield can hand the CPU away for a whole time slice. */
+		if (deadline && dps_now_ns() >= deadline)
+			return -ETIMEDOUT;
 		sched_yield();
 	}
 	for (;;) {

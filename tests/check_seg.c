@@ -13,7 +13,6 @@
  * see a present name. Every name a test creates ends in "ck<runner pid>", and a fixture in
  * the runner removes any such name a failed test may have left, so /dev/shm stays clean.
  */
-#define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -270,9 +269,12 @@ START_TEST(test_sweep_dead_and_live)
 	ck_assert_int_eq(shm_make(odd), 0);
 	ck_assert_int_eq(shm_present(stale), 1);
 
+	/*
+	 * The count is not checked against 2: any dpshard starting meanwhile (a parallel
+	 * `make check` runs cli.sh) sweeps too and may remove ours first.
+	 */
 	rc = dps_seg_sweep();
-	/* Other instances' stale segments may go too; ours are two of them. */
-	ck_assert_msg(rc >= 2, "dps_seg_sweep returned %d (%s), want >= 2", rc, dps_strerror(rc));
+	ck_assert_msg(rc >= 0, "dps_seg_sweep: %s", dps_strerror(rc));
 	ck_assert_msg(shm_present(stale) == 0, "%s of a dead pid survived the sweep", stale);
 	ck_assert_msg(shm_present(reused) == 0, "%s of a reused pid survived the sweep", reused);
 	ck_assert_msg(shm_present(live) == 1, "%s of this live process was swept", live);

@@ -73,7 +73,7 @@ static int run_op(const struct bench *b, struct dps_comm *c, const void *send, v
 	case OP_ALLREDUCE: return dps_coll_allreduce(c, send, recv, count, b->dt);
 	case OP_ALLGATHER: return dps_coll_allgather(c, send, recv, count, b->dt);
 	case OP_REDUCESCATTER: return dps_coll_reducescatter(c, send, recv, count, b->dt);
-	case OP_BCAST: return dps_coll_bcast(c, recv, count, b->dt, 0);
+	case OP_BCAST: return dps_coll_bcast(c, recv, count, b->dt, c->n - 1);
 	case OP_BARRIER: return dps_coll_barrier(c);
 	case OP_ALLTOALL: {
 		size_t cnt[DPS_MAX_WORLD];
@@ -86,10 +86,16 @@ static int run_op(const struct bench *b, struct dps_comm *c, const void *send, v
 	return -EINVAL;
 }
 
+/* The value fill() puts at element i of rank r. */
+static double fill_val(size_t i, int r)
+{
+	return (double)((int)((i * 7 + (size_t)r * 13) % 17) - 8);
+}
+
 static void fill(const struct bench *b, void *buf, size_t n, int rank)
 {
 	for (size_t i = 0; i < n; i++) {
-		const float v = (float)((int)((i * 7 + (size_t)rank * 13) % 17) - 8);
+		const float v = (float)fill_val(i, rank);
 
 		if (b->dt == DPS_F32)
 			((float *)buf)[i] = v;
@@ -109,21 +115,37 @@ static double elem(const struct bench *b, const void *buf, size_t i)
 	return ((const int32_t *)buf)[i];
 }
 
-/* Checks a few elements of an all-reduce / all-gather result against the closed form. */
+/* Checks a few elements of rank 0's result against the closed form of fill()'s inputs. */
 static int check_result(const struct bench *b, const void *recv, size_t count, int n)
 {
-	if (b->op == OP_ALLREDUCE) {
+	if (b->op == OP_ALLTOALL) {
+		/* Rank 0 receives element j of rank r's block 0 at r * count + j. */
+		for (int r = 0; r < n; r++)
+			for (size_t j = 0; j < count; j += 1 + count / 5)
+				if (elem(b, recv, (size_t)r * count + j) != fill_val(j, r))
+					return 0;
+		return 1;
+	}
+	if (b->op == OP_BCAST) {
+		/* The root is the last rank. */
+		for (size_t j = 0; j < count; j += 1 + count / 7)
+			if (elem(b, recv, j) != fill_val(j, n - 1))
+				return 0;
+		return 1;
+	}
+	if (b->op == OP_ALLREDUCE || b->op == OP_REDUCESCATTER) {
+		/* Rank 0's reduce-scatter block is elements [0, count) of the all-reduce. */
 		for (size_t i = 0; i < count; i += 1 + count / 7) {
 			double want = 0;
 
 			for (int r = 0; r < n; r++)
-				want += (double)((int)((i * 7 + (size_t)r * 13) % 17) - 8);
+				want += fill_val(i, r);
 			if (elem(b, recv, i) != want)
 				return 0;
 		}
 	} else if (b->op == OP_ALLGATHER) {
 		for (int r = 0; r < n; r++)
-			if (elem(b, recv, (size_t)r * count) != (double)((int)(((size_t)r * 13) % 17) - 8))
+			if (elem(b, recv, (size_t)r * count) != fill_val(0, r))
 				return 0;
 	}
 	return 1;
@@ -156,16 +178,31 @@ static int bench_rank(struct dps_world *w, void *arg)
 		uint64_t t0;
 
 		fill(b, send, send_elems, w->rank);
-		/* Warm up, and let rank 0 pick a batch size of about 2 ms for everyone. */
-		t0 = dps_now_ns();
+		fill(b, recv, count, w->rank); /* the broadcast buffer */
+		/* Warm up, then time warm calls until 200 us have passed; rank 0 picks a batch
+		 * size of about 2 ms for everyone. */
 		for (int i = 0; i < 5 && !rc; i++)
 			rc = run_op(b, c, send, recv, count);
 		if (rc)
 			goto out;
-		if (w->rank == 0) {
-			const double per = (double)(dps_now_ns() - t0) / 5.0;
+		{
+			int32_t go = 1, done = 0;
 
-			iters = (int32_t)fmin(20000.0, fmax(1.0, 2e6 / fmax(per, 1.0)));
+			t0 = dps_now_ns();
+			while (go && !rc) {
+				rc = run_op(b, c, send, recv, count);
+				done++;
+				go = w->rank == 0 ? dps_now_ns() - t0 < 200000 : 0;
+				if (!rc)
+					rc = dps_coll_bcast(c, &go, 1, DPS_I32, 0);
+			}
+			if (rc)
+				goto out;
+			if (w->rank == 0) {
+				const double per = (double)(dps_now_ns() - t0) / done;
+
+				iters = (int32_t)fmin(100000.0, fmax(1.0, 2e6 / fmax(per, 1.0)));
+			}
 		}
 		rc = dps_coll_bcast(c, &iters, 1, DPS_I32, 0);
 		if (rc)
@@ -189,9 +226,10 @@ static int bench_rank(struct dps_world *w, void *arg)
 		row.median_us = median(t, b->repeats);
 		row.min_us = t[0];
 		row.check_ok = check_result(b, recv, count, c->n);
-		/* memcpy of the same bytes, same process, same run. */
+		/* memcpy of the same bytes, same process, same run, in batches of about 1 ms. */
+		const int k = (int)fmin(1e6, fmax(1.0, 1e6 / fmax((double)bytes / 20.0, 1.0)));
+
 		for (int rep = 0; rep < b->repeats; rep++) {
-			const int k = iters > 1 ? iters : 1;
 
 			t0 = dps_now_ns();
 			for (int i = 0; i < k; i++) {
@@ -212,6 +250,8 @@ out:
 	free(scratch);
 	return rc;
 }
+
+static int bench_wrong;
 
 static double bus_factor(const struct bench *b)
 {
@@ -249,9 +289,11 @@ static void print_row(int rank, const void *msg, size_t len, void *arg)
 		       r->memcpy_gbs, busbw / r->memcpy_gbs, r->check_ok ? "ok" : "WRONG");
 	}
 	fflush(stdout);
-	if (!r->check_ok)
+	if (!r->check_ok) {
 		fprintf(stderr, "dpshard bench coll: result check failed at %llu bytes\n",
 			(unsigned long long)r->bytes);
+		bench_wrong = 1;
+	}
 }
 
 int dps_bench_coll(int argc, char **argv)
@@ -336,5 +378,5 @@ int dps_bench_coll(int argc, char **argv)
 		fprintf(stderr, "dpshard bench coll: %s\n", err[0] ? err : dps_strerror(rc));
 		return 1;
 	}
-	return 0;
+	return bench_wrong ? 1 : 0;
 }

@@ -1,0 +1,247 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# tests/cli.sh - end-to-end checks of the dpshard command line. `make check` runs it with
+# DPSHARD set to the built binary. It checks --help; `dpshard groups` on the seed's
+# TP=8 x DP=4 example (the rank grid must match the seed line for line, and a deliberately
+# altered grid must not); rejected layouts and flags and their exit codes; `dpshard bench
+# coll` on real rank processes for four collectives, where every size's result check must
+# say ok; the --json output; and that no run left a dpshard-* segment in /dev/shm.
+# A run still going after $RUN_TIMEOUT s (120) is killed. Exit status: 0 pass, 1 fail, 77 skip.
+
+set -u
+
+if [ -z "${DPSHARD:-}" ] || [ ! -x "$DPSHARD" ]; then
+	echo "SKIP: DPSHARD must name the built dpshard binary (it is '${DPSHARD:-}')"
+	exit 77
+fi
+if [ ! -d /dev/shm ]; then
+	echo "SKIP: no /dev/shm on this machine; dpshard needs POSIX shared memory"
+	exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli-test.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' HUP INT TERM
+
+RUN_TIMEOUT=120
+failures=0
+pids=""   # every dpshard process this script started: its segments carry that pid
+
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+
+# Prints a captured file indented, for the context of a failure.
+show() {
+	echo "  $1 of: $desc"
+	sed -n '1,40s/^/    | /p' "$2"
+}
+
+# run ARGS...: runs $DPSHARD ARGS with stdout in $tmp/out and stderr in $tmp/err; sets rc.
+run() {
+	desc="dpshard $*"
+	rm -f "$tmp/timeout"
+	"$DPSHARD" "$@" >"$tmp/out" 2>"$tmp/err" &
+	pid=$!
+	pids="$pids $pid"
+	(
+		# Watchdog: TERM lets the supervisor stop its ranks; KILL if that is not enough.
+		trap 'kill "${s:-}" 2>/dev/null; exit 0' TERM
+		sleep "$RUN_TIMEOUT" &
+		s=$!
+		wait "$s"
+		: >"$tmp/timeout"
+		kill -TERM "$pid"
+		sleep 5 &
+		s=$!
+		wait "$s"
+		kill -KILL "$pid"
+	) </dev/null >/dev/null 2>&1 &
+	wd=$!
+	wait "$pid"
+	rc=$?
+	kill "$wd" 2>/dev/null
+	wait "$wd" 2>/dev/null
+	if [ -e "$tmp/timeout" ]; then
+		fail "$desc: still running after $RUN_TIMEOUT s, killed"
+	fi
+}
+
+# expect_rc N: the last run exited with N.
+expect_rc() {
+	if [ "$rc" -ne "$1" ]; then
+		fail "$desc: exit status $rc, want $1"
+		show stdout "$tmp/out"
+		show stderr "$tmp/err"
+		return 1
+	fi
+	return 0
+}
+
+shm_list() {
+	for e in /dev/shm/dpshard-*; do
+		if [ -e "$e" ]; then
+			echo "${e#/dev/shm/}"
+		fi
+	done | sort
+}
+
+shm_list >"$tmp/shm.before"
+
+# ---- dpshard --help ------------------------------------------------------------------
+
+run --help
+if expect_rc 0; then
+	for cmd in groups bench; do
+		grep -q "^  $cmd " "$tmp/out" || { fail "$desc: does not list '$cmd'"; show stdout "$tmp/out"; }
+	done
+fi
+
+# ---- dpshard groups: the seed's example ----------------------------------------------
+
+# The seed's grid for TP=8, DP=4 ("Example: TP=8, DP=4, all dp_sizes=4"), byte for byte.
+cat >"$tmp/grid.want" <<'EOF'
+         TP rank:  0   1   2   3   4   5   6   7
+         ─────────────────────────────────────────
+  DP0:           [ 0   1   2   3   4   5   6   7 ]
+  DP1:           [ 8   9  10  11  12  13  14  15 ]
+  DP2:           [16  17  18  19  20  21  22  23 ]
+  DP3:           [24  25  26  27  28  29  30  31 ]
+EOF
+
+# The header line of the grid and the five lines after it.
+grid_of() {
+	awk '/^         TP rank:/ { n = 6 } n > 0 { print; n-- }' "$1"
+}
+
+run groups --tensor-parallel-size 8 --data-parallel-size 4 --attention-dp-size 4 \
+	--embedding-dp-size 4 --mlp-dp-size 4 --draft-mlp-dp-size 4 --lm-head-dp-size 4
+if expect_rc 0; then
+	grid_of "$tmp/out" >"$tmp/grid.have"
+	n=$(grep -c '^         TP rank:' "$tmp/out")
+	if [ "$n" -ne 1 ]; then
+		fail "$desc: $n rank grids in the output, want 1"
+	fi
+	if ! cmp -s "$tmp/grid.want" "$tmp/grid.have"; then
+		fail "$desc: the rank grid differs from the seed's (- seed, + dpshard):"
+		diff -u "$tmp/grid.want" "$tmp/grid.have" | sed 's/^/    /'
+	fi
+	# Deliberate fault: the comparison above must notice one changed rank.
+	sed 's/\[24  25/[24  26/' "$tmp/out" >"$tmp/out.bad"
+	grid_of "$tmp/out.bad" >"$tmp/grid.bad"
+	if cmp -s "$tmp/grid.want" "$tmp/grid.bad"; then
+		fail "self-check: the grid comparison passed a grid with rank 25 changed"
+	fi
+	for line in '  TP0: [0, 8, 16, 24]' '  TP7: [7, 15, 23, 31]'; do
+		grep -qxF -- "$line" "$tmp/out" || fail "$desc: no line '$line'"
+	done
+fi
+
+# ---- rejected layouts and flags --------------------------------------------------------
+
+run groups --mlp-dp-size 3 --data-parallel-size 4
+if expect_rc 2; then
+	msg='--mlp-dp-size 3 does not divide --data-parallel-size 4'
+	grep -qF -- "$msg" "$tmp/err" || { fail "$desc: stderr lacks '$msg'"; show stderr "$tmp/err"; }
+fi
+
+run groups --no-such-flag 3
+if expect_rc 2; then
+	grep -qF -- 'no-such-flag' "$tmp/err" ||
+		{ fail "$desc: stderr does not name the unknown flag"; show stderr "$tmp/err"; }
+fi
+
+run bench coll --no-such-flag
+expect_rc 2
+
+run no-such-command
+expect_rc 2
+
+# ---- dpshard bench coll ---------------------------------------------------------------
+
+# The last run printed one "ok" row per size, 64 B to 4 KiB.
+check_bench_rows() {
+	grep -v '^#' "$tmp/out" >"$tmp/rows"
+	n=$(wc -l <"$tmp/rows")
+	if [ "$n" -ne 7 ]; then
+		fail "$desc: $n data rows, want 7"
+		show stdout "$tmp/out"
+		return
+	fi
+	sizes=$(awk '{ printf "%s ", $1 }' "$tmp/rows")
+	if [ "$sizes" != "64 128 256 512 1024 2048 4096 " ]; then
+		fail "$desc: sizes are '$sizes', want 64 to 4096 doubling"
+	fi
+	if awk '$NF != "ok" { bad = 1 } END { exit !bad }' "$tmp/rows"; then
+		fail "$desc: a row's check is not ok"
+		show stdout "$tmp/out"
+		show stderr "$tmp/err"
+	fi
+}
+
+run bench coll --ranks 3 --op allreduce --min-bytes 64 --max-bytes 4K --repeats 3
+expect_rc 0 && check_bench_rows
+
+for op in allgather reducescatter alltoall; do
+	run bench coll --ranks 4 --op "$op" --dtype bf16 --min-bytes 64 --max-bytes 4K --repeats 3
+	expect_rc 0 && check_bench_rows
+done
+
+run bench coll --json --ranks 3 --op allreduce --min-bytes 64 --max-bytes 4K --repeats 3
+if expect_rc 0; then
+	if command -v python3 >/dev/null 2>&1; then
+		if ! python3 -c '
+import json, sys
+rows = []
+for n, l in enumerate(sys.stdin, 1):
+    try:
+        rows.append(json.loads(l))
+    except ValueError as e:
+        sys.exit("line %d: %s: %s" % (n, e, l.rstrip()))
+if len(rows) != 7:
+    sys.exit("%d JSON lines, want 7" % len(rows))
+if not all(r["check"] is True for r in rows):
+    sys.exit("a row has \"check\" other than true")
+' <"$tmp/out" >"$tmp/py.err" 2>&1; then
+			fail "$desc: output is not one valid JSON object per size:"
+			sed 's/^/    /' "$tmp/py.err"
+			show stdout "$tmp/out"
+		fi
+	else
+		echo "SKIP (part): no python3 to parse the --json output"
+	fi
+fi
+
+# ---- nothing left in /dev/shm ---------------------------------------------------------
+
+shm_list >"$tmp/shm.after"
+comm -13 "$tmp/shm.before" "$tmp/shm.after" >"$tmp/shm.new"
+if [ -s "$tmp/shm.new" ]; then
+	# Other programs (a parallel `make check`) create short-lived entries: count only the
+	# ones still there a moment later.
+	sleep 2
+	shm_list | comm -12 "$tmp/shm.new" - >"$tmp/shm.kept"
+	mv "$tmp/shm.kept" "$tmp/shm.new"
+fi
+while read -r entry; do
+	owner=$(echo "$entry" | sed -n 's/^dpshard-\([0-9][0-9]*\)-.*/\1/p')
+	case " $pids " in
+	*" $owner "*)
+		fail "/dev/shm/$entry was left behind by dpshard process $owner of this script" ;;
+	*)
+		if [ -n "$owner" ] && [ -d "/proc/$owner" ]; then
+			echo "note: /dev/shm/$entry belongs to process $owner, which is not ours and still runs"
+		else
+			fail "/dev/shm/$entry appeared during the run and its process is gone"
+		fi ;;
+	esac
+done <"$tmp/shm.new"
+
+if [ "$failures" -ne 0 ]; then
+	echo "cli.sh: $failures check(s) failed"
+	exit 1
+fi
+echo "cli.sh: all checks passed"
+exit 0
