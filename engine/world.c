@@ -73,8 +73,8 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	if (rc)
 		return rc;
 	l->world = l->groups.world;
-	if (slot_bytes < (size_t)DPS_CACHELINE * (size_t)l->world)
-		slot_bytes = (size_t)DPS_CACHELINE * (size_t)l->world;
+	if (slot_bytes < (size_t)DPS_CACHELINE * ((size_t)l->world + 1))
+		slot_bytes = (size_t)DPS_CACHELINE * ((size_t)l->world + 1);
 	l->slot_bytes = dps_align_up(slot_bytes, 4096);
 	l->ring_slots = RING_SLOTS;
 	l->ring_slot_bytes = RING_SLOT_BYTES;

@@ -52,7 +52,7 @@ struct dps_layout {
 
 /*
  * Builds the layout for cfg. Returns 0, -DPS_ECONFIG (message in err) or -ENOMEM.
- * slot_bytes is rounded up to a multiple of 4096 and to at least 64 * world.
+ * slot_bytes is rounded up to a multiple of 4096 and to at least 64 * (world + 1).
  */
 int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t slot_bytes,
 		     char *err, size_t errlen);

@@ -61,7 +61,8 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 	c->slot_bytes = slot_bytes;
 	if (n == 1)
 		return 0;
-	if (!mem || slot_bytes % DPS_CACHELINE || slot_bytes < (size_t)DPS_CACHELINE * (size_t)n ||
+	if (!mem || slot_bytes % DPS_CACHELINE ||
+	    slot_bytes < (size_t)DPS_CACHELINE * ((size_t)n + 1) ||
 	    h->n != (uint32_t)n || h->slot_bytes != slot_bytes)
 		return -EINVAL;
 	c->bell = (struct dps_wword *)(h + 1);
@@ -94,6 +95,32 @@ static inline unsigned char *slot_of(const struct dps_comm *c, int member, unsig
 	return c->slots + ((size_t)member * 2 + k) * c->slot_bytes;
 }
 
+/*
+ * A slot's first line holds its step flag: the step whose data the slot now holds, stored
+ * (release) after the data. Readers wait on the flag rather than on the writer's posted-step
+ * word, and a message of at most TINY bytes sits in the flag's own line, so a small
+ * all-reduce costs one cache-line transfer per peer instead of two. Larger data starts at the
+ * next line. The flag's bytes never hold data, so a stale flag is always an older step.
+ */
+#define SLOT_HDR DPS_CACHELINE
+#define TINY (DPS_CACHELINE - sizeof(uint64_t))
+
+static inline _Atomic uint64_t *slot_flag(const struct dps_comm *c, int member, unsigned k)
+{
+	return (_Atomic uint64_t *)(void *)slot_of(c, member, k);
+}
+
+static inline unsigned char *slot_data(const struct dps_comm *c, int member, unsigned k, int tiny)
+{
+	return slot_of(c, member, k) + (tiny ? sizeof(uint64_t) : SLOT_HDR);
+}
+
+/* Data bytes one slot carries. */
+static inline size_t slot_cap(const struct dps_comm *c)
+{
+	return c->slot_bytes - SLOT_HDR;
+}
+
 static inline int all_posted(const struct dps_comm *c, uint64_t s)
 {
 	for (int i = 0; i < c->n; i++)
@@ -116,42 +143,73 @@ static inline void step_post(struct dps_comm *c, uint64_t s)
 		dps_bell_ring(c->bell);
 }
 
+/*
+ * Publishes this member's data of step s in slot k: flag first (release, so the data is
+ * visible to whoever sees it), then the posted-step word that slot reuse and the bell use.
+ */
+static inline void step_publish(struct dps_comm *c, unsigned k, uint64_t s)
+{
+	atomic_store_explicit(slot_flag(c, c->me, k), s, memory_order_release);
+	step_post(c, s);
+}
+
 struct wait_arg {
 	const struct dps_comm *c;
-	int member; /* -1: every member */
+	int member;  /* -1: every member */
+	int flags;   /* 1: slot k's step flags, 0: posted-step words */
+	unsigned k;
 	uint64_t s;
 };
+
+static inline int ready(const struct dps_comm *c, int i, int flags, unsigned k, uint64_t s)
+{
+	const _Atomic uint64_t *w = flags ? slot_flag(c, i, k) : &c->post[i].val;
+
+	return atomic_load_explicit(w, memory_order_acquire) >= s;
+}
 
 static int wait_pred(void *p)
 {
 	const struct wait_arg *a = p;
 
 	if (a->member >= 0)
-		return atomic_load_explicit(&a->c->post[a->member].val, memory_order_acquire) >= a->s;
-	return all_posted(a->c, a->s);
+		return ready(a->c, a->member, a->flags, a->k, a->s);
+	for (int i = 0; i < a->c->n; i++)
+		if (!ready(a->c, i, a->flags, a->k, a->s))
+			return 0;
+	return 1;
 }
 
-/* Waits until member j (or every member, j = -1) has posted step s. */
-static inline int wait_posted(struct dps_comm *c, int j, uint64_t s)
+/*
+ * Waits until member j (every member for j = -1) has reached step s: posted it (flags = 0)
+ * or published step-s data in slot k (flags = 1). A member that published data for step s
+ * has finished reading every earlier step, exactly as if it had posted s, and the bell is
+ * rung only once every member posted, after their flags, so sleeping works for both.
+ */
+static inline int wait_step(struct dps_comm *c, int j, int flags, unsigned k, uint64_t s)
 {
-	struct wait_arg a = { c, j, s };
+	struct wait_arg a = { c, j, flags, k, s };
+	int rc = 0;
 
-	if (wait_pred(&a))
+	if (j < 0 && c->min_posted >= s)
 		return 0;
-	return dps_wait_pred(wait_pred, &a, c->bell, c->abort_word);
+	if (!wait_pred(&a))
+		rc = dps_wait_pred(wait_pred, &a, c->bell, c->abort_word);
+	if (!rc && j < 0)
+		c->min_posted = s;
+	return rc;
 }
 
 /* Waits until every member has posted step s. */
 static inline int wait_all(struct dps_comm *c, uint64_t s)
 {
-	int rc;
+	return wait_step(c, -1, 0, 0, s);
+}
 
-	if (c->min_posted >= s)
-		return 0;
-	rc = wait_posted(c, -1, s);
-	if (!rc)
-		c->min_posted = s;
-	return rc;
+/* Waits until every member has published step s's data in slot k. */
+static inline int wait_data(struct dps_comm *c, unsigned k, uint64_t s)
+{
+	return wait_step(c, -1, 1, k, s);
 }
 
 /* Picks the next slot and waits until every reader of its last use has moved on. */
@@ -169,16 +227,16 @@ struct timer {
 	enum dps_coll_kind kind;
 };
 
-static inline struct timer stat_begin(enum dps_coll_kind kind)
-{
-	return (struct timer){ dps_now_ns(), kind };
-}
+/* Calls and bytes are always counted; time only when c->timing is set (two clock reads cost
+ * about a tenth of a small all-reduce). */
+#define stat_begin(c, k) ((struct timer){ (c)->timing ? dps_now_ns() : 0, (k) })
 
 static inline int stat_end(struct dps_comm *c, struct timer t, size_t bytes, int rc)
 {
 	c->stats.calls[t.kind]++;
 	c->stats.bytes[t.kind] += bytes;
-	c->stats.ns[t.kind] += dps_now_ns() - t.t0;
+	if (c->timing)
+		c->stats.ns[t.kind] += dps_now_ns() - t.t0;
 	return rc;
 }
 
@@ -186,7 +244,7 @@ static inline int stat_end(struct dps_comm *c, struct timer t, size_t bytes, int
 
 int dps_coll_barrier(struct dps_comm *c)
 {
-	struct timer t = stat_begin(DPS_COLL_BARRIER);
+	struct timer t = stat_begin(c, DPS_COLL_BARRIER);
 	uint64_t s;
 
 	if (c->n == 1)
@@ -198,7 +256,7 @@ int dps_coll_barrier(struct dps_comm *c)
 
 int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root)
 {
-	struct timer tm = stat_begin(DPS_COLL_BCAST);
+	struct timer tm = stat_begin(c, DPS_COLL_BCAST);
 	const size_t esz = dps_dtype_size(t);
 	size_t bytes, off;
 	int rc = 0;
@@ -207,23 +265,24 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		return -EINVAL;
 	if (c->n == 1)
 		return stat_end(c, tm, bytes, 0);
-	for (off = 0; off < bytes; off += c->slot_bytes) {
-		const size_t len = bytes - off < c->slot_bytes ? bytes - off : c->slot_bytes;
+	for (off = 0; off < bytes; off += slot_cap(c)) {
+		const size_t len = bytes - off < slot_cap(c) ? bytes - off : slot_cap(c);
 		const uint64_t s = c->seq + 1;
+		const int tiny = len <= TINY;
 		unsigned k;
 
 		rc = slot_acquire(c, &k);
 		if (rc)
 			break;
 		if (c->me == root) {
-			memcpy(slot_of(c, root, k), (char *)buf + off, len);
-			step_post(c, s);
+			memcpy(slot_data(c, root, k, tiny), (char *)buf + off, len);
+			step_publish(c, k, s);
 		} else {
 			step_post(c, s);
-			rc = wait_posted(c, root, s);
+			rc = wait_step(c, root, 1, k, s);
 			if (rc)
 				break;
-			memcpy((char *)buf + off, slot_of(c, root, k), len);
+			memcpy((char *)buf + off, slot_data(c, root, k, tiny), len);
 		}
 		c->slot_last[k] = s;
 	}
@@ -235,7 +294,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
 			const size_t *displs, enum dps_dtype t)
 {
-	struct timer tm = stat_begin(DPS_COLL_ALLGATHER);
+	struct timer tm = stat_begin(c, DPS_COLL_ALLGATHER);
 	const size_t esz = dps_dtype_size(t);
 	size_t maxb = 0, total = 0, off, b;
 	int i, rc = 0;
@@ -250,8 +309,10 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		memmove((char *)recv + (displs ? displs[0] * esz : 0), send, counts[0] * esz);
 		return stat_end(c, tm, total, 0);
 	}
-	for (off = 0; off < maxb; off += c->slot_bytes) {
+	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;
+		const size_t cap = slot_cap(c);
+		const int tiny = maxb - off <= TINY; /* every member decides alike */
 		size_t pos = 0;
 		unsigned k;
 
@@ -260,10 +321,10 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			break;
 		b = counts[c->me] * esz;
 		if (b > off)
-			memcpy(slot_of(c, c->me, k), (const char *)send + off,
-			       b - off < c->slot_bytes ? b - off : c->slot_bytes);
-		step_post(c, s);
-		rc = wait_all(c, s);
+			memcpy(slot_data(c, c->me, k, tiny), (const char *)send + off,
+			       b - off < cap ? b - off : cap);
+		step_publish(c, k, s);
+		rc = wait_data(c, k, s);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
@@ -271,8 +332,8 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			const size_t dst = displs ? displs[i] * esz : pos;
 
 			if (bi > off)
-				memcpy((char *)recv + dst + off, slot_of(c, i, k),
-				       bi - off < c->slot_bytes ? bi - off : c->slot_bytes);
+				memcpy((char *)recv + dst + off, slot_data(c, i, k, tiny),
+				       bi - off < cap ? bi - off : cap);
 			pos += bi;
 		}
 		c->slot_last[k] = s;
@@ -330,10 +391,10 @@ static inline void part_range(size_t m, size_t esz, int n, int q, size_t *lo, si
 int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t count,
 		       enum dps_dtype t)
 {
-	struct timer tm = stat_begin(DPS_COLL_ALLREDUCE);
+	struct timer tm = stat_begin(c, DPS_COLL_ALLREDUCE);
 	const size_t esz = dps_dtype_size(t);
 	const void *stack_src[64], **src = stack_src;
-	const size_t chunk = c->slot_bytes / esz;
+	const size_t chunk = slot_cap(c) / esz;
 	enum dps_coll_algo algo;
 	size_t bytes, off;
 	int i, rc = 0;
@@ -354,13 +415,14 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 	for (off = 0; off < count; off += chunk) {
 		const size_t m = count - off < chunk ? count - off : chunk;
 		const uint64_t s = c->seq + 1;
+		const int tiny = m * esz <= TINY;
 		unsigned k;
 
 		rc = slot_acquire(c, &k);
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
-			memcpy(slot_of(c, c->me, k), (const char *)send + off * esz, m * esz);
+			memcpy(slot_data(c, c->me, k, tiny), (const char *)send + off * esz, m * esz);
 		} else {
 			/* Peers read only their own parts of our slot: our part stays in send. */
 			for (i = 0; i < c->n; i++) {
@@ -369,17 +431,17 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 				if (i == c->me)
 					continue;
 				part_range(m, esz, c->n, i, &lo, &len);
-				memcpy(slot_of(c, c->me, k) + lo * esz,
+				memcpy(slot_data(c, c->me, k, tiny) + lo * esz,
 				       (const char *)send + (off + lo) * esz, len * esz);
 			}
 		}
-		step_post(c, s);
-		rc = wait_all(c, s);
+		step_publish(c, k, s);
+		rc = wait_data(c, k, s);
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
 			for (i = 0; i < c->n; i++)
-				src[i] = slot_of(c, i, k);
+				src[i] = slot_data(c, i, k, tiny);
 			dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
 			c->slot_last[k] = s;
 			continue;
@@ -395,20 +457,20 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		part_range(m, esz, c->n, c->me, &lo, &len);
 		for (i = 0; i < c->n; i++)
 			src[i] = i == c->me ? (const char *)send + (off + lo) * esz
-					    : (const void *)(slot_of(c, i, k) + lo * esz);
+					    : (const void *)(slot_data(c, i, k, tiny) + lo * esz);
 		mine_out = (char *)recv + (off + lo) * esz;
 		dps_reduce_sum(t, mine_out, src, c->n, len);
-		memcpy(slot_of(c, c->me, k) + lo * esz, mine_out, len * esz);
+		memcpy(slot_data(c, c->me, k, tiny) + lo * esz, mine_out, len * esz);
 		/* All-gather: every other member's reduced part. */
-		step_post(c, s + 1);
-		rc = wait_all(c, s + 1);
+		step_publish(c, k, s + 1);
+		rc = wait_data(c, k, s + 1);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
 			if (i == c->me)
 				continue;
 			part_range(m, esz, c->n, i, &lo, &len);
-			memcpy((char *)recv + (off + lo) * esz, slot_of(c, i, k) + lo * esz,
+			memcpy((char *)recv + (off + lo) * esz, slot_data(c, i, k, tiny) + lo * esz,
 			       len * esz);
 		}
 		c->slot_last[k] = s + 1;
@@ -423,7 +485,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
 			   enum dps_dtype t)
 {
-	struct timer tm = stat_begin(DPS_COLL_REDUCESCATTER);
+	struct timer tm = stat_begin(c, DPS_COLL_REDUCESCATTER);
 	const size_t esz = dps_dtype_size(t);
 	const void *stack_src[64], **src = stack_src;
 	size_t bytes, w, off;
@@ -442,7 +504,7 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 			return -ENOMEM;
 	}
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
-	w = c->slot_bytes / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
+	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
 	for (off = 0; off < count; off += w) {
 		const size_t m = count - off < w ? count - off : w;
 		const uint64_t s = c->seq + 1;
@@ -452,14 +514,14 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 		if (rc)
 			break;
 		for (q = 0; q < c->n; q++)
-			memcpy(slot_of(c, c->me, k) + (size_t)q * w * esz,
+			memcpy(slot_data(c, c->me, k, 0) + (size_t)q * w * esz,
 			       (const char *)send + ((size_t)q * count + off) * esz, m * esz);
-		step_post(c, s);
-		rc = wait_all(c, s);
+		step_publish(c, k, s);
+		rc = wait_data(c, k, s);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++)
-			src[i] = slot_of(c, i, k) + (size_t)c->me * w * esz;
+			src[i] = slot_data(c, i, k, 0) + (size_t)c->me * w * esz;
 		dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
 		c->slot_last[k] = s;
 	}
@@ -474,7 +536,7 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 		       const size_t *sdispls, void *recv, const size_t *rcounts,
 		       const size_t *rdispls, enum dps_dtype t)
 {
-	struct timer tm = stat_begin(DPS_COLL_ALLTOALL);
+	struct timer tm = stat_begin(c, DPS_COLL_ALLTOALL);
 	const size_t esz = dps_dtype_size(t);
 	const size_t hdr = dps_align_up((size_t)c->n * sizeof(uint64_t), DPS_CACHELINE);
 	size_t win, maxb = 0, off, moved = 0;
@@ -489,7 +551,7 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 		return stat_end(c, tm, scounts[0] * esz, 0);
 	}
 	/* Per-pair window: 64-byte multiples when the slot allows, else element multiples. */
-	win = (c->slot_bytes - hdr) / (size_t)c->n;
+	win = (slot_cap(c) - hdr) / (size_t)c->n;
 	win = win >= DPS_CACHELINE ? win / DPS_CACHELINE * DPS_CACHELINE : win / esz * esz;
 	DPS_ASSERT(win >= esz);
 
@@ -502,7 +564,7 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 		rc = slot_acquire(c, &k);
 		if (rc)
 			break;
-		mine = slot_of(c, c->me, k);
+		mine = slot_data(c, c->me, k, 0);
 		if (step == 0)
 			for (j = 0; j < c->n; j++)
 				((uint64_t *)mine)[j] = scounts[j];
@@ -515,14 +577,14 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 				       bj - off < win ? bj - off : win);
 			spos += bj;
 		}
-		step_post(c, s);
-		rc = wait_all(c, s);
+		step_publish(c, k, s);
+		rc = wait_data(c, k, s);
 		if (rc)
 			break;
 		if (step == 0) {
 			/* Every member reads every header, so all agree on the number of steps. */
 			for (i = 0; i < c->n; i++) {
-				const uint64_t *h = (const uint64_t *)slot_of(c, i, k);
+				const uint64_t *h = (const uint64_t *)(void *)slot_data(c, i, k, 0);
 
 				for (j = 0; j < c->n; j++)
 					if (h[j] * esz > maxb)
@@ -538,7 +600,7 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 			if (bi > off) {
 				const size_t len = bi - off < win ? bi - off : win;
 
-				memcpy((char *)recv + dst + off, slot_of(c, i, k) + hdr +
+				memcpy((char *)recv + dst + off, slot_data(c, i, k, 0) + hdr +
 				       (size_t)c->me * win, len);
 				moved += len;
 			}

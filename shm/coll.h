@@ -48,7 +48,7 @@ enum dps_coll_algo { DPS_ALGO_AUTO, DPS_ALGO_ONESHOT, DPS_ALGO_RSAG };
 struct dps_coll_stats {
 	uint64_t calls[DPS_COLL_KINDS];
 	uint64_t bytes[DPS_COLL_KINDS]; /* payload bytes this member contributed or received */
-	uint64_t ns[DPS_COLL_KINDS];    /* wall time inside the calls */
+	uint64_t ns[DPS_COLL_KINDS];    /* wall time inside the calls, when timing is on */
 };
 
 struct dps_comm {
@@ -66,6 +66,7 @@ struct dps_comm {
 	size_t oneshot_max;        /* all-reduce: one-shot up to this many bytes */
 	enum dps_coll_algo algo;   /* forced algorithm for tests and benchmarks */
 	const _Atomic uint32_t *abort_word;
+	int timing;                /* also measure the time spent in each kind of call */
 	struct dps_coll_stats stats;
 };
 
@@ -78,7 +79,7 @@ void dps_comm_shm_init(void *mem, int n, size_t slot_bytes);
 /*
  * Binds member `me` of an n-member group to its shared area (mem may be NULL when n == 1).
  * ranks is borrowed and must outlive c. slot_bytes must be a multiple of 64 and at least
- * 64 * n. Returns 0 or -EINVAL.
+ * 64 * (n + 1) (one line of step flag, then data). Returns 0 or -EINVAL.
  */
 int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
 		    size_t slot_bytes, const _Atomic uint32_t *abort_word);
