@@ -36,6 +36,9 @@ struct sup {
 	sigset_t oldmask;
 	int alive;
 	uint64_t abort_deadline; /* 0 until the abort is raised */
+	uint64_t early_deadline; /* a rank exited 0 while others ran: they must follow by then */
+	int early_rank;          /* that rank */
+	int kill_sent;
 	unsigned ncpus;
 };
 
@@ -86,6 +89,7 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 	}
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
 	rc = s->o->rank_fn(&w, s->o->rank_arg);
+	dps_world_detach(&w);
 	fflush(NULL);
 	if (rc == -DPS_EABORT)
 		_exit(DPS_EXIT_ABORTED);
@@ -115,10 +119,18 @@ static void sup_drain(struct sup *s)
 	if (read(s->evfd, &cnt, sizeof(cnt)) < 0) {
 		/* EAGAIN: nothing signalled; the rings are drained anyway */
 	}
-	for (int r = 0; r < s->lay.world; r++)
-		while (dps_ring_trypop(&s->to_sup[r], 0, buf, sizeof(buf), &len) != -EAGAIN)
+	for (int r = 0; r < s->lay.world; r++) {
+		int rc;
+
+		while ((rc = dps_ring_trypop(&s->to_sup[r], 0, buf, sizeof(buf), &len)) != -EAGAIN) {
+			if (rc) {
+				dps_warn("dropped a message from rank %d: %s", r, dps_strerror(rc));
+				continue;
+			}
 			if (s->o->msg_fn)
 				s->o->msg_fn(r, buf, len, s->o->msg_arg);
+		}
+	}
 }
 
 static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
@@ -132,8 +144,19 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 	close(s->pidfds[r]);
 	s->pidfds[r] = -1;
 	s->alive--;
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		/*
+		 * A clean exit is normal when every rank finishes; the others must follow soon,
+		 * or they are waiting for it in a collective that can never complete.
+		 */
+		if (s->alive > 0 && !s->early_deadline) {
+			unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
+
+			s->early_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
+			s->early_rank = r;
+		}
 		return;
+	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == DPS_EXIT_ABORTED && s->abort_deadline)
 		return; /* stopped because we asked it to */
 	describe_rank(s, r, who, sizeof(who));
@@ -157,11 +180,31 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 
 static void sup_kill_all(struct sup *s)
 {
+	if (s->kill_sent)
+		return;
+	s->kill_sent = 1;
 	for (int r = 0; r < s->lay.world; r++)
 		if (s->pids[r] > 0) {
 			kill(s->pids[r], SIGKILL);
 			s->res->killed++;
 		}
+}
+
+/* The ranks still running long after one exited cleanly: name it and stop them. */
+static void sup_check_early(struct sup *s, char *err, size_t errlen)
+{
+	char who[64];
+
+	if (!s->early_deadline || s->abort_deadline || dps_now_ns() < s->early_deadline)
+		return;
+	describe_rank(s, s->early_rank, who, sizeof(who));
+	s->res->failed_rank = s->early_rank;
+	s->res->failed_status = 0;
+	s->res->failed_ns = dps_now_ns();
+	snprintf(err, errlen, "%s exited while %d other rank(s) kept running; stopping them", who,
+		 s->alive);
+	dps_error("%s", err);
+	sup_raise_abort(s);
 }
 
 static int sup_loop(struct sup *s, char *err, size_t errlen)
@@ -175,6 +218,13 @@ static int sup_loop(struct sup *s, char *err, size_t errlen)
 		return -ENOMEM;
 	while (s->alive > 0) {
 		timeout = -1;
+		sup_check_early(s, err, errlen);
+		if (s->early_deadline && !s->abort_deadline) {
+			uint64_t now = dps_now_ns();
+
+			timeout = now >= s->early_deadline
+					  ? 0 : (int)((s->early_deadline - now) / 1000000ull) + 1;
+		}
 		if (s->abort_deadline) {
 			uint64_t now = dps_now_ns();
 

@@ -188,13 +188,15 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 	dps_ring_attach(&w->from_sup, dps_layout_ring_from_sup(l, base, r), &w->ctl->abort, -1);
 	return 0;
 err:
-	free(w->comms);
-	w->comms = NULL;
+	dps_world_detach(w);
 	return rc;
 }
 
 void dps_world_detach(struct dps_world *w)
 {
+	if (w->comms)
+		for (int i = 0; i < w->lay->n_comms; i++)
+			dps_comm_detach(&w->comms[i]);
 	free(w->comms);
 	memset(w, 0, sizeof(*w));
 }

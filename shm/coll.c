@@ -43,6 +43,10 @@ void dps_comm_shm_init(void *mem, int n, size_t slot_bytes)
 	memset(mem, 0, hdr_bytes(n));
 	h->n = (uint32_t)n;
 	h->slot_bytes = slot_bytes;
+	/* Step flags must start below every step, also when the memory is reused. */
+	for (size_t i = 0; i < (size_t)n * 2; i++)
+		memset((char *)mem + dps_align_up(hdr_bytes(n), 4096) + i * slot_bytes, 0,
+		       DPS_CACHELINE);
 }
 
 int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
@@ -67,8 +71,23 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 		return -EINVAL;
 	c->bell = (struct dps_wword *)(h + 1);
 	c->post = c->bell + 1;
+	/* Scratch for the calls, allocated here so that no call can fail on one member only. */
+	c->src = calloc((size_t)n, sizeof(*c->src));
+	c->counts = calloc((size_t)n, sizeof(*c->counts));
+	if (!c->src || !c->counts) {
+		dps_comm_detach(c);
+		return -ENOMEM;
+	}
 	c->slots = (unsigned char *)mem + dps_align_up(hdr_bytes(n), 4096);
 	return 0;
+}
+
+void dps_comm_detach(struct dps_comm *c)
+{
+	free(c->src);
+	free(c->counts);
+	c->src = NULL;
+	c->counts = NULL;
 }
 
 const char *dps_coll_kind_name(enum dps_coll_kind k)
@@ -138,8 +157,11 @@ static inline int all_posted(const struct dps_comm *c, uint64_t s)
 static inline void step_post(struct dps_comm *c, uint64_t s)
 {
 	c->seq = s;
-	atomic_store_explicit(&c->post[c->me].val, s, memory_order_seq_cst);
-	if (atomic_load_explicit(&c->bell->sleepers, memory_order_seq_cst) && all_posted(c, s))
+	atomic_store_explicit(&c->post[c->me].val, s, memory_order_release);
+	/* Orders our flag and post stores before the sleepers load; pairs with the fence in
+	 * dps_wait_pred after a sleeper registers (store-buffering: one of us sees the other). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&c->bell->sleepers, memory_order_relaxed) && all_posted(c, s))
 		dps_bell_ring(c->bell);
 }
 
@@ -344,20 +366,14 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t count,
 		       enum dps_dtype t)
 {
-	size_t stack_counts[64] = { 0 }, *counts = stack_counts;
-	int i, rc;
+	size_t one = count;
+	int i;
 
-	if (c->n > 64) {
-		counts = malloc(sizeof(*counts) * (size_t)c->n);
-		if (!counts)
-			return -ENOMEM;
-	}
+	if (c->n == 1)
+		return dps_coll_allgatherv(c, send, recv, &one, NULL, t);
 	for (i = 0; i < c->n; i++)
-		counts[i] = count;
-	rc = dps_coll_allgatherv(c, send, recv, counts, NULL, t);
-	if (counts != stack_counts)
-		free(counts);
-	return rc;
+		c->counts[i] = count;
+	return dps_coll_allgatherv(c, send, recv, c->counts, NULL, t);
 }
 
 /* ---- all-reduce -------------------------------------------------------------------------------- */
@@ -393,7 +409,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 {
 	struct timer tm = stat_begin(c, DPS_COLL_ALLREDUCE);
 	const size_t esz = dps_dtype_size(t);
-	const void *stack_src[64], **src = stack_src;
+	const void **src = c->src;
 	const size_t chunk = slot_cap(c) / esz;
 	enum dps_coll_algo algo;
 	size_t bytes, off;
@@ -405,11 +421,6 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		if (recv != send)
 			memmove(recv, send, bytes);
 		return stat_end(c, tm, bytes, 0);
-	}
-	if (c->n > 64) {
-		src = malloc(sizeof(*src) * (size_t)c->n);
-		if (!src)
-			return -ENOMEM;
 	}
 	algo = dps_coll_allreduce_algo(c, bytes);
 	for (off = 0; off < count; off += chunk) {
@@ -475,8 +486,6 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		}
 		c->slot_last[k] = s + 1;
 	}
-	if (src != stack_src)
-		free(src);
 	return stat_end(c, tm, bytes, rc);
 }
 
@@ -487,7 +496,7 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 {
 	struct timer tm = stat_begin(c, DPS_COLL_REDUCESCATTER);
 	const size_t esz = dps_dtype_size(t);
-	const void *stack_src[64], **src = stack_src;
+	const void **src = c->src;
 	size_t bytes, w, off;
 	int i, q, rc = 0;
 
@@ -497,11 +506,6 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 		if (recv != send)
 			memmove(recv, send, bytes);
 		return stat_end(c, tm, bytes, 0);
-	}
-	if (c->n > 64) {
-		src = malloc(sizeof(*src) * (size_t)c->n);
-		if (!src)
-			return -ENOMEM;
 	}
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
@@ -525,8 +529,6 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 		dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
 		c->slot_last[k] = s;
 	}
-	if (src != stack_src)
-		free(src);
 	return stat_end(c, tm, bytes * (size_t)c->n, rc);
 }
 
@@ -539,8 +541,10 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 	struct timer tm = stat_begin(c, DPS_COLL_ALLTOALL);
 	const size_t esz = dps_dtype_size(t);
 	const size_t hdr = dps_align_up((size_t)c->n * sizeof(uint64_t), DPS_CACHELINE);
+	/* Counts above this are refused: n of them, in bytes, cannot overflow. */
+	const size_t big = SIZE_MAX / 4 / esz / (size_t)c->n;
 	size_t win, maxb = 0, off, moved = 0;
-	int i, j, rc = 0, mismatch = 0;
+	int i, j, rc = 0, mismatch = 0, local_bad = 0, global_bad = 0;
 	uint64_t step;
 
 	if (c->n == 1) {
@@ -550,6 +554,13 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 			(const char *)send + (sdispls ? sdispls[0] * esz : 0), scounts[0] * esz);
 		return stat_end(c, tm, scounts[0] * esz, 0);
 	}
+	/*
+	 * Bad counts must not make one member leave early: a member whose own counts are bad
+	 * still takes part (its header shows its send counts to everyone) but copies nothing.
+	 */
+	for (j = 0; j < c->n; j++)
+		if (scounts[j] > big || rcounts[j] > big)
+			local_bad = 1;
 	/* Per-pair window: 64-byte multiples when the slot allows, else element multiples. */
 	win = (slot_cap(c) - hdr) / (size_t)c->n;
 	win = win >= DPS_CACHELINE ? win / DPS_CACHELINE * DPS_CACHELINE : win / esz * esz;
@@ -568,7 +579,7 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 		if (step == 0)
 			for (j = 0; j < c->n; j++)
 				((uint64_t *)mine)[j] = scounts[j];
-		for (j = 0; j < c->n; j++) {
+		for (j = 0; j < c->n && !local_bad; j++) {
 			const size_t bj = scounts[j] * esz;
 			const size_t src = sdispls ? sdispls[j] * esz : spos;
 
@@ -586,15 +597,26 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 			for (i = 0; i < c->n; i++) {
 				const uint64_t *h = (const uint64_t *)(void *)slot_data(c, i, k, 0);
 
-				for (j = 0; j < c->n; j++)
-					if (h[j] * esz > maxb)
+				for (j = 0; j < c->n; j++) {
+					if (h[j] > big)
+						global_bad = 1;
+					else if (h[j] * esz > maxb)
 						maxb = h[j] * esz;
+				}
 				if (h[c->me] != rcounts[i])
 					mismatch = 1;
+				/* Never copy more than was sent or than the caller has room for. */
+				c->counts[i] = h[c->me] < rcounts[i] ? h[c->me] : rcounts[i];
+			}
+			if (global_bad) {
+				/* Every member read the same headers: all stop here together. */
+				c->slot_last[k] = s;
+				rc = -EINVAL;
+				break;
 			}
 		}
-		for (i = 0, rpos = 0; i < c->n; i++) {
-			const size_t bi = rcounts[i] * esz;
+		for (i = 0, rpos = 0; i < c->n && !local_bad; i++) {
+			const size_t bi = c->counts[i] * esz;
 			const size_t dst = rdispls ? rdispls[i] * esz : rpos;
 
 			if (bi > off) {
@@ -604,13 +626,13 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 				       (size_t)c->me * win, len);
 				moved += len;
 			}
-			rpos += bi;
+			rpos += rcounts[i] * esz;
 		}
 		c->slot_last[k] = s;
 		if (off + win >= maxb)
 			break;
 	}
-	if (!rc && mismatch)
+	if (!rc && (mismatch || local_bad))
 		rc = -EINVAL;
 	return stat_end(c, tm, moved, rc);
 }

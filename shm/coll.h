@@ -67,6 +67,8 @@ struct dps_comm {
 	enum dps_coll_algo algo;   /* forced algorithm for tests and benchmarks */
 	const _Atomic uint32_t *abort_word;
 	int timing;                /* also measure the time spent in each kind of call */
+	const void **src;          /* (n) scratch: reduction sources */
+	size_t *counts;            /* (n) scratch: all-gather counts */
 	struct dps_coll_stats stats;
 };
 
@@ -79,10 +81,14 @@ void dps_comm_shm_init(void *mem, int n, size_t slot_bytes);
 /*
  * Binds member `me` of an n-member group to its shared area (mem may be NULL when n == 1).
  * ranks is borrowed and must outlive c. slot_bytes must be a multiple of 64 and at least
- * 64 * (n + 1) (one line of step flag, then data). Returns 0 or -EINVAL.
+ * 64 * (n + 1) (one line of step flag, then data). Returns 0, -EINVAL or -ENOMEM; release
+ * with dps_comm_detach.
  */
 int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
 		    size_t slot_bytes, const _Atomic uint32_t *abort_word);
+
+/* Frees what dps_comm_attach allocated. */
+void dps_comm_detach(struct dps_comm *c);
 
 /* Every member waits until all have arrived. */
 int dps_coll_barrier(struct dps_comm *c);

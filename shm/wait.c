@@ -162,8 +162,10 @@ int dps_wait_pred(int (*pred)(void *arg), void *arg, struct dps_wword *bell,
 
 		if (dps_abort_raised(abort_word))
 			return -DPS_EABORT;
-		/* Register, read the bell, then test: pairs with the ringer's store, load. */
+		/* Register, read the bell, then test: the fence pairs with the ringer's fence
+		 * between its stores and its load of sleepers. */
 		atomic_fetch_add_explicit(&bell->sleepers, 1, memory_order_seq_cst);
+		atomic_thread_fence(memory_order_seq_cst);
 		b = atomic_load_explicit(&bell->val, memory_order_seq_cst);
 		if (pred(arg)) {
 			atomic_fetch_sub_explicit(&bell->sleepers, 1, memory_order_relaxed);

@@ -475,6 +475,45 @@ START_TEST(test_reduce_kernels)
 }
 END_TEST
 
+/* ---- bad all-to-all-v counts: every member returns, nobody hangs -------------------------- */
+
+static int bad_a2a_rank(struct dps_world *w, void *arg)
+{
+	struct dps_comm *c = w->world_c;
+	size_t sc[4] = { 1, 1, 1, 1 }, rc_[4] = { 1, 1, 1, 1 };
+	float send[4] = { 1, 2, 3, 4 }, recv[4];
+	int rc;
+
+	/* A count no buffer can hold, sent by rank 2: every member refuses the call. */
+	if (w->rank == 2)
+		sc[1] = SIZE_MAX / 2;
+	rc = dps_coll_alltoallv(c, send, sc, NULL, recv, rc_, NULL, DPS_F32);
+	if (rc != -EINVAL)
+		return -DPS_EPROTO;
+	/* A receive count that disagrees with the sender: only the receiver is told. */
+	sc[1] = 1;
+	if (w->rank == 3)
+		rc_[0] = 2;
+	rc = dps_coll_alltoallv(c, send, sc, NULL, recv, rc_, NULL, DPS_F32);
+	if (rc != (w->rank == 3 ? -EINVAL : 0))
+		return -DPS_EPROTO;
+	/* The communicator still works afterwards. */
+	rc = dps_coll_allreduce(c, send, recv, 4, DPS_F32);
+	if (rc || recv[0] != 4.0f || recv[3] != 16.0f)
+		return -DPS_EPROTO;
+	return 0;
+}
+
+START_TEST(test_alltoallv_bad_counts)
+{
+	struct dps_sup_opts o = { .par = { 4, 1, 1, 1, 1, 1, 1 }, .rank_fn = bad_a2a_rank };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_msg(dps_sup_run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+}
+END_TEST
+
 static Suite *coll_suite(void)
 {
 	Suite *s = suite_create("coll");
@@ -487,6 +526,7 @@ static Suite *coll_suite(void)
 	tcase_add_test(tc, test_subgroups_big);
 	tcase_add_test(tc, test_small_slots);
 	tcase_add_test(tc, test_fault_detected);
+	tcase_add_test(tc, test_alltoallv_bad_counts);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -374,6 +374,59 @@ START_TEST(test_sweep_on_start)
 }
 END_TEST
 
+/* ---- a rank that leaves early, and ranks that ignore the abort ------------------------------- */
+
+static int early_rank(struct dps_world *w, void *arg)
+{
+	int rc;
+
+	if (w->rank == 1)
+		return 0; /* leaves while the others wait for it in a barrier */
+	rc = dps_coll_barrier(w->world_c);
+	sh->err_code[w->rank] = rc;
+	return rc;
+}
+
+START_TEST(test_rank_leaves_early)
+{
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = early_rank,
+				  .grace_ms = 300 };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ERANK);
+	ck_assert_int_eq(res.failed_rank, 1);
+	ck_assert_int_eq(res.failed_status, 0);
+	ck_assert_msg(strstr(err, "rank 1 (DP 0, TP 1) exited while 2 other rank(s) kept running"),
+		      "%s", err);
+	ck_assert_int_eq(sh->err_code[0], -DPS_EABORT);
+	ck_assert_int_eq(sh->err_code[2], -DPS_EABORT);
+	ck_assert_int_eq(res.killed, 0);
+}
+END_TEST
+
+static int stubborn_rank(struct dps_world *w, void *arg)
+{
+	if (w->rank == 0)
+		return -EIO;
+	for (;;)
+		pause(); /* ignores the abort word: only SIGKILL ends it */
+}
+
+START_TEST(test_stragglers_killed_once)
+{
+	struct dps_sup_opts o = { .par = { 2, 2, 1, 1, 1, 1, 1 }, .rank_fn = stubborn_rank,
+				  .grace_ms = 200 };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ERANK);
+	ck_assert_int_eq(res.failed_rank, 0);
+	ck_assert_int_eq(res.killed, 3);
+	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+}
+END_TEST
+
 static Suite *sup_suite(void)
 {
 	Suite *s = suite_create("supervisor");
@@ -389,6 +442,8 @@ static Suite *sup_suite(void)
 	tcase_add_test(tc, test_placement_and_messages);
 	tcase_add_test(tc, test_bad_config);
 	tcase_add_test(tc, test_sweep_on_start);
+	tcase_add_test(tc, test_rank_leaves_early);
+	tcase_add_test(tc, test_stragglers_killed_once);
 	suite_add_tcase(s, tc);
 	return s;
 }
