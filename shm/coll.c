@@ -148,18 +148,24 @@ static inline int all_posted(const struct dps_comm *c, uint64_t s)
 	return 1;
 }
 
-/*
- * Publishes step s of this member (see the header comment for what that promises). Waiters
- * sleep on the group's bell, so whoever completes a step rings it: we ring when someone sleeps
- * and every member has now posted s. Two members posting last at the same time both see each
- * other (seq_cst store, then loads), so at least one rings.
- */
+/* Publishes step s of this member (see the header comment for what that promises). */
 static inline void step_post(struct dps_comm *c, uint64_t s)
 {
 	c->seq = s;
 	atomic_store_explicit(&c->post[c->me].val, s, memory_order_release);
-	/* Orders our flag and post stores before the sleepers load; pairs with the fence in
-	 * dps_wait_pred after a sleeper registers (store-buffering: one of us sees the other). */
+}
+
+/*
+ * Waiters sleep on the group's bell, so whoever completes step s rings it: called by every
+ * member once its own wait for step s is over (or right after posting, when it waits for
+ * nobody), it rings when someone sleeps and every member has posted s. The last member to
+ * post never blocks before getting here, so every sleeper is woken; doing it after the wait
+ * rather than right after the post keeps the fence (which drains our stores) off the path
+ * on which the peers wait for our data. The fence pairs with the one in dps_wait_pred after
+ * a sleeper registers (store-buffering: one of the two sees the other).
+ */
+static inline void step_ring(struct dps_comm *c, uint64_t s)
+{
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&c->bell->sleepers, memory_order_relaxed) && all_posted(c, s))
 		dps_bell_ring(c->bell);
@@ -234,6 +240,18 @@ static inline int wait_data(struct dps_comm *c, unsigned k, uint64_t s)
 	return wait_step(c, -1, 1, k, s);
 }
 
+/* One exchange step: publish our data of step s in slot k, wait for everyone's, ring. */
+static inline int step_sync(struct dps_comm *c, unsigned k, uint64_t s)
+{
+	int rc;
+
+	step_publish(c, k, s);
+	rc = wait_data(c, k, s);
+	if (!rc)
+		step_ring(c, s);
+	return rc;
+}
+
 /* Picks the next slot and waits until every reader of its last use has moved on. */
 static inline int slot_acquire(struct dps_comm *c, unsigned *k)
 {
@@ -268,12 +286,16 @@ int dps_coll_barrier(struct dps_comm *c)
 {
 	struct timer t = stat_begin(c, DPS_COLL_BARRIER);
 	uint64_t s;
+	int rc;
 
 	if (c->n == 1)
 		return stat_end(c, t, 0, 0);
 	s = c->seq + 1;
 	step_post(c, s);
-	return stat_end(c, t, 0, wait_all(c, s));
+	rc = wait_all(c, s);
+	if (!rc)
+		step_ring(c, s);
+	return stat_end(c, t, 0, rc);
 }
 
 int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root)
@@ -299,11 +321,13 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		if (c->me == root) {
 			memcpy(slot_data(c, root, k, tiny), (char *)buf + off, len);
 			step_publish(c, k, s);
+			step_ring(c, s);
 		} else {
 			step_post(c, s);
 			rc = wait_step(c, root, 1, k, s);
 			if (rc)
 				break;
+			step_ring(c, s);
 			memcpy((char *)buf + off, slot_data(c, root, k, tiny), len);
 		}
 		c->slot_last[k] = s;
@@ -345,8 +369,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		if (b > off)
 			memcpy(slot_data(c, c->me, k, tiny), (const char *)send + off,
 			       b - off < cap ? b - off : cap);
-		step_publish(c, k, s);
-		rc = wait_data(c, k, s);
+		rc = step_sync(c, k, s);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
@@ -446,8 +469,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 				       (const char *)send + (off + lo) * esz, len * esz);
 			}
 		}
-		step_publish(c, k, s);
-		rc = wait_data(c, k, s);
+		rc = step_sync(c, k, s);
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
@@ -473,8 +495,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		dps_reduce_sum(t, mine_out, src, c->n, len);
 		memcpy(slot_data(c, c->me, k, tiny) + lo * esz, mine_out, len * esz);
 		/* All-gather: every other member's reduced part. */
-		step_publish(c, k, s + 1);
-		rc = wait_data(c, k, s + 1);
+		rc = step_sync(c, k, s + 1);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
@@ -520,8 +541,7 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 		for (q = 0; q < c->n; q++)
 			memcpy(slot_data(c, c->me, k, 0) + (size_t)q * w * esz,
 			       (const char *)send + ((size_t)q * count + off) * esz, m * esz);
-		step_publish(c, k, s);
-		rc = wait_data(c, k, s);
+		rc = step_sync(c, k, s);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++)
@@ -588,8 +608,7 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 				       bj - off < win ? bj - off : win);
 			spos += bj;
 		}
-		step_publish(c, k, s);
-		rc = wait_data(c, k, s);
+		rc = step_sync(c, k, s);
 		if (rc)
 			break;
 		if (step == 0) {
