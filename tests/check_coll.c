@@ -481,7 +481,7 @@ static int bad_a2a_rank(struct dps_world *w, void *arg)
 {
 	struct dps_comm *c = w->world_c;
 	size_t sc[4] = { 1, 1, 1, 1 }, rc_[4] = { 1, 1, 1, 1 };
-	float send[4] = { 1, 2, 3, 4 }, recv[4];
+	float send[4] = { 1, 2, 3, 4 }, recv[8]; /* room for the declared counts (up to 5) */
 	int rc;
 
 	/* A count no buffer can hold, sent by rank 2: every member refuses the call. */

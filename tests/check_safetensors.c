@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_safetensors.c - the safetensors header parser and file opener: a valid file
+ * with F32, BF16 and F16 tensors, then every kind of bad file (missing, truncated, header
+ * longer than the file or than the limit, malformed JSON, wrong types, unsupported dtype,
+ * shapes that overflow, offsets reversed or outside the data, sizes that disagree with the
+ * shape, overlapping tensors, duplicate names), each refused with a message naming the file
+ * and the problem.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/dps.h"
+#include "engine/safetensors.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/dps-st-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Writes a file: 8-byte length of hdr (or hlen_override when not ~0), hdr, data_len bytes. */
+static const char *write_file(const char *name, const char *hdr, uint64_t hlen_override,
+			      size_t data_len)
+{
+	static char path[128];
+	uint64_t hlen = hlen_override != ~0ull ? hlen_override : strlen(hdr);
+	unsigned char lenb[8];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 8; i++)
+		lenb[i] = (unsigned char)(hlen >> (8 * i));
+	fwrite(lenb, 1, 8, f);
+	fwrite(hdr, 1, strlen(hdr), f);
+	for (size_t i = 0; i < data_len; i++)
+		fputc((int)(i & 0xff), f);
+	fclose(f);
+	return path;
+}
+
+START_TEST(test_valid)
+{
+	const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},"
+			  "\"b.weight\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+			  "\"a.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+			  "\"c\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[32,36]}}";
+	const char *path = write_file("ok.safetensors", hdr, ~0ull, 36);
+	const struct dps_st_tensor *t;
+	struct dps_st_file f;
+	char err[256];
+
+	ck_assert_msg(dps_st_open(path, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(f.n, 3);
+	ck_assert_uint_eq(f.data_off, 8 + strlen(hdr));
+	t = dps_st_find(&f, "a.weight");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(t->dtype, DPS_ST_F32);
+	ck_assert_int_eq(t->ndim, 2);
+	ck_assert_uint_eq(t->shape[0], 2);
+	ck_assert_uint_eq(t->shape[1], 3);
+	ck_assert_uint_eq(t->numel, 6);
+	ck_assert_uint_eq(t->begin, f.data_off);
+	ck_assert_uint_eq(t->end, f.data_off + 24);
+	t = dps_st_find(&f, "b.weight");
+	ck_assert_int_eq(t->dtype, DPS_ST_BF16);
+	ck_assert_uint_eq(t->begin, f.data_off + 24);
+	ck_assert_int_eq(dps_st_find(&f, "c")->dtype, DPS_ST_F16);
+	ck_assert_ptr_null(dps_st_find(&f, "missing"));
+	ck_assert_int_ge(f.fd, 0);
+	dps_st_free(&f);
+}
+END_TEST
+
+struct bad {
+	const char *hdr;
+	uint64_t hlen;   /* ~0 = the real length */
+	size_t data;
+	const char *want; /* substring of the message */
+};
+
+static const struct bad bad_cases[] = {
+	{ "{", ~0ull, 0, "not valid JSON" },
+	{ "[1,2]", ~0ull, 0, "not a JSON object" },
+	{ "{\"a\":5}", ~0ull, 0, "not an object" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", ~0ull, 4, "data_offsets" },
+	{ "{\"a\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", ~0ull, 8,
+	  "unsupported dtype" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", ~0ull, 4, "shape" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
+	  "\"data_offsets\":[0,4]}}", ~0ull, 4, "shape" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", ~0ull,
+	  4, "dimensions" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", ~0ull, 4, "outside" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", ~0ull, 4, "outside" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", ~0ull, 8,
+	  "needs 12 bytes" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+	  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", ~0ull, 12, "overlap" },
+	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+	  "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", ~0ull, 8, "JSON" },
+	{ "{\"__metadata__\":3}", ~0ull, 0, "__metadata__" },
+	{ "{}", 1000, 0, "truncated" },
+	{ "{}", (uint64_t)DPS_ST_MAX_HEADER + 1, 0, "exceeds the limit" },
+	{ "{}", ~0ull >> 1, 0, "exceeds the limit" },
+};
+
+START_TEST(test_bad)
+{
+	const struct bad *b = &bad_cases[_i];
+	const char *path = write_file("bad.safetensors", b->hdr, b->hlen, b->data);
+	struct dps_st_file f;
+	char err[512] = "";
+
+	ck_assert_int_lt(dps_st_open(path, &f, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, "bad.safetensors"), "case %d: no file name in '%s'", _i, err);
+	ck_assert_msg(strstr(err, b->want), "case %d: '%s' lacks '%s'", _i, err, b->want);
+}
+END_TEST
+
+START_TEST(test_missing_and_tiny)
+{
+	struct dps_st_file f;
+	char err[512], path[128];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/none.safetensors", dir);
+	ck_assert_int_eq(dps_st_open(path, &f, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "none.safetensors"));
+	snprintf(path, sizeof(path), "%s/tiny.safetensors", dir);
+	fp = fopen(path, "wb");
+	fwrite("abc", 1, 3, fp);
+	fclose(fp);
+	ck_assert_int_lt(dps_st_open(path, &f, err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(strstr(err, "truncated"));
+}
+END_TEST
+
+START_TEST(test_checker_can_fail)
+{
+	/* The test above would catch a parser that accepts an overlap: prove it by asking the
+	 * message for a word it does not contain. */
+	const char *path = write_file("x.safetensors", bad_cases[11].hdr, ~0ull, 12);
+	struct dps_st_file f;
+	char err[512] = "";
+
+	ck_assert_int_lt(dps_st_open(path, &f, err, sizeof(err)), 0);
+	ck_assert_ptr_null(strstr(err, "unsupported dtype"));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("safetensors");
+	TCase *tc = tcase_create("safetensors");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_valid);
+	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
+	tcase_add_test(tc, test_missing_and_tiny);
+	tcase_add_test(tc, test_checker_can_fail);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,48 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Runs every fuzz target of tests/fuzz/ briefly on its seed corpus: always through the replay
+# driver built by make (seeds plus deterministic mutations), and, when clang with libFuzzer is
+# installed, as a coverage-guided libFuzzer run of FUZZ_SECONDS (default 10) per target.
+# Environment from make check: DPSHARD_SRCDIR, DPSHARD_BUILDDIR, CC.
+set -u
+src=${DPSHARD_SRCDIR:?}
+build=${DPSHARD_BUILDDIR:?}
+secs=${FUZZ_SECONDS:-10}
+fail=0
+work=$(mktemp -d "${TMPDIR:-/tmp}/dps-fuzz.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+
+for target in safetensors; do
+	corpus=$src/tests/fuzz/corpus/$target
+	if ! "$build/tests/fuzz_${target}_replay" -n 50000 "$corpus"/*; then
+		echo "FAIL: replay of $target"
+		fail=1
+	fi
+	if command -v clang >/dev/null 2>&1 &&
+	   echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' |
+	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
+		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/safetensors.c $src/common/err.c $src/common/log.c $src/common/util.c"
+		# shellcheck disable=SC2086
+		if ! clang -g -O1 -fsanitize=fuzzer,address,undefined -include "$build/config.h" \
+			-I"$src" -I"$build" $srcs $(pkg-config --cflags --libs jansson) \
+			-o "$work/fuzz_$target" 2>"$work/cc.log"; then
+			cat "$work/cc.log"
+			echo "FAIL: cannot build the libFuzzer target $target"
+			fail=1
+			continue
+		fi
+		mkdir -p "$work/corpus_$target"
+		cp "$corpus"/* "$work/corpus_$target/"
+		if ! "$work/fuzz_$target" -max_total_time="$secs" -max_len=65536 \
+			-artifact_prefix="$work/" "$work/corpus_$target" >"$work/run.log" 2>&1; then
+			tail -n 40 "$work/run.log"
+			echo "FAIL: libFuzzer found a crash in $target"
+			fail=1
+		else
+			tail -n 1 "$work/run.log"
+		fi
+	else
+		echo "libFuzzer not available (install clang): replay driver only for $target"
+	fi
+done
+exit $fail
