@@ -12,7 +12,7 @@ fail=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/dps-fuzz.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 
-for target in safetensors; do
+for target in safetensors config; do
 	corpus=$src/tests/fuzz/corpus/$target
 	if ! "$build/tests/fuzz_${target}_replay" -n 50000 "$corpus"/*; then
 		echo "FAIL: replay of $target"
@@ -21,7 +21,8 @@ for target in safetensors; do
 	if command -v clang >/dev/null 2>&1 &&
 	   echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' |
 	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
-		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/safetensors.c $src/common/err.c $src/common/log.c $src/common/util.c"
+		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/safetensors.c $src/engine/model_config.c"
+		srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c"
 		# shellcheck disable=SC2086
 		if ! clang -g -O1 -fsanitize=fuzzer,address,undefined -include "$build/config.h" \
 			-I"$src" -I"$build" $srcs $(pkg-config --cflags --libs jansson) \
