@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/kernels.h - the numerical kernels of the decoder. Each exists as a plain-C
+ * reference (the _ref functions, written for clarity, one element at a time) that the fast
+ * versions are tested against. They know nothing of ranks: a sharded caller passes its slice.
+ *
+ * Conventions: row-major; a weight W of shape (rows, cols) maps x (cols) to
+ * out[r] = sum_c W[r*cols + c] * x[c], as a Hugging Face Linear does.
+ */
+#ifndef DPS_KERNELS_H
+#define DPS_KERNELS_H
+
+#include <stddef.h>
+
+/* out = w * x / sqrt(mean(x^2) + eps), n elements. out may alias x. */
+void dps_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps);
+
+/* out[r] = W[r,:] . x for r < rows (W is rows x cols). */
+void dps_matvec_ref(float *out, const float *x, const float *W, int rows, int cols);
+
+/*
+ * Rotary embedding in Hugging Face's half-split layout, in place, on n_heads heads of
+ * head_dim values: element j and j + head_dim/2 of each head rotate by
+ * pos * theta^(-2j/head_dim).
+ */
+void dps_rope_ref(float *x, int n_heads, int head_dim, int pos, float theta);
+
+/* In-place softmax of n values. */
+void dps_softmax_ref(float *x, int n);
+
+/* g[i] = silu(g[i]) * u[i]. */
+void dps_swiglu_ref(float *g, const float *u, int n);
+
+/* Index of the largest value, the lowest index among equals. */
+int dps_argmax_ref(const float *x, int n);
+
+/*
+ * Single-query attention over positions 0..n_pos-1 for one query head: q (head_dim), keys
+ * and values with stride kv_stride floats between positions. out (head_dim) = sum_t
+ * softmax(q.k_t / sqrt(head_dim))_t v_t. scratch holds n_pos floats.
+ */
+void dps_attention_ref(float *out, const float *q, const float *k, const float *v, int n_pos,
+		       int head_dim, size_t kv_stride, float *scratch);
+
+#endif

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/ref.c - plain-C reference kernels (see kernels.h): the oracle the fast kernels are
+ * compared with, and the path a single rank uses until the BLIS-backed ones are in.
+ */
+#include <math.h>
+
+#include "kernels/kernels.h"
+
+void dps_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps)
+{
+	float ss = 0.0f;
+
+	for (int i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	ss /= (float)n;
+	ss += eps;
+	ss = 1.0f / sqrtf(ss);
+	for (int i = 0; i < n; i++)
+		out[i] = w[i] * (ss * x[i]);
+}
+
+void dps_matvec_ref(float *out, const float *x, const float *W, int rows, int cols)
+{
+	for (int r = 0; r < rows; r++) {
+		const float *row = W + (size_t)r * (size_t)cols;
+		float acc = 0.0f;
+
+		for (int c = 0; c < cols; c++)
+			acc += row[c] * x[c];
+		out[r] = acc;
+	}
+}
+
+void dps_rope_ref(float *x, int n_heads, int head_dim, int pos, float theta)
+{
+	const int half = head_dim / 2;
+
+	for (int h = 0; h < n_heads; h++) {
+		float *v = x + (size_t)h * (size_t)head_dim;
+
+		for (int j = 0; j < half; j++) {
+			const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+			const float a = (float)pos * freq;
+			const float c = cosf(a), s = sinf(a);
+			const float x0 = v[j], x1 = v[j + half];
+
+			v[j] = x0 * c - x1 * s;
+			v[j + half] = x0 * s + x1 * c;
+		}
+	}
+}
+
+void dps_softmax_ref(float *x, int n)
+{
+	float max = x[0], sum = 0.0f;
+
+	for (int i = 1; i < n; i++)
+		if (x[i] > max)
+			max = x[i];
+	for (int i = 0; i < n; i++) {
+		x[i] = expf(x[i] - max);
+		sum += x[i];
+	}
+	for (int i = 0; i < n; i++)
+		x[i] /= sum;
+}
+
+void dps_swiglu_ref(float *g, const float *u, int n)
+{
+	for (int i = 0; i < n; i++)
+		g[i] = g[i] * (1.0f / (1.0f + expf(-g[i]))) * u[i];
+}
+
+int dps_argmax_ref(const float *x, int n)
+{
+	int best = 0;
+
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
+}
+
+void dps_attention_ref(float *out, const float *q, const float *k, const float *v, int n_pos,
+		       int head_dim, size_t kv_stride, float *scratch)
+{
+	const float scale = 1.0f / sqrtf((float)head_dim);
+
+	for (int t = 0; t < n_pos; t++) {
+		const float *kt = k + (size_t)t * kv_stride;
+		float s = 0.0f;
+
+		for (int i = 0; i < head_dim; i++)
+			s += q[i] * kt[i];
+		scratch[t] = s * scale;
+	}
+	dps_softmax_ref(scratch, n_pos);
+	for (int i = 0; i < head_dim; i++)
+		out[i] = 0.0f;
+	for (int t = 0; t < n_pos; t++) {
+		const float *vt = v + (size_t)t * kv_stride;
+
+		for (int i = 0; i < head_dim; i++)
+			out[i] += scratch[t] * vt[i];
+	}
+}
