@@ -216,6 +216,46 @@ fi
 
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 
+# ---- dpshard convert and generate: stories260K against the golden outputs ------------------
+
+shared=${DPSHARD_SRCDIR:-.}/../shared
+if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/stories260K" ]; then
+	desc="convert llama2c stories260K"
+	run convert llama2c "$shared/models/stories260K/stories260K.bin" \
+		"$shared/models/stories260K/tok512.bin" "$tmp/st260"
+	expect_rc 0
+	desc="generate, empty prompt, 256 steps"
+	run generate --model "$tmp/st260"
+	expect_rc 0
+	cmp -s "$tmp/out" "$shared/golden/stories260K/empty_prompt_n256.stdout.txt" ||
+		{ fail "$desc: output differs from the golden text"; show "$tmp/out"; }
+	desc="generate -n 64 \"Once upon a time\""
+	run generate --model "$tmp/st260" -n 64 "Once upon a time"
+	expect_rc 0
+	cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
+		{ fail "$desc: output differs from the golden text"; show "$tmp/out"; }
+	desc="generate --ids"
+	run generate --model "$tmp/st260" -n 64 --ids "Once upon a time"
+	expect_rc 0
+	want=$(sed -n 's/^all_ids[^:]*: //p' "$shared/golden/stories260K/once_upon_a_time.ids.txt" |
+		cut -d' ' -f2-)
+	[ "$(cat "$tmp/out")" = "$want" ] || fail "$desc: ids differ from the golden ids"
+	desc="generate with a seed is reproducible"
+	run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
+	cp "$tmp/out" "$tmp/sampled1"
+	run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
+	cmp -s "$tmp/out" "$tmp/sampled1" || fail "$desc: two runs with --seed 5 differ"
+	desc="generate without --model"
+	run generate "hello"
+	expect_rc 2
+	desc="generate with a missing model"
+	run generate --model "$tmp/nothing-here"
+	expect_rc 1
+	grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name config.json"
+else
+	echo "note: ../shared/models/stories260K not found, convert/generate checks skipped"
+fi
+
 shm_list >"$tmp/shm.after"
 comm -13 "$tmp/shm.before" "$tmp/shm.after" >"$tmp/shm.new"
 if [ -s "$tmp/shm.new" ]; then

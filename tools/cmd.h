@@ -9,5 +9,7 @@
 int dps_cmd_groups(int argc, char **argv);
 int dps_cmd_bench(int argc, char **argv);
 int dps_bench_coll(int argc, char **argv);
+int dps_cmd_convert(int argc, char **argv);
+int dps_cmd_generate(int argc, char **argv);
 
 #endif

@@ -125,13 +125,24 @@ int dps_flags_parse(const struct dps_flag *flags, int argc, char **argv, const c
 			return 1;
 		}
 		if (a[1] != '-') {
-			fprintf(stderr, "dpshard %s: unknown option '%s' (try --help)\n", cmd, a);
-			return -1;
+			f = NULL;
+			if (a[2] == '\0')
+				for (const struct dps_flag *g = flags; g->type != DPS_FLAG_END; g++)
+					if (g->short_name && g->short_name == a[1])
+						f = g;
+			if (!f) {
+				fprintf(stderr, "dpshard %s: unknown option '%s' (try --help)\n", cmd, a);
+				return -1;
+			}
+			name = f->name;
+			eq = NULL;
+			len = strlen(name);
+		} else {
+			name = a + 2;
+			eq = strchr(name, '=');
+			len = eq ? (size_t)(eq - name) : strlen(name);
+			f = flag_find(flags, name, len);
 		}
-		name = a + 2;
-		eq = strchr(name, '=');
-		len = eq ? (size_t)(eq - name) : strlen(name);
-		f = flag_find(flags, name, len);
 		if (!f) {
 			fprintf(stderr, "dpshard %s: unknown option '--%.*s' (try --help)\n", cmd,
 				(int)len, name);
@@ -191,7 +202,10 @@ void dps_flags_usage(FILE *out, const char *cmd, const char *synopsis,
 	for (f = flags; f->type != DPS_FLAG_END; f++) {
 		char left[64], def[128];
 
-		if (f->metavar)
+		if (f->metavar && f->short_name)
+			snprintf(left, sizeof(left), "-%c, --%s %s", f->short_name, f->name,
+				 f->metavar);
+		else if (f->metavar)
 			snprintf(left, sizeof(left), "--%s %s", f->name, f->metavar);
 		else
 			snprintf(left, sizeof(left), "--%s", f->name);

@@ -26,9 +26,10 @@ struct dps_flag {
 	const char *metavar; /* e.g. "N"; NULL for booleans */
 	const char *help;    /* one line; the default is printed from *ptr */
 	long lo, hi;         /* DPS_FLAG_INT range; both 0 means any non-negative int */
+	char short_name;     /* optional one-letter form, "-n VALUE" */
 };
 
-#define DPS_FLAGS_END { NULL, DPS_FLAG_END, NULL, NULL, NULL, 0, 0 }
+#define DPS_FLAGS_END { NULL, DPS_FLAG_END, NULL, NULL, NULL, 0, 0, 0 }
 
 struct dps_par_cfg;
 /*

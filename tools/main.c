@@ -14,6 +14,8 @@ static const struct {
 } commands[] = {
 	{ "groups", dps_cmd_groups, "print the rank grid and every process group of a TP x DP layout" },
 	{ "bench", dps_cmd_bench, "benchmarks: `dpshard bench coll` measures the collectives" },
+	{ "convert", dps_cmd_convert, "import a llama2.c checkpoint and tokenizer" },
+	{ "generate", dps_cmd_generate, "generate text with a model in one process (reference decoder)" },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/sample.c - token sampling (see sample.h). Runs once per generated token on the
+ * vocabulary's logits; the sort for top-k/top-p only covers the tokens that can be chosen.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/kernels.h"
+#include "kernels/sample.h"
+
+void dps_rng_seed(struct dps_rng *r, uint64_t seed)
+{
+	r->s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+	if (!r->s)
+		r->s = 1;
+}
+
+float dps_rng_uniform(struct dps_rng *r)
+{
+	/* xorshift64*, top 24 bits */
+	r->s ^= r->s >> 12;
+	r->s ^= r->s << 25;
+	r->s ^= r->s >> 27;
+	return (float)((r->s * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f;
+}
+
+static const float *sort_vals;
+
+static int cmp_desc(const void *a, const void *b)
+{
+	const float x = sort_vals[*(const int *)a], y = sort_vals[*(const int *)b];
+
+	if (x != y)
+		return x > y ? -1 : 1;
+	return *(const int *)a - *(const int *)b; /* lower id first among equals */
+}
+
+int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r, int *scratch)
+{
+	int k, i;
+	float u, cum, mass;
+
+	if (p->temperature <= 0.0f)
+		return dps_argmax_ref(logits, n);
+	for (i = 0; i < n; i++)
+		logits[i] /= p->temperature;
+	dps_softmax_ref(logits, n);
+	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	if (k == n && p->top_p >= 1.0f) {
+		/* Plain sampling over the whole distribution. */
+		u = dps_rng_uniform(r);
+		cum = 0.0f;
+		for (i = 0; i < n; i++) {
+			cum += logits[i];
+			if (u < cum)
+				return i;
+		}
+		return n - 1;
+	}
+	for (i = 0; i < n; i++)
+		scratch[i] = i;
+	sort_vals = logits;
+	qsort(scratch, (size_t)n, sizeof(int), cmp_desc);
+	/* Keep the top k, then the smallest prefix whose mass reaches top_p. */
+	mass = 0.0f;
+	for (i = 0; i < k; i++) {
+		mass += logits[scratch[i]];
+		if (mass >= p->top_p) {
+			k = i + 1;
+			break;
+		}
+	}
+	u = dps_rng_uniform(r) * mass;
+	cum = 0.0f;
+	for (i = 0; i < k; i++) {
+		cum += logits[scratch[i]];
+		if (u < cum)
+			return scratch[i];
+	}
+	return scratch[k - 1];
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/sample.h - choosing the next token from logits: greedy (lowest id among equal
+ * maxima), or temperature with optional top-k and top-p, driven by a per-request seeded
+ * generator so that a sampled run is reproducible.
+ */
+#ifndef DPS_KERNELS_SAMPLE_H
+#define DPS_KERNELS_SAMPLE_H
+
+#include <stdint.h>
+
+struct dps_sampling {
+	float temperature; /* 0 = greedy */
+	int top_k;         /* 0 = all */
+	float top_p;       /* 1 = all */
+	uint64_t seed;
+};
+
+struct dps_rng {
+	uint64_t s;
+};
+
+void dps_rng_seed(struct dps_rng *r, uint64_t seed);
+/* Uniform in [0, 1). */
+float dps_rng_uniform(struct dps_rng *r);
+
+/*
+ * Picks a token from logits (n values; modified: scaled and softmaxed in place when
+ * sampling). scratch holds n ints. Returns the token id.
+ */
+int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r,
+	       int *scratch);
+
+#endif

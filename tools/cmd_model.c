@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/cmd_model.c - `dpshard convert` and `dpshard generate` (one process, the reference
+ * decoder; the sharded engine takes over generate in later work).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/convert.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "kernels/sample.h"
+#include "tools/cmd.h"
+#include "tools/flags.h"
+
+int dps_cmd_convert(int argc, char **argv)
+{
+	const char *dtype = "f32";
+	char *pos[4], err[512];
+	enum dps_st_dtype dt;
+	int npos, rc;
+	const struct dps_flag flags[] = {
+		{ "dtype", DPS_FLAG_STR, &dtype, "T", "tensor type written: f32, bf16 or f16" },
+		DPS_FLAGS_END
+	};
+
+	rc = dps_flags_parse(flags, argc, argv, "convert",
+			     "llama2c MODEL.bin TOKENIZER.bin OUTDIR [--dtype f32|bf16|f16]", pos, 4,
+			     &npos);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (npos != 4 || strcmp(pos[0], "llama2c")) {
+		fprintf(stderr, "dpshard convert: expected `llama2c MODEL.bin TOKENIZER.bin OUTDIR` "
+				"(llama2.c is the only foreign format so far)\n");
+		return 2;
+	}
+	if (!strcmp(dtype, "f32"))
+		dt = DPS_ST_F32;
+	else if (!strcmp(dtype, "bf16"))
+		dt = DPS_ST_BF16;
+	else if (!strcmp(dtype, "f16"))
+		dt = DPS_ST_F16;
+	else {
+		fprintf(stderr, "dpshard convert: --dtype %s is not one of f32, bf16, f16\n", dtype);
+		return 2;
+	}
+	rc = dps_convert_llama2c(pos[1], pos[2], pos[3], dt, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard convert: %s\n", err);
+		return 1;
+	}
+	printf("wrote %s (config.json, model.safetensors, tokenizer.bin)\n", pos[3]);
+	return 0;
+}
+
+/* Parses "1 403 407" or "1,403,407" into ids. Returns the count or -1. */
+static int parse_ids(const char *s, int *ids, int cap, int vocab)
+{
+	int n = 0;
+
+	while (*s) {
+		char *end;
+		long v;
+
+		while (*s == ' ' || *s == ',')
+			s++;
+		if (!*s)
+			break;
+		v = strtol(s, &end, 10);
+		if (end == s || v < 0 || v >= vocab || n >= cap)
+			return -1;
+		ids[n++] = (int)v;
+		s = end;
+	}
+	return n;
+}
+
+int dps_cmd_generate(int argc, char **argv)
+{
+	struct dps_sampling sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0 };
+	const char *model_dir = NULL;
+	double temperature = 0.0, top_p = 1.0;
+	int steps = 256, ids_out = 0, prompt_ids = 0, top_k = 0, seed = 0, npos, rc;
+	struct dps_tokenizer tok = { 0 };
+	struct dps_model m;
+	struct dps_rng rng;
+	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
+	char *pos[1], err[512], path[4200];
+	const struct dps_flag flags[] = {
+		{ "model", DPS_FLAG_STR, &model_dir, "DIR", "checkpoint directory (config.json + *.safetensors)" },
+		{ "steps", DPS_FLAG_INT, &steps, "N",
+		  "forward steps, counting the prompt's positions (as llama2.c's -n)", 1, 1 << 24, 'n' },
+		{ "temperature", DPS_FLAG_DOUBLE, &temperature, "T", "0 = greedy (ties to the lowest id)" },
+		{ "top-k", DPS_FLAG_INT, &top_k, "K", "sample from the K most likely tokens (0 = all)" },
+		{ "top-p", DPS_FLAG_DOUBLE, &top_p, "P", "sample from the smallest set of mass P" },
+		{ "seed", DPS_FLAG_INT, &seed, "S", "seed of the sampler (same seed, same output)" },
+		{ "ids", DPS_FLAG_BOOL, &ids_out, NULL, "print token ids instead of text" },
+		{ "prompt-ids", DPS_FLAG_BOOL, &prompt_ids, NULL,
+		  "the prompt is a list of token ids (for models without a tokenizer)" },
+		DPS_FLAGS_END
+	};
+
+	rc = dps_flags_parse(flags, argc, argv, "generate", "--model DIR [-n N] [OPTIONS] [PROMPT]",
+			     pos, 1, &npos);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (!model_dir) {
+		fprintf(stderr, "dpshard generate: --model DIR is required (a built-in demo model "
+				"comes with `dpshard mkmodel`, not implemented yet)\n");
+		return 2;
+	}
+	if (temperature < 0 || top_p <= 0 || top_p > 1 || top_k < 0) {
+		fprintf(stderr, "dpshard generate: need --temperature >= 0, 0 < --top-p <= 1, "
+				"--top-k >= 0\n");
+		return 2;
+	}
+	sp.temperature = (float)temperature;
+	sp.top_k = top_k;
+	sp.top_p = (float)top_p;
+	dps_rng_seed(&rng, (uint64_t)seed);
+	rc = dps_model_load(&m, model_dir, 0, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
+	have_tok = dps_tokenizer_load(&tok, path, m.cfg.vocab_size, err, sizeof(err)) == 0;
+	if (steps > m.max_pos)
+		steps = m.max_pos;
+	prompt = calloc((size_t)steps + 8 + (npos ? strlen(pos[0]) * 2 : 0), sizeof(int));
+	scratch = calloc((size_t)m.cfg.vocab_size, sizeof(int));
+	if (!prompt || !scratch) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (prompt_ids || !have_tok) {
+		if (!prompt_ids && npos) {
+			fprintf(stderr, "dpshard generate: %s has no tokenizer.bin; give the prompt as "
+					"token ids with --prompt-ids\n", model_dir);
+			rc = -EINVAL;
+			goto out;
+		}
+		prompt[0] = m.cfg.bos_token_id;
+		n_prompt = 1;
+		if (npos) {
+			int k = parse_ids(pos[0], prompt + 1, steps + 7, m.cfg.vocab_size);
+
+			if (k < 0) {
+				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of "
+						"ids below %d\n", pos[0], m.cfg.vocab_size);
+				rc = -EINVAL;
+				goto out;
+			}
+			n_prompt += k;
+		}
+	} else {
+		const char *text = npos ? pos[0] : "";
+		size_t k;
+
+		rc = dps_tokenizer_encode(&tok, text, strlen(text), 1, prompt,
+					  (size_t)steps + 8 + strlen(text) * 2, &k);
+		if (rc)
+			goto out;
+		n_prompt = (int)k;
+	}
+	{
+		int token = prompt[0];
+
+		for (int p = 0; p < steps; p++) {
+			float *lg = (float *)dps_model_forward_ref(&m, token, p);
+			int next = p + 1 < n_prompt ? prompt[p + 1]
+						    : dps_sample(lg, m.cfg.vocab_size, &sp, &rng, scratch);
+
+			if (next == m.cfg.bos_token_id && p + 1 >= n_prompt)
+				break;
+			if (ids_out || !have_tok) {
+				printf("%s%d", p ? " " : "", next);
+			} else {
+				char buf[8];
+				size_t l;
+				const char *piece = dps_tokenizer_decode(&tok, token, next, buf, &l);
+
+				fwrite(piece, 1, l, stdout);
+			}
+			fflush(stdout);
+			token = next;
+		}
+		printf("\n");
+	}
+	rc = 0;
+out:
+	free(prompt);
+	free(scratch);
+	dps_tokenizer_free(&tok);
+	dps_model_free(&m);
+	return rc ? 1 : 0;
+}
