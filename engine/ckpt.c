@@ -470,22 +470,41 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 		for (size_t i = hlen; i < padded; i++)
 			fputc(' ', f);
 	}
-	/* Data in the order of the offsets assigned above (input order). */
-	for (int i = 0; i < n; i++) {
-		uint64_t numel = 1;
+	/* Data in the order of the offsets assigned above (input order), in chunks. */
+	{
+		enum { CHUNK = 1 << 16 };
+		float *fbuf = malloc(CHUNK * sizeof(float));
+		uint16_t *hbuf = malloc(CHUNK * sizeof(uint16_t));
 
-		for (int k = 0; k < t[i].ndim; k++)
-			numel *= t[i].shape[k];
-		for (uint64_t j = 0; j < numel; j++) {
-			if (t[i].dtype == DPS_ST_F32) {
-				fwrite(&t[i].data[j], 4, 1, f);
-			} else {
-				const uint16_t h = t[i].dtype == DPS_ST_BF16 ? to_bf16(t[i].data[j])
-									     : dps_f32_to_f16(t[i].data[j]);
+		if (!fbuf || !hbuf) {
+			free(fbuf);
+			free(hbuf);
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (int i = 0; i < n && !rc; i++) {
+			uint64_t numel = 1;
 
-				fwrite(&h, 2, 1, f);
+			for (int k = 0; k < t[i].ndim; k++)
+				numel *= t[i].shape[k];
+			for (uint64_t j = 0; j < numel; j += CHUNK) {
+				const uint64_t m = numel - j < CHUNK ? numel - j : CHUNK;
+				const float *src = t[i].data ? t[i].data + j : fbuf;
+
+				if (!t[i].data)
+					t[i].gen(fbuf, j, m, t[i].gen_arg);
+				if (t[i].dtype == DPS_ST_F32) {
+					fwrite(src, 4, m, f);
+					continue;
+				}
+				for (uint64_t q = 0; q < m; q++)
+					hbuf[q] = t[i].dtype == DPS_ST_BF16 ? to_bf16(src[q])
+									    : dps_f32_to_f16(src[q]);
+				fwrite(hbuf, 2, m, f);
 			}
 		}
+		free(fbuf);
+		free(hbuf);
 	}
 	if (ferror(f))
 		rc = -EIO;

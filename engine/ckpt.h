@@ -60,7 +60,10 @@ struct dps_st_writer_tensor {
 	enum dps_st_dtype dtype;
 	int ndim;
 	uint64_t shape[DPS_ST_MAX_DIMS];
-	const float *data; /* numel F32 values, converted to dtype when written */
+	const float *data; /* numel F32 values, converted to dtype when written, or NULL: */
+	/* then gen fills dst with elements [start, start + count) of the tensor, in chunks */
+	void (*gen)(float *dst, uint64_t start, uint64_t count, void *arg);
+	void *gen_arg;
 };
 
 /*

@@ -11,5 +11,6 @@ int dps_cmd_bench(int argc, char **argv);
 int dps_bench_coll(int argc, char **argv);
 int dps_cmd_convert(int argc, char **argv);
 int dps_cmd_generate(int argc, char **argv);
+int dps_cmd_mkmodel(int argc, char **argv);
 
 #endif
