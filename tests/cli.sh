@@ -245,9 +245,15 @@ if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/s
 	cp "$tmp/out" "$tmp/sampled1"
 	run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
 	cmp -s "$tmp/out" "$tmp/sampled1" || fail "$desc: two runs with --seed 5 differ"
-	desc="generate without --model"
-	run generate "hello"
-	expect_rc 2
+	desc="generate without --model uses the demo model"
+	XDG_CACHE_HOME=$tmp/cache
+	export XDG_CACHE_HOME
+	run generate -n 8 --prompt-ids "1 5"
+	unset XDG_CACHE_HOME
+	expect_rc 0
+	[ "$(wc -w <"$tmp/out")" -eq 8 ] || fail "$desc: expected 8 ids"
+	[ -r "$tmp/cache/dpshard/demo-tiny-seed0/config.json" ] ||
+		fail "$desc: the demo model was not written to \$XDG_CACHE_HOME/dpshard"
 	desc="generate with a missing model"
 	run generate --model "$tmp/nothing-here"
 	expect_rc 1

@@ -80,6 +80,38 @@ static int parse_ids(const char *s, int *ids, int cap, int vocab)
 	return n;
 }
 
+/*
+ * The demo model: the "tiny" preset with seed 0 (random weights, no tokenizer), written on
+ * first use to $XDG_CACHE_HOME/dpshard (or ~/.cache/dpshard), so a generation runs on a fresh
+ * machine with nothing downloaded.
+ */
+static int demo_model(char *dir, size_t len)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	char base[3900], cfg[4200], err[512];
+	int rc;
+
+	if (xdg && *xdg)
+		snprintf(base, sizeof(base), "%s", xdg);
+	else
+		snprintf(base, sizeof(base), "%s/.cache", home && *home ? home : "/tmp");
+	snprintf(dir, len, "%s/dpshard/demo-tiny-seed0", base);
+	snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
+	if (access(cfg, R_OK) == 0)
+		return 0;
+	snprintf(cfg, sizeof(cfg), "%s/dpshard", base);
+	if ((mkdir(base, 0755) && errno != EEXIST) || (mkdir(cfg, 0755) && errno != EEXIST)) {
+		fprintf(stderr, "dpshard generate: cannot create %s: %s\n", cfg, strerror(errno));
+		return -errno;
+	}
+	fprintf(stderr, "dpshard generate: no --model given; writing the demo model (random "
+			"weights, prompts as token ids) to %s\n", dir);
+	rc = dps_mkmodel(&dps_mkmodel_preset("tiny")->cfg, 0, DPS_ST_F32, dir, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "dpshard generate: %s\n", err);
+	return rc;
+}
+
 int dps_cmd_generate(int argc, char **argv)
 {
 	struct dps_sampling sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0 };
@@ -90,9 +122,10 @@ int dps_cmd_generate(int argc, char **argv)
 	struct dps_model m;
 	struct dps_rng rng;
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
-	char *pos[1], err[512], path[4200];
+	char *pos[1], err[512], path[4200], demo[4096];
 	const struct dps_flag flags[] = {
-		{ "model", DPS_FLAG_STR, &model_dir, "DIR", "checkpoint directory (config.json + *.safetensors)" },
+		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
+		  "checkpoint directory (config.json + *.safetensors); default: the demo model" },
 		{ "steps", DPS_FLAG_INT, &steps, "N",
 		  "forward steps, counting the prompt's positions (as llama2.c's -n)", 1, 1 << 24, 'n' },
 		{ "temperature", DPS_FLAG_DOUBLE, &temperature, "T", "0 = greedy (ties to the lowest id)" },
@@ -105,14 +138,15 @@ int dps_cmd_generate(int argc, char **argv)
 		DPS_FLAGS_END
 	};
 
-	rc = dps_flags_parse(flags, argc, argv, "generate", "--model DIR [-n N] [OPTIONS] [PROMPT]",
+	rc = dps_flags_parse(flags, argc, argv, "generate", "[--model DIR] [-n N] [OPTIONS] [PROMPT]",
 			     pos, 1, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	if (!model_dir) {
-		fprintf(stderr, "dpshard generate: --model DIR is required (a built-in demo model "
-				"comes with `dpshard mkmodel`, not implemented yet)\n");
-		return 2;
+		rc = demo_model(demo, sizeof(demo));
+		if (rc)
+			return 1;
+		model_dir = demo;
 	}
 	if (temperature < 0 || top_p <= 0 || top_p > 1 || top_k < 0) {
 		fprintf(stderr, "dpshard generate: need --temperature >= 0, 0 < --top-p <= 1, "
