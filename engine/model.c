@@ -7,6 +7,7 @@
 #include "common/dps.h"
 #include "engine/ckpt.h"
 #include "engine/model.h"
+#include "kernels/gemm.h"
 #include "kernels/kernels.h"
 
 static int load(struct dps_ckpt *ck, struct dps_model *m, float **dst, const char *name, int ndim,
@@ -131,7 +132,8 @@ void dps_model_free(struct dps_model *m)
 	memset(m, 0, sizeof(*m));
 }
 
-const float *dps_model_forward_ref(struct dps_model *m, int token, int pos)
+static const float *forward(struct dps_model *m, int token, int pos,
+			    void (*mv)(float *, const float *, const float *, int, int))
 {
 	const struct dps_model_config *c = &m->cfg;
 	const int dim = c->hidden_size, hd = c->head_dim, heads = c->num_attention_heads;
@@ -147,9 +149,9 @@ const float *dps_model_forward_ref(struct dps_model *m, int token, int pos)
 
 		/* Attention: norm, projections, rotary, the cache, scores over 0..pos. */
 		dps_rmsnorm_ref(m->xb, m->x, w->attn_norm, dim, eps);
-		dps_matvec_ref(m->q, m->xb, w->wq, qd, dim);
-		dps_matvec_ref(kc + (size_t)pos * kv, m->xb, w->wk, kv, dim);
-		dps_matvec_ref(vc + (size_t)pos * kv, m->xb, w->wv, kv, dim);
+		mv(m->q, m->xb, w->wq, qd, dim);
+		mv(kc + (size_t)pos * kv, m->xb, w->wk, kv, dim);
+		mv(vc + (size_t)pos * kv, m->xb, w->wv, kv, dim);
 		dps_rope_ref(m->q, heads, hd, pos, theta);
 		dps_rope_ref(kc + (size_t)pos * kv, kvh, hd, pos, theta);
 		for (int h = 0; h < heads; h++) {
@@ -159,19 +161,41 @@ const float *dps_model_forward_ref(struct dps_model *m, int token, int pos)
 					  kc + (size_t)g * hd, vc + (size_t)g * hd, pos + 1, hd,
 					  (size_t)kv, m->scores);
 		}
-		dps_matvec_ref(m->xb2, m->att_out, w->wo, dim, qd);
+		mv(m->xb2, m->att_out, w->wo, dim, qd);
 		for (int i = 0; i < dim; i++)
 			m->x[i] += m->xb2[i];
 		/* MLP: norm, gate and up, SwiGLU, down. */
 		dps_rmsnorm_ref(m->xb, m->x, w->ffn_norm, dim, eps);
-		dps_matvec_ref(m->hb, m->xb, w->w_gate, c->intermediate_size, dim);
-		dps_matvec_ref(m->hb2, m->xb, w->w_up, c->intermediate_size, dim);
+		mv(m->hb, m->xb, w->w_gate, c->intermediate_size, dim);
+		mv(m->hb2, m->xb, w->w_up, c->intermediate_size, dim);
 		dps_swiglu_ref(m->hb, m->hb2, c->intermediate_size);
-		dps_matvec_ref(m->xb2, m->hb, w->w_down, dim, c->intermediate_size);
+		mv(m->xb2, m->hb, w->w_down, dim, c->intermediate_size);
 		for (int i = 0; i < dim; i++)
 			m->x[i] += m->xb2[i];
 	}
 	dps_rmsnorm_ref(m->x, m->x, m->final_norm, dim, eps);
-	dps_matvec_ref(m->logits, m->x, m->lm_head, c->vocab_size, dim);
+	mv(m->logits, m->x, m->lm_head, c->vocab_size, dim);
 	return m->logits;
+}
+
+/* The reference kernels' matrix-vector product, shaped like mv_blis. */
+static void mv_ref(float *out, const float *x, const float *W, int rows, int cols)
+{
+	dps_matvec_ref(out, x, W, rows, cols);
+}
+
+/* One row through BLIS (kernels chosen for the CPU by dps_gemm_setup). */
+static void mv_blis(float *out, const float *x, const float *W, int rows, int cols)
+{
+	dps_linear_f32(out, x, W, 1, rows, cols);
+}
+
+const float *dps_model_forward_ref(struct dps_model *m, int token, int pos)
+{
+	return forward(m, token, pos, mv_ref);
+}
+
+const float *dps_model_forward(struct dps_model *m, int token, int pos)
+{
+	return forward(m, token, pos, mv_blis);
 }

@@ -48,4 +48,7 @@ void dps_model_free(struct dps_model *m);
  */
 const float *dps_model_forward_ref(struct dps_model *m, int token, int pos);
 
+/* The same through the BLIS-backed products (kernels/gemm.h); logits within rounding. */
+const float *dps_model_forward(struct dps_model *m, int token, int pos);
+
 #endif

@@ -14,6 +14,7 @@
 #include "engine/mkmodel.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "kernels/gemm.h"
 #include "kernels/sample.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
@@ -122,6 +123,9 @@ int dps_cmd_generate(int argc, char **argv)
 	struct dps_model m;
 	struct dps_rng rng;
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
+	const char *blis_arch = "auto";
+	int threads = 1, reference = 0, verbose = 0;
+	uint64_t t0;
 	char *pos[1], err[512], path[4200], demo[4096];
 	const struct dps_flag flags[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
@@ -135,6 +139,12 @@ int dps_cmd_generate(int argc, char **argv)
 		{ "ids", DPS_FLAG_BOOL, &ids_out, NULL, "print token ids instead of text" },
 		{ "prompt-ids", DPS_FLAG_BOOL, &prompt_ids, NULL,
 		  "the prompt is a list of token ids (for models without a tokenizer)" },
+		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
+		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL (skx:zen3)" },
+		{ "threads", DPS_FLAG_INT, &threads, "N", "BLIS threads", 1, 1024 },
+		{ "reference", DPS_FLAG_BOOL, &reference, NULL,
+		  "use the plain-C reference kernels instead of BLIS" },
+		{ "verbose", DPS_FLAG_BOOL, &verbose, NULL, "print the kernels chosen and the speed" },
 		DPS_FLAGS_END
 	};
 
@@ -152,6 +162,15 @@ int dps_cmd_generate(int argc, char **argv)
 		fprintf(stderr, "dpshard generate: need --temperature >= 0, 0 < --top-p <= 1, "
 				"--top-k >= 0\n");
 		return 2;
+	}
+	if (!reference) {
+		rc = dps_gemm_setup(blis_arch, threads, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "dpshard generate: %s\n", err);
+			return 2;
+		}
+		if (verbose)
+			fprintf(stderr, "dpshard generate: %s\n", dps_gemm_describe());
 	}
 	sp.temperature = (float)temperature;
 	sp.top_k = top_k;
@@ -203,10 +222,12 @@ int dps_cmd_generate(int argc, char **argv)
 		n_prompt = (int)k;
 	}
 	{
-		int token = prompt[0];
+		int token = prompt[0], p;
 
-		for (int p = 0; p < steps; p++) {
-			float *lg = (float *)dps_model_forward_ref(&m, token, p);
+		t0 = dps_now_ns();
+		for (p = 0; p < steps; p++) {
+			float *lg = (float *)(reference ? dps_model_forward_ref(&m, token, p)
+							: dps_model_forward(&m, token, p));
 			int next = p + 1 < n_prompt ? prompt[p + 1]
 						    : dps_sample(lg, m.cfg.vocab_size, &sp, &rng, scratch);
 
@@ -225,6 +246,10 @@ int dps_cmd_generate(int argc, char **argv)
 			token = next;
 		}
 		printf("\n");
+		if (verbose)
+			fprintf(stderr, "dpshard generate: %d steps in %.3f s, %.1f tokens/s, %.1f MB of "
+					"weights\n", p, (double)(dps_now_ns() - t0) / 1e9,
+				p / ((double)(dps_now_ns() - t0) / 1e9), (double)m.weight_bytes / 1e6);
 	}
 	rc = 0;
 out:

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gemm.c - BLIS kernel selection and the linear product (see gemm.h). Called for
+ * every projection of every layer; the selection runs once.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <blis.h>
+
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+
+/* Below this m the skinny-matrix kernels of zen3/haswell beat skx's packed 32x12 kernel
+ * (measured single-thread on Zen 5 with k = 768: the two meet at m = 40..56). */
+#define SMALL_M_MAX 47
+
+static struct {
+	int ready;
+	int threads;
+	int small_m_max;
+	cntx_t *big, *small;
+	char desc[256];
+} g;
+
+struct arch_name {
+	const char *name;
+	arch_t id;
+};
+
+static const struct arch_name archs[] = {
+	{ "skx", BLIS_ARCH_SKX },
+	{ "zen3", BLIS_ARCH_ZEN3 },
+	{ "haswell", BLIS_ARCH_HASWELL },
+	{ "generic", BLIS_ARCH_GENERIC },
+};
+
+static int arch_lookup(const char *name, size_t len, arch_t *id)
+{
+	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		if (strlen(archs[i].name) == len && !strncmp(archs[i].name, name, len)) {
+			*id = archs[i].id;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* Whether this CPU can execute a kernel set (BLIS does not check when told which to use). */
+static int cpu_runs(arch_t id)
+{
+	__builtin_cpu_init();
+	switch (id) {
+	case BLIS_ARCH_SKX:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+		       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+	case BLIS_ARCH_ZEN3:
+	case BLIS_ARCH_HASWELL:
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	case BLIS_ARCH_GENERIC:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* The context of a kernel set built into the (static) BLIS, or NULL. */
+static cntx_t *context_of(arch_t id)
+{
+	/* lookup_id is NULL for sets that are not built in; nat_cntx would crash on those. */
+	return bli_gks_lookup_id(id) ? bli_gks_lookup_nat_cntx(id) : NULL;
+}
+
+int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
+{
+	arch_t big, small;
+	const char *colon;
+	char num[16];
+
+	if (!spec || !strcmp(spec, "auto")) {
+		big = cpu_runs(BLIS_ARCH_SKX) ? BLIS_ARCH_SKX
+		    : cpu_runs(BLIS_ARCH_ZEN3) ? BLIS_ARCH_ZEN3 : BLIS_ARCH_GENERIC;
+		__builtin_cpu_init();
+		small = big == BLIS_ARCH_SKX
+				? (__builtin_cpu_is("amd") ? BLIS_ARCH_ZEN3 : BLIS_ARCH_HASWELL)
+				: big;
+	} else {
+		colon = strchr(spec, ':');
+		if (arch_lookup(spec, colon ? (size_t)(colon - spec) : strlen(spec), &big) ||
+		    (colon && arch_lookup(colon + 1, strlen(colon + 1), &small))) {
+			snprintf(msg, msglen, "--blis-arch %s: expected auto, skx, zen3, haswell, "
+				 "generic, or BIG:SMALL such as skx:zen3", spec);
+			return -EINVAL;
+		}
+		if (!colon)
+			small = big;
+	}
+	if (!cpu_runs(big) || !cpu_runs(small)) {
+		snprintf(msg, msglen, "--blis-arch %s: this CPU cannot run the '%s' kernels", spec,
+			 bli_arch_string(cpu_runs(big) ? small : big));
+		return -EINVAL;
+	}
+	/* BLIS reads its own choice once, at initialisation, and only as a number. */
+	snprintf(num, sizeof(num), "%d", (int)big);
+	setenv("BLIS_ARCH_TYPE", num, 1);
+	bli_init();
+	g.big = context_of(big);
+	g.small = context_of(small);
+	if (!g.big || !g.small) {
+		snprintf(msg, msglen, "--blis-arch %s: the '%s' kernels are not built into this BLIS",
+			 spec ? spec : "auto", bli_arch_string(g.big ? small : big));
+		return -EINVAL;
+	}
+	g.threads = threads > 0 ? threads : 1;
+	g.small_m_max = small != big ? SMALL_M_MAX : 0;
+	if (small != big)
+		snprintf(g.desc, sizeof(g.desc), "BLIS %s: '%s' kernels, '%s' for m <= %d, %d thread(s)",
+			 bli_info_get_version_str(), bli_arch_string(big), bli_arch_string(small),
+			 g.small_m_max, g.threads);
+	else
+		snprintf(g.desc, sizeof(g.desc), "BLIS %s: '%s' kernels, %d thread(s)",
+			 bli_info_get_version_str(), bli_arch_string(big), g.threads);
+	g.ready = 1;
+	snprintf(msg, msglen, "%s", g.desc);
+	return 0;
+}
+
+const char *dps_gemm_describe(void)
+{
+	return g.ready ? g.desc : "not set up";
+}
+
+/*
+ * Assumptions: x is m x k row-major (row stride k), W is n x k row-major and is read as W^T
+ * (BLIS transposes it), out is m x n row-major. No alignment needed.
+ */
+void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
+{
+	rntm_t rntm = BLIS_RNTM_INITIALIZER;
+	float one = 1.0f, zero = 0.0f;
+
+	if (!g.ready) {
+		char msg[256];
+
+		dps_gemm_setup("auto", 1, msg, sizeof(msg));
+	}
+	bli_rntm_set_num_threads(g.threads, &rntm);
+	bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, m, n, k, &one, (float *)x, k, 1, (float *)W, k,
+		     1, &zero, out, n, 1, m <= g.small_m_max ? g.small : g.big, &rntm);
+}
+
+void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k)
+{
+	for (int i = 0; i < m; i++)
+		dps_matvec_ref(out + (size_t)i * (size_t)n, x + (size_t)i * (size_t)k, W, n, k);
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gemm.h - the linear layers' matrix products, through BLIS with kernels chosen for
+ * this CPU.
+ *
+ * Debian's BLIS 0.9.0 does not recognise Zen 5 and would run its generic kernels (about 30
+ * GFLOP/s single-core sgemm). dps_gemm_setup picks a kernel set the CPU can run: "skx" (AVX-512,
+ * the fastest packed kernels, for large m) paired with "zen3" (AMD) or "haswell" (Intel) for
+ * small m, whose skinny-matrix paths suit decode (m = 1..47); or any of those alone, or
+ * "generic". It uses the contexts of the statically linked BLIS directly (bli_gks_lookup_*),
+ * and also sets BLIS's own choice (BLIS_ARCH_TYPE, by number) before bli_init so any other
+ * BLIS call agrees.
+ *
+ * Results are within rounding of the reference but not bit-identical across kernel sets.
+ */
+#ifndef DPS_KERNELS_GEMM_H
+#define DPS_KERNELS_GEMM_H
+
+#include <stddef.h>
+
+/*
+ * Chooses the kernels, once per process, before any product. spec: "auto", a set name
+ * ("skx", "zen3", "haswell", "generic"), or "BIG:SMALL" (e.g. "skx:zen3"). threads: BLIS
+ * threads per product (>= 1). Returns 0, or -EINVAL with a message in msg when the CPU cannot
+ * run the requested set or it is not built into BLIS. On success msg describes the choice.
+ */
+int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen);
+
+/* The choice, as the message of dps_gemm_setup ("not set up" before). */
+const char *dps_gemm_describe(void);
+
+/*
+ * out (m x n) = x (m x k) . W^T, W stored (n x k) row-major as a Hugging Face Linear weight.
+ * Sets up with "auto" and one thread if dps_gemm_setup was not called.
+ */
+void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k);
+
+/* The plain-C twin. */
+void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
+
+#endif

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_gemm.c - the BLIS-backed linear product against its plain-C twin, for every
+ * kernel set this CPU can run (each test runs in its own process, as the choice is made once
+ * per process), on decode shapes (m = 1..64, both sides of the small-m switch) and prefill
+ * shapes; and the refusal of a bad --blis-arch value.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm.h"
+
+static const char *const specs[] = { "auto", "skx", "zen3", "haswell", "generic", "skx:zen3" };
+
+static float frand(unsigned *s)
+{
+	*s = *s * 1103515245u + 12345u;
+	return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+START_TEST(test_linear)
+{
+	static const int shapes[][3] = { { 1, 2048, 768 }, { 8, 100, 64 }, { 47, 96, 33 },
+					 { 48, 96, 33 }, { 64, 300, 50 }, { 200, 64, 96 },
+					 { 3, 1, 5 } };
+	char msg[256];
+	int rc = dps_gemm_setup(specs[_i], 1 + _i % 2, msg, sizeof(msg));
+
+	if (rc) {
+		/* Only a set this CPU or this BLIS lacks may be refused, with a reason. */
+		ck_assert_msg(strstr(msg, "cannot run") || strstr(msg, "not built"), "%s", msg);
+		return;
+	}
+	ck_assert_ptr_nonnull(strstr(dps_gemm_describe(), "kernels"));
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+		float *x = malloc(sizeof(float) * (size_t)m * k), *w = malloc(sizeof(float) * (size_t)n * k);
+		float *got = malloc(sizeof(float) * (size_t)m * n), *ref = malloc(sizeof(float) * (size_t)m * n);
+		unsigned seed = 42;
+
+		for (int i = 0; i < m * k; i++)
+			x[i] = frand(&seed);
+		for (int i = 0; i < n * k; i++)
+			w[i] = frand(&seed);
+		dps_linear_f32(got, x, w, m, n, k);
+		dps_linear_f32_ref(ref, x, w, m, n, k);
+		for (int i = 0; i < m * n; i++)
+			ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (float)k,
+				      "%s m=%d n=%d k=%d [%d]: %g vs %g", specs[_i], m, n, k, i,
+				      (double)got[i], (double)ref[i]);
+		free(x);
+		free(w);
+		free(got);
+		free(ref);
+	}
+}
+END_TEST
+
+START_TEST(test_bad_spec)
+{
+	char msg[256];
+
+	ck_assert_int_eq(dps_gemm_setup("sandwich", 1, msg, sizeof(msg)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "--blis-arch sandwich"));
+	ck_assert_int_eq(dps_gemm_setup("skx:nope", 1, msg, sizeof(msg)), -EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("gemm");
+	TCase *tc = tcase_create("gemm");
+	SRunner *sr;
+	int failed;
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_linear, 0, (int)(sizeof(specs) / sizeof(specs[0])));
+	tcase_add_test(tc, test_bad_spec);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
