@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_sample.c - token sampling: greedy ties to the lowest id; top-k 1 is greedy;
+ * temperature sampling follows softmax(logits / T) (frequencies over 200000 draws within a few
+ * standard deviations of the probabilities, computed independently in double precision);
+ * top-k and top-p never pick outside their set; the same seed gives the same tokens.
+ */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/sample.h"
+
+static const float base[6] = { 1.0f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f };
+
+static int draw(const struct dps_sampling *p, struct dps_rng *r)
+{
+	float l[6];
+	int scratch[6];
+
+	memcpy(l, base, sizeof(l));
+	return dps_sample(l, 6, p, r, scratch);
+}
+
+START_TEST(test_greedy)
+{
+	struct dps_sampling p = { 0.0f, 0, 1.0f, 0 };
+	struct dps_rng r;
+
+	dps_rng_seed(&r, 1);
+	ck_assert_int_eq(draw(&p, &r), 1); /* 1 and 3 tie: the lower id */
+	p.temperature = 0.8f;
+	p.top_k = 1;
+	for (int i = 0; i < 100; i++)
+		ck_assert_int_eq(draw(&p, &r), 1);
+}
+END_TEST
+
+START_TEST(test_distribution)
+{
+	const float temps[2] = { 1.0f, 0.5f };
+
+	for (int ti = 0; ti < 2; ti++) {
+		struct dps_sampling p = { temps[ti], 0, 1.0f, 0 };
+		const int n = 200000;
+		int count[6] = { 0 };
+		double prob[6], z = 0;
+		struct dps_rng r;
+
+		dps_rng_seed(&r, 99);
+		for (int i = 0; i < 6; i++)
+			z += prob[i] = exp((double)base[i] / temps[ti]);
+		for (int i = 0; i < n; i++)
+			count[draw(&p, &r)]++;
+		for (int i = 0; i < 6; i++) {
+			const double pi = prob[i] / z, sd = sqrt(n * pi * (1 - pi));
+
+			ck_assert_msg(fabs(count[i] - n * pi) < 5 * sd + 1,
+				      "T=%g token %d: %d draws, expected %.0f", (double)temps[ti], i,
+				      count[i], n * pi);
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_top_k_top_p)
+{
+	struct dps_sampling p = { 1.0f, 2, 1.0f, 0 };
+	struct dps_rng r;
+	int seen[6] = { 0 };
+
+	dps_rng_seed(&r, 5);
+	for (int i = 0; i < 20000; i++)
+		seen[draw(&p, &r)]++;
+	/* top-k 2: only the two tokens of logit 2.0, about equally often */
+	ck_assert_int_eq(seen[0] + seen[2] + seen[4] + seen[5], 0);
+	ck_assert(seen[1] > 9000 && seen[3] > 9000);
+	/* top-p: the smallest set reaching 0.5 of the mass is {1, 3} (0.33 each) */
+	memset(seen, 0, sizeof(seen));
+	p.top_k = 0;
+	p.top_p = 0.5f;
+	for (int i = 0; i < 20000; i++)
+		seen[draw(&p, &r)]++;
+	ck_assert_int_eq(seen[0] + seen[2] + seen[4] + seen[5], 0);
+	/* top-p 0.8 adds token 0 (0.12) but not 2 */
+	memset(seen, 0, sizeof(seen));
+	p.top_p = 0.8f;
+	for (int i = 0; i < 20000; i++)
+		seen[draw(&p, &r)]++;
+	ck_assert_int_gt(seen[0], 0);
+	ck_assert_int_eq(seen[2] + seen[4] + seen[5], 0);
+}
+END_TEST
+
+START_TEST(test_seeded)
+{
+	struct dps_sampling p = { 1.0f, 0, 0.9f, 0 };
+	struct dps_rng a, b, c;
+	int diff = 0;
+
+	dps_rng_seed(&a, 7);
+	dps_rng_seed(&b, 7);
+	dps_rng_seed(&c, 8);
+	for (int i = 0; i < 1000; i++) {
+		const int x = draw(&p, &a), y = draw(&p, &b), z = draw(&p, &c);
+
+		ck_assert_int_eq(x, y);
+		diff += x != z;
+	}
+	ck_assert_int_gt(diff, 0); /* another seed gives another stream */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("sample");
+	TCase *tc = tcase_create("sample");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_greedy);
+	tcase_add_test(tc, test_distribution);
+	tcase_add_test(tc, test_top_k_top_p);
+	tcase_add_test(tc, test_seeded);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
