@@ -13,22 +13,19 @@
 #include <unistd.h>
 
 #include "common/dps.h"
+#include "tests/testutil.h"
 #include "engine/ckpt.h"
 
 static char dir[64];
 
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/dps-ckpt-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	test_tmpdir_make(dir, sizeof(dir), "ckpt");
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	test_tmpdir_remove(dir);
 }
 
 static void write_config(void)
@@ -250,8 +247,6 @@ int main(void)
 {
 	Suite *s = suite_create("ckpt");
 	TCase *tc = tcase_create("ckpt");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -260,9 +255,5 @@ int main(void)
 	tcase_add_test(tc, test_bad_dirs);
 	tcase_add_test(tc, test_f16);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

@@ -10,6 +10,7 @@
 
 #include "common/dps.h"
 #include "engine/model_config.h"
+#include "tests/testutil.h"
 
 static const char *stories =
 	"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":172,"
@@ -112,16 +113,10 @@ int main(void)
 {
 	Suite *s = suite_create("config");
 	TCase *tc = tcase_create("config");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_stories);
 	tcase_add_test(tc, test_defaults_and_roundtrip);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

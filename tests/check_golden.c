@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/dps.h"
+#include "tests/testutil.h"
 #include "engine/convert.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -29,8 +30,7 @@ static void setup(void)
 {
 	char err[512], path[128];
 
-	snprintf(dir, sizeof(dir), "/tmp/dps-golden-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	test_tmpdir_make(dir, sizeof(dir), "golden");
 	ck_assert_msg(!dps_convert_llama2c(MODELS "/stories260K.bin", MODELS "/tok512.bin", dir,
 					   DPS_ST_F32, err, sizeof(err)), "%s", err);
 	ck_assert_msg(!dps_model_load(&model, dir, 0, err, sizeof(err)), "%s", err);
@@ -41,12 +41,9 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
-
 	dps_model_free(&model);
 	dps_tokenizer_free(&tok);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	test_tmpdir_remove(dir);
 }
 
 /* Reads the ids after "key:" in a golden ids file. */
@@ -213,8 +210,6 @@ int main(void)
 {
 	Suite *s = suite_create("golden");
 	TCase *tc = tcase_create("golden");
-	SRunner *sr;
-	int failed;
 
 	if (access(MODELS "/stories260K.bin", R_OK) || access(GOLDEN "/README.md", R_OK)) {
 		printf("skipped: ../shared/models/stories260K and ../shared/golden are not beside "
@@ -227,9 +222,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_logits_once_upon_a_time, 0, 2);
 	tcase_add_test(tc, test_text_empty_prompt);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/dps.h"
+#include "tests/testutil.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
 #include "kernels/kernels.h"
@@ -18,16 +19,12 @@ static char dir[64];
 
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/dps-mk-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	test_tmpdir_make(dir, sizeof(dir), "mk");
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	test_tmpdir_remove(dir);
 }
 
 static int same_file(const char *a, const char *b)
@@ -118,8 +115,6 @@ int main(void)
 {
 	Suite *s = suite_create("mkmodel");
 	TCase *tc = tcase_create("mkmodel");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -127,9 +122,5 @@ int main(void)
 	tcase_add_test(tc, test_dtypes_same_tokens);
 	tcase_add_test(tc, test_params);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

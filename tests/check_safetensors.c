@@ -13,22 +13,19 @@
 #include <unistd.h>
 
 #include "common/dps.h"
+#include "tests/testutil.h"
 #include "engine/safetensors.h"
 
 static char dir[64];
 
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/dps-st-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	test_tmpdir_make(dir, sizeof(dir), "st");
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	test_tmpdir_remove(dir);
 }
 
 /* Writes a file: 8-byte length of hdr (or hlen_override when not ~0), hdr, data_len bytes. */
@@ -167,8 +164,6 @@ int main(void)
 {
 	Suite *s = suite_create("safetensors");
 	TCase *tc = tcase_create("safetensors");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_valid);
@@ -176,9 +171,5 @@ int main(void)
 	tcase_add_test(tc, test_missing_and_tiny);
 	tcase_add_test(tc, test_checker_can_fail);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/sample.h"
+#include "tests/testutil.h"
 
 static const float base[6] = { 1.0f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f };
 
@@ -116,17 +117,11 @@ int main(void)
 {
 	Suite *s = suite_create("sample");
 	TCase *tc = tcase_create("sample");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_greedy);
 	tcase_add_test(tc, test_distribution);
 	tcase_add_test(tc, test_top_k_top_p);
 	tcase_add_test(tc, test_seeded);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

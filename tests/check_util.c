@@ -12,6 +12,7 @@
 #include "common/dps.h"
 #include "engine/groups.h"
 #include "tools/flags.h"
+#include "tests/testutil.h"
 
 START_TEST(test_parse_size_cases)
 {
@@ -193,8 +194,6 @@ int main(void)
 {
 	Suite *s = suite_create("util");
 	TCase *tc = tcase_create("util");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_parse_size_cases);
 	tcase_add_test(tc, test_parse_int_cases);
@@ -203,9 +202,5 @@ int main(void)
 	tcase_add_test(tc, test_flags_fuzz);
 	tcase_add_test(tc, test_strerror);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return test_run_suite(s);
 }

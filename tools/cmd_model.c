@@ -19,6 +19,22 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 
+/* The --dtype of convert and mkmodel. Returns 0, or -1 after printing the message. */
+static int parse_dtype(const char *cmd, const char *s, enum dps_st_dtype *dt)
+{
+	if (!strcmp(s, "f32"))
+		*dt = DPS_ST_F32;
+	else if (!strcmp(s, "bf16"))
+		*dt = DPS_ST_BF16;
+	else if (!strcmp(s, "f16"))
+		*dt = DPS_ST_F16;
+	else {
+		fprintf(stderr, "dpshard %s: --dtype %s is not one of f32, bf16, f16\n", cmd, s);
+		return -1;
+	}
+	return 0;
+}
+
 int dps_cmd_convert(int argc, char **argv)
 {
 	const char *dtype = "f32";
@@ -40,16 +56,8 @@ int dps_cmd_convert(int argc, char **argv)
 				"(llama2.c is the only foreign format so far)\n");
 		return 2;
 	}
-	if (!strcmp(dtype, "f32"))
-		dt = DPS_ST_F32;
-	else if (!strcmp(dtype, "bf16"))
-		dt = DPS_ST_BF16;
-	else if (!strcmp(dtype, "f16"))
-		dt = DPS_ST_F16;
-	else {
-		fprintf(stderr, "dpshard convert: --dtype %s is not one of f32, bf16, f16\n", dtype);
+	if (parse_dtype("convert", dtype, &dt))
 		return 2;
-	}
 	rc = dps_convert_llama2c(pos[1], pos[2], pos[3], dt, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard convert: %s\n", err);
@@ -316,16 +324,8 @@ int dps_cmd_mkmodel(int argc, char **argv)
 	if (vocab) c.vocab_size = vocab;
 	if (maxpos) c.max_position_embeddings = maxpos;
 	if (tie >= 0) c.tie_word_embeddings = tie;
-	if (!strcmp(dtype, "f32"))
-		dt = DPS_ST_F32;
-	else if (!strcmp(dtype, "bf16"))
-		dt = DPS_ST_BF16;
-	else if (!strcmp(dtype, "f16"))
-		dt = DPS_ST_F16;
-	else {
-		fprintf(stderr, "dpshard mkmodel: --dtype %s is not one of f32, bf16, f16\n", dtype);
+	if (parse_dtype("mkmodel", dtype, &dt))
 		return 2;
-	}
 	/* Validate the shape with the same rules as any config.json, before writing weights. */
 	if (mkdir(out, 0755) && errno != EEXIST) {
 		fprintf(stderr, "dpshard mkmodel: %s: %s\n", out, strerror(errno));

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/testutil.h - what the Check suites share: running a suite to an exit status, and a
+ * scratch directory per test.
+ */
+#ifndef DPS_TESTS_TESTUTIL_H
+#define DPS_TESTS_TESTUTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Runs every test of s (forked, Check's default) and returns the process exit status. */
+static inline int test_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
+
+/* Creates a fresh directory /tmp/dps-TAG-XXXXXX into buf (at least 64 bytes). */
+static inline void test_tmpdir_make(char *buf, size_t len, const char *tag)
+{
+	snprintf(buf, len, "/tmp/dps-%s-XXXXXX", tag);
+	ck_assert_ptr_nonnull(mkdtemp(buf));
+}
+
+/* Removes a directory made by test_tmpdir_make, with everything in it. */
+static inline void test_tmpdir_remove(const char *dir)
+{
+	char cmd[160];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+#endif
