@@ -249,6 +249,21 @@ struct rd {
 	size_t len;
 };
 
+/*
+ * After an error: submit whatever is queued and wait for every read still in flight, so that
+ * none completes later into memory the caller has freed, or is found by the next call.
+ */
+static void uring_drain(struct dps_ckpt *ck, size_t inflight)
+{
+	struct io_uring_cqe *cqe;
+
+	io_uring_submit(&ck->ring);
+	while (inflight && io_uring_wait_cqe(&ck->ring, &cqe) == 0) {
+		io_uring_cqe_seen(&ck->ring, cqe);
+		inflight--;
+	}
+}
+
 /* Reads every request in flight, QUEUE_DEPTH at a time, finishing short reads. */
 static int uring_read_all(struct dps_ckpt *ck, struct rd *r, size_t n, const char *path,
 			  char *err, size_t errlen)
@@ -274,6 +289,7 @@ static int uring_read_all(struct dps_ckpt *ck, struct rd *r, size_t n, const cha
 		rc = io_uring_submit_and_wait(&ck->ring, 1);
 		if (rc < 0 && rc != -EINTR) {
 			snprintf(err, errlen, "%s: io_uring: %s", path, strerror(-rc));
+			uring_drain(ck, inflight);
 			return rc;
 		}
 		while (io_uring_peek_cqe(&ck->ring, &cqe) == 0) {
@@ -286,11 +302,7 @@ static int uring_read_all(struct dps_ckpt *ck, struct rd *r, size_t n, const cha
 				snprintf(err, errlen, "%s: read at offset %llu: %s", path,
 					 (unsigned long long)d->off,
 					 res ? strerror(-res) : "unexpected end of file");
-				/* Drain what is still in flight before returning. */
-				while (inflight && io_uring_wait_cqe(&ck->ring, &cqe) == 0) {
-					io_uring_cqe_seen(&ck->ring, cqe);
-					inflight--;
-				}
+				uring_drain(ck, inflight);
 				return res ? res : -EIO;
 			}
 			ck->bytes_read += (uint64_t)res;
@@ -303,6 +315,7 @@ static int uring_read_all(struct dps_ckpt *ck, struct rd *r, size_t n, const cha
 
 				if (!sqe) {
 					snprintf(err, errlen, "%s: io_uring queue full", path);
+					uring_drain(ck, inflight);
 					return -EBUSY;
 				}
 				io_uring_prep_read(sqe, d->fd, d->dst,
@@ -346,7 +359,8 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 			 ck->files[file].path, name, got, want);
 		return -EINVAL;
 	}
-	if (t->ndim < 1 || dim < 0 || dim >= t->ndim || count < 1 || idx < 0 || idx >= count) {
+	if (!dst || t->ndim < 1 || dim < 0 || dim >= t->ndim || count < 1 || idx < 0 ||
+	    idx >= count) {
 		snprintf(err, errlen, "tensor '%s': bad shard request (dim %d, shard %d of %d)", name,
 			 dim, idx, count);
 		return -EINVAL;
@@ -494,13 +508,19 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 				if (!t[i].data)
 					t[i].gen(fbuf, j, m, t[i].gen_arg);
 				if (t[i].dtype == DPS_ST_F32) {
-					fwrite(src, 4, m, f);
+					if (fwrite(src, 4, m, f) != m) {
+						rc = -EIO;
+						break;
+					}
 					continue;
 				}
 				for (uint64_t q = 0; q < m; q++)
 					hbuf[q] = t[i].dtype == DPS_ST_BF16 ? to_bf16(src[q])
 									    : dps_f32_to_f16(src[q]);
-				fwrite(hbuf, 2, m, f);
+				if (fwrite(hbuf, 2, m, f) != m) {
+					rc = -EIO; /* a full disk: stop, do not generate the rest */
+					break;
+				}
 			}
 		}
 		free(fbuf);

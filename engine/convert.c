@@ -77,7 +77,7 @@ int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, cons
 	}
 	dim = h[0], hidden = h[1], layers = h[2], heads = h[3], kv_heads = h[4], seq = h[6];
 	tied = h[5] > 0;
-	vocab = tied ? h[5] : -h[5];
+	vocab = tied ? h[5] : h[5] == INT32_MIN ? 0 : -h[5];
 	if (dim < 2 || dim > 65536 || hidden < 1 || hidden > 262144 || layers < 1 || layers > 1024 ||
 	    heads < 1 || kv_heads < 1 || heads % kv_heads || dim % heads || (dim / heads) % 2 ||
 	    vocab < 1 || vocab > (1 << 24) || seq < 1 || seq > (1 << 24)) {

@@ -15,10 +15,17 @@ static int load(struct dps_ckpt *ck, struct dps_model *m, float **dst, const cha
 {
 	const uint64_t shape[2] = { d0, d1 };
 	const size_t n = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
+	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
 
+	/* Check the file before allocating: a config.json can claim any size, the file cannot. */
+	if (!t || t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+		return dps_ckpt_load_shard(ck, name, ndim, shape, 0, 0, 1, NULL, err, errlen);
 	*dst = malloc(n * sizeof(float));
-	if (!*dst)
+	if (!*dst) {
+		snprintf(err, errlen, "%s: cannot allocate %zu bytes for '%s'", ck->dir,
+			 n * sizeof(float), name);
 		return -ENOMEM;
+	}
 	m->weight_bytes += n * sizeof(float);
 	return dps_ckpt_load_shard(ck, name, ndim, shape, 0, 0, 1, *dst, err, errlen);
 }
@@ -41,6 +48,7 @@ int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err,
 	m->max_pos = max_pos > 0 ? max_pos : c->max_position_embeddings;
 	m->layers = calloc((size_t)c->num_hidden_layers, sizeof(*m->layers));
 	if (!m->layers) {
+		snprintf(err, errlen, "%s: out of memory", dir);
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -88,8 +96,11 @@ int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err,
 	m->scores = calloc((size_t)m->max_pos, sizeof(float));
 	m->logits = calloc((size_t)c->vocab_size, sizeof(float));
 	if (!m->key_cache || !m->value_cache || !m->x || !m->xb || !m->xb2 || !m->q ||
-	    !m->att_out || !m->hb || !m->hb2 || !m->scores || !m->logits)
+	    !m->att_out || !m->hb || !m->hb2 || !m->scores || !m->logits) {
+		snprintf(err, errlen, "%s: cannot allocate the KV cache for %d positions (%zu bytes)",
+			 dir, m->max_pos, 2 * cache * sizeof(float));
 		rc = -ENOMEM;
+	}
 out:
 	dps_ckpt_close(&ck);
 	if (rc)

@@ -172,6 +172,13 @@ int dps_model_config_load(const char *dir, struct dps_model_config *c, char *err
 	fclose(f);
 	rc = dps_model_config_parse(buf, (size_t)n, c, err, errlen);
 	free(buf);
+	if (rc) {
+		/* The parser's messages start with "config.json: "; name the directory too. */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s/%s", dir, err);
+		snprintf(err, errlen, "%s", msg);
+	}
 	return rc;
 }
 

@@ -197,13 +197,23 @@ int dps_st_parse_header(const char *hdr, size_t len, uint64_t data_size, struct 
 	for (size_t j = 0; j < n; j++)
 		order[j] = &f->t[j];
 	qsort(order, n, sizeof(*order), cmp_begin);
-	for (size_t j = 1; j < n; j++)
-		if (order[j]->begin < order[j - 1]->end) {
-			snprintf(err, errlen, "tensors '%s' and '%s' overlap", order[j - 1]->name,
-				 order[j]->name);
-			rc = -EINVAL;
-			goto out;
+	{
+		/* Against the furthest end so far; empty tensors occupy no bytes. */
+		const struct dps_st_tensor *last = NULL;
+
+		for (size_t j = 0; j < n; j++) {
+			if (order[j]->begin == order[j]->end)
+				continue;
+			if (last && order[j]->begin < last->end) {
+				snprintf(err, errlen, "tensors '%s' and '%s' overlap", last->name,
+					 order[j]->name);
+				rc = -EINVAL;
+				goto out;
+			}
+			if (!last || order[j]->end > last->end)
+				last = order[j];
 		}
+	}
 	qsort(f->t, n, sizeof(*f->t), cmp_name);
 out:
 	free(order);

@@ -39,12 +39,17 @@ int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size
 		snprintf(err, errlen, "%s: truncated", path);
 		goto err;
 	}
+	if ((size_t)size < 4 + 8 * (size_t)vocab_size) {
+		snprintf(err, errlen, "%s: %ld bytes cannot hold %d tokens", path, size, vocab_size);
+		goto err;
+	}
 	t->vocab_size = vocab_size;
 	t->vocab = calloc((size_t)vocab_size, sizeof(*t->vocab));
 	t->vocab_len = calloc((size_t)vocab_size, sizeof(*t->vocab_len));
 	t->scores = calloc((size_t)vocab_size, sizeof(*t->scores));
 	t->sorted = calloc((size_t)vocab_size, sizeof(*t->sorted));
 	if (!t->vocab || !t->vocab_len || !t->scores || !t->sorted) {
+		snprintf(err, errlen, "%s: out of memory", path);
 		rc = -ENOMEM;
 		goto err;
 	}
@@ -66,6 +71,7 @@ int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size
 		}
 		t->vocab[i] = malloc((size_t)len + 1);
 		if (!t->vocab[i]) {
+			snprintf(err, errlen, "%s: out of memory", path);
 			rc = -ENOMEM;
 			goto err;
 		}
@@ -210,7 +216,7 @@ const char *dps_tokenizer_decode(const struct dps_tokenizer *t, int prev, int id
 		p++;
 		(*len)--;
 	}
-	if (*len == 6 && sscanf(p, "<0x%02X>", &b) == 1) {
+	if (t->byte_fallback && id >= 3 && id <= 258 && *len == 6 && sscanf(p, "<0x%02X>", &b) == 1) {
 		buf[0] = (char)b;
 		buf[1] = '\0';
 		*len = 1;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/sample.c - token sampling (see sample.h). Runs once per generated token on the
- * vocabulary's logits; the sort for top-k/top-p only covers the tokens that can be chosen.
+ * vocabulary's logits; top-k/top-p sort the whole vocabulary (fine at a few thousand tokens
+ * per second; select the top k first if it ever shows).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,7 +42,8 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 	int k, i;
 	float u, cum, mass;
 
-	if (p->temperature <= 0.0f)
+	/* Below this, logits / T overflow: the distribution is the argmax anyway. */
+	if (!(p->temperature >= 1e-6f))
 		return dps_argmax_ref(logits, n);
 	for (i = 0; i < n; i++)
 		logits[i] /= p->temperature;
@@ -56,7 +58,10 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 			if (u < cum)
 				return i;
 		}
-		return n - 1;
+		/* Rounding left u above the total: the last token that can be chosen. */
+		for (i = n - 1; i > 0 && logits[i] == 0.0f; i--)
+			;
+		return i;
 	}
 	for (i = 0; i < n; i++)
 		scratch[i] = i;

@@ -15,6 +15,7 @@
 #include "common/dps.h"
 #include "tests/testutil.h"
 #include "engine/ckpt.h"
+#include "engine/convert.h"
 
 static char dir[64];
 
@@ -210,6 +211,23 @@ START_TEST(test_bad_dirs)
 }
 END_TEST
 
+START_TEST(test_convert_bad_header)
+{
+	/* A llama2.c header whose vocab field is INT32_MIN (a negated size that cannot be). */
+	int32_t h[7] = { 8, 16, 1, 2, 2, INT32_MIN, 4 };
+	char path[128], out[128], err[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/bad.bin", dir);
+	snprintf(out, sizeof(out), "%s/out", dir);
+	f = fopen(path, "wb");
+	fwrite(h, sizeof(h), 1, f);
+	fclose(f);
+	ck_assert_int_lt(dps_convert_llama2c(path, NULL, out, DPS_ST_F32, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, "implausible header"), "%s", err);
+}
+END_TEST
+
 START_TEST(test_f16)
 {
 	/* Every non-NaN half survives f16 -> f32 -> f16. */
@@ -254,6 +272,7 @@ int main(void)
 	tcase_add_test(tc, test_index);
 	tcase_add_test(tc, test_bad_dirs);
 	tcase_add_test(tc, test_f16);
+	tcase_add_test(tc, test_convert_bad_header);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

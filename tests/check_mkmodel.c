@@ -95,6 +95,26 @@ START_TEST(test_dtypes_same_tokens)
 }
 END_TEST
 
+START_TEST(test_config_lies)
+{
+	/* A config.json far larger than its file is refused by shape, before any allocation. */
+	struct dps_model_config c = dps_mkmodel_preset("tiny-gqa")->cfg;
+	struct dps_model m;
+	char path[128], err[512];
+
+	make("lie", 1, DPS_ST_F32);
+	c.vocab_size = 1 << 24;
+	c.hidden_size = 1 << 16;
+	c.head_dim = c.hidden_size / c.num_attention_heads;
+	snprintf(path, sizeof(path), "%s/lie/config.json", dir);
+	ck_assert_int_eq(dps_model_config_save(&c, path), 0);
+	snprintf(path, sizeof(path), "%s/lie", dir);
+	ck_assert_int_lt(dps_model_load(&m, path, 16, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, "model.embed_tokens.weight' has shape 300x48, expected 16777216x65536"),
+		      "%s", err);
+}
+END_TEST
+
 START_TEST(test_params)
 {
 	/* bench-110m: the 110M model the peers were measured on (438 MB of F32 weights). */
@@ -121,6 +141,7 @@ int main(void)
 	tcase_add_test(tc, test_deterministic);
 	tcase_add_test(tc, test_dtypes_same_tokens);
 	tcase_add_test(tc, test_params);
+	tcase_add_test(tc, test_config_lies);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

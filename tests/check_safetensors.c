@@ -129,6 +129,27 @@ START_TEST(test_bad)
 }
 END_TEST
 
+START_TEST(test_empty_tensor_any_order)
+{
+	/* An empty tensor at the offset of a non-empty one occupies no bytes, in either order. */
+	const char *hdrs[2] = {
+		"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+		"\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+		"{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+		"\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+	};
+	for (int i = 0; i < 2; i++) {
+		struct dps_st_file f;
+		char err[256];
+
+		ck_assert_msg(!dps_st_parse_header(hdrs[i], strlen(hdrs[i]), 8, &f, err, sizeof(err)),
+			      "order %d: %s", i, err);
+		ck_assert_int_eq(f.n, 2);
+		dps_st_free(&f);
+	}
+}
+END_TEST
+
 START_TEST(test_missing_and_tiny)
 {
 	struct dps_st_file f;
@@ -169,6 +190,7 @@ int main(void)
 	tcase_add_test(tc, test_valid);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
 	tcase_add_test(tc, test_missing_and_tiny);
+	tcase_add_test(tc, test_empty_tensor_any_order);
 	tcase_add_test(tc, test_checker_can_fail);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);

@@ -31,6 +31,11 @@ START_TEST(test_greedy)
 
 	dps_rng_seed(&r, 1);
 	ck_assert_int_eq(draw(&p, &r), 1); /* 1 and 3 tie: the lower id */
+	/* A temperature too small to divide by, or not a number, is greedy, not the last id. */
+	p.temperature = 1e-40f;
+	ck_assert_int_eq(draw(&p, &r), 1);
+	p.temperature = NAN;
+	ck_assert_int_eq(draw(&p, &r), 1);
 	p.temperature = 0.8f;
 	p.top_k = 1;
 	for (int i = 0; i < 100; i++)

@@ -254,6 +254,8 @@ if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/s
 	[ "$(wc -w <"$tmp/out")" -eq 8 ] || fail "$desc: expected 8 ids"
 	[ -r "$tmp/cache/dpshard/demo-tiny-seed0/config.json" ] ||
 		fail "$desc: the demo model was not written to \$XDG_CACHE_HOME/dpshard"
+	run generate --model "$tmp/st260" --temperature nan
+	expect_rc 2
 	desc="generate with a missing model"
 	run generate --model "$tmp/nothing-here"
 	expect_rc 1

@@ -37,7 +37,8 @@ for target in safetensors config; do
 		if ! "$work/fuzz_$target" -max_total_time="$secs" -max_len=65536 \
 			-artifact_prefix="$work/" "$work/corpus_$target" >"$work/run.log" 2>&1; then
 			tail -n 40 "$work/run.log"
-			echo "FAIL: libFuzzer found a crash in $target"
+			cp "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$build/" 2>/dev/null
+			echo "FAIL: libFuzzer found a crash in $target (reproducer copied to $build)"
 			fail=1
 		else
 			tail -n 1 "$work/run.log"

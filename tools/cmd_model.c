@@ -3,6 +3,7 @@
  * tools/cmd_model.c - `dpshard convert` and `dpshard generate` (one process, the reference
  * decoder; the sharded engine takes over generate in later work).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,7 +167,8 @@ int dps_cmd_generate(int argc, char **argv)
 			return 1;
 		model_dir = demo;
 	}
-	if (temperature < 0 || top_p <= 0 || top_p > 1 || top_k < 0) {
+	if (!(temperature >= 0 && isfinite(temperature)) || !(top_p > 0 && top_p <= 1) ||
+	    top_k < 0) {
 		fprintf(stderr, "dpshard generate: need --temperature >= 0, 0 < --top-p <= 1, "
 				"--top-k >= 0\n");
 		return 2;
@@ -184,15 +186,29 @@ int dps_cmd_generate(int argc, char **argv)
 	sp.top_k = top_k;
 	sp.top_p = (float)top_p;
 	dps_rng_seed(&rng, (uint64_t)seed);
-	rc = dps_model_load(&m, model_dir, 0, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "dpshard generate: %s\n", err);
-		return 1;
+	{
+		/* Size the KV cache for this run, not for the model's whole context. */
+		struct dps_model_config mc;
+
+		rc = dps_model_config_load(model_dir, &mc, err, sizeof(err));
+		if (!rc) {
+			if (steps > mc.max_position_embeddings)
+				steps = mc.max_position_embeddings;
+			rc = dps_model_load(&m, model_dir, steps, err, sizeof(err));
+		}
+		if (rc) {
+			fprintf(stderr, "dpshard generate: %s\n", err);
+			return 1;
+		}
 	}
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
-	have_tok = dps_tokenizer_load(&tok, path, m.cfg.vocab_size, err, sizeof(err)) == 0;
-	if (steps > m.max_pos)
-		steps = m.max_pos;
+	rc = dps_tokenizer_load(&tok, path, m.cfg.vocab_size, err, sizeof(err));
+	have_tok = rc == 0;
+	if (rc && rc != -ENOENT) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		dps_model_free(&m);
+		return 1;
+	}
 	prompt = calloc((size_t)steps + 8 + (npos ? strlen(pos[0]) * 2 : 0), sizeof(int));
 	scratch = calloc((size_t)m.cfg.vocab_size, sizeof(int));
 	if (!prompt || !scratch) {
@@ -212,8 +228,9 @@ int dps_cmd_generate(int argc, char **argv)
 			int k = parse_ids(pos[0], prompt + 1, steps + 7, m.cfg.vocab_size);
 
 			if (k < 0) {
-				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of "
-						"ids below %d\n", pos[0], m.cfg.vocab_size);
+				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of at "
+						"most %d ids below %d\n", pos[0], steps + 7,
+					m.cfg.vocab_size);
 				rc = -EINVAL;
 				goto out;
 			}
@@ -225,8 +242,11 @@ int dps_cmd_generate(int argc, char **argv)
 
 		rc = dps_tokenizer_encode(&tok, text, strlen(text), 1, prompt,
 					  (size_t)steps + 8 + strlen(text) * 2, &k);
-		if (rc)
+		if (rc) {
+			fprintf(stderr, "dpshard generate: cannot encode the prompt: %s\n",
+				dps_strerror(rc));
 			goto out;
+		}
 		n_prompt = (int)k;
 	}
 	{
@@ -275,7 +295,7 @@ int dps_cmd_mkmodel(int argc, char **argv)
 	int seed = 0, list = 0, tie = -1, npos, rc;
 	int hidden = 0, inter = 0, layers = 0, heads = 0, kv = 0, hd = 0, vocab = 0, maxpos = 0;
 	enum dps_st_dtype dt;
-	char *pos[1], err[512], path[4200];
+	char *pos[1], err[512] = "cannot write config.json", path[4200];
 	const struct dps_flag flags[] = {
 		{ "preset", DPS_FLAG_STR, &preset, "NAME", "start from a preset (--list-presets)" },
 		{ "out", DPS_FLAG_STR, &out, "DIR", "output directory (created)" },
