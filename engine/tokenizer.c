@@ -17,23 +17,19 @@ static int cmp_piece(const void *a, const void *b)
 	return strcmp(sort_ctx->vocab[x], sort_ctx->vocab[y]);
 }
 
-int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size, char *err,
-		       size_t errlen)
+/* Reads a tokenizer from f (size bytes); path names it in messages. Closes f. */
+static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path, int vocab_size,
+		       char *err, size_t errlen)
 {
-	FILE *f;
 	int rc = -EINVAL, i;
 	long size;
 
 	memset(t, 0, sizeof(*t));
-	if (vocab_size < 1) {
-		snprintf(err, errlen, "%s: vocabulary size %d", path, vocab_size);
-		return -EINVAL;
-	}
-	f = fopen(path, "rb");
-	if (!f) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return rc;
+	if (vocab_size < 3) {
+		/* ids 0, 1 and 2 are <unk>, BOS and EOS in this format; encode emits BOS = 1 */
+		snprintf(err, errlen, "%s: a vocabulary of %d tokens cannot hold <unk>, BOS and EOS",
+			 path, vocab_size);
+		goto err;
 	}
 	if (fseek(f, 0, SEEK_END) || (size = ftell(f)) < 4 || fseek(f, 0, SEEK_SET)) {
 		snprintf(err, errlen, "%s: truncated", path);
@@ -93,6 +89,34 @@ err:
 	fclose(f);
 	dps_tokenizer_free(t);
 	return rc;
+}
+
+int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size, char *err,
+		       size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	int rc;
+
+	if (!f) {
+		rc = -errno;
+		memset(t, 0, sizeof(*t));
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	return load_stream(t, f, path, vocab_size, err, errlen);
+}
+
+int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len, int vocab_size,
+			   char *err, size_t errlen)
+{
+	FILE *f = len ? fmemopen((void *)buf, len, "rb") : NULL;
+
+	if (!f) {
+		memset(t, 0, sizeof(*t));
+		snprintf(err, errlen, "tokenizer: empty or unreadable buffer");
+		return -EINVAL;
+	}
+	return load_stream(t, f, "tokenizer", vocab_size, err, errlen);
 }
 
 void dps_tokenizer_free(struct dps_tokenizer *t)

@@ -29,6 +29,9 @@ struct dps_tokenizer {
  */
 int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size, char *err,
 		       size_t errlen);
+/* The same from memory (len bytes); messages say "tokenizer". For tests and fuzzing. */
+int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len, int vocab_size,
+			   char *err, size_t errlen);
 void dps_tokenizer_free(struct dps_tokenizer *t);
 
 /* Id of a piece, or -1. */
