@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <blis.h>
+#include <immintrin.h>
 
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
@@ -19,6 +20,7 @@
 
 static struct {
 	int ready;
+	int own_matvec; /* m = 1 through dps_matvec_f32_avx512 instead of BLIS */
 	int threads;
 	int small_m_max;
 	cntx_t *big, *small;
@@ -114,10 +116,14 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 	}
 	g.threads = threads > 0 ? threads : 1;
 	g.small_m_max = small != big ? SMALL_M_MAX : 0;
+	/* With "auto", one-row products (decode at batch 1) use our streaming kernel. */
+	g.own_matvec = (!spec || !strcmp(spec, "auto")) && __builtin_cpu_supports("avx512f");
 	if (small != big)
-		snprintf(g.desc, sizeof(g.desc), "BLIS %s: '%s' kernels, '%s' for m <= %d, %d thread(s)",
+		snprintf(g.desc, sizeof(g.desc),
+			 "BLIS %s: '%s' kernels, '%s' for m <= %d%s, %d thread(s)",
 			 bli_info_get_version_str(), bli_arch_string(big), bli_arch_string(small),
-			 g.small_m_max, g.threads);
+			 g.small_m_max, g.own_matvec ? ", dpshard's AVX-512 kernel for m = 1" : "",
+			 g.threads);
 	else
 		snprintf(g.desc, sizeof(g.desc), "BLIS %s: '%s' kernels, %d thread(s)",
 			 bli_info_get_version_str(), bli_arch_string(big), g.threads);
@@ -145,6 +151,10 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 
 		dps_gemm_setup("auto", 1, msg, sizeof(msg));
 	}
+	if (m == 1 && g.own_matvec) {
+		dps_matvec_f32_avx512(out, x, W, n, k);
+		return;
+	}
 	bli_rntm_set_num_threads(g.threads, &rntm);
 	bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, m, n, k, &one, (float *)x, k, 1, (float *)W, k,
 		     1, &zero, out, n, 1, m <= g.small_m_max ? g.small : g.big, &rntm);
@@ -154,4 +164,47 @@ void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n
 {
 	for (int i = 0; i < m; i++)
 		dps_matvec_ref(out + (size_t)i * (size_t)n, x + (size_t)i * (size_t)k, W, n, k);
+}
+
+/*
+ * Assumptions: W is rows x cols row-major with any alignment; x has cols floats. Four rows
+ * share each load of x; the weights stream through once, which is what bounds decode.
+ * Sums run in a different order from dps_matvec_ref: equal within rounding.
+ */
+__attribute__((target("avx512f")))
+void dps_matvec_f32_avx512(float *out, const float *x, const float *W, int rows, int cols)
+{
+	const int tail = cols % 16;
+	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
+	int r = 0;
+
+	for (; r + 4 <= rows; r += 4) {
+		const float *w0 = W + (size_t)r * (size_t)cols, *w1 = w0 + cols;
+		const float *w2 = w1 + cols, *w3 = w2 + cols;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		int c = 0;
+
+		for (; c + 16 <= cols; c += 16) {
+			const __m512 xv = _mm512_loadu_ps(x + c);
+
+			a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + c), xv, a0);
+			a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + c), xv, a1);
+			a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + c), xv, a2);
+			a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + c), xv, a3);
+		}
+		if (tail) {
+			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c);
+
+			a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w0 + c), xv, a0);
+			a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w1 + c), xv, a1);
+			a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w2 + c), xv, a2);
+			a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w3 + c), xv, a3);
+		}
+		out[r] = _mm512_reduce_add_ps(a0);
+		out[r + 1] = _mm512_reduce_add_ps(a1);
+		out[r + 2] = _mm512_reduce_add_ps(a2);
+		out[r + 3] = _mm512_reduce_add_ps(a3);
+	}
+	if (r < rows)
+		dps_matvec_ref(out + r, x, W + (size_t)r * (size_t)cols, rows - r, cols);
 }

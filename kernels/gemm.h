@@ -35,6 +35,12 @@ const char *dps_gemm_describe(void);
  */
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k);
 
+/*
+ * out[r] = W[r,:] . x, r < rows: the one-row product of decode at batch 1, streaming W at
+ * close to memory bandwidth. Requires AVX-512F (the caller checks). Twin: dps_matvec_ref.
+ */
+void dps_matvec_f32_avx512(float *out, const float *x, const float *W, int rows, int cols);
+
 /* The plain-C twin. */
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
 

@@ -8,10 +8,12 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemm.h"
+#include "kernels/kernels.h"
 
 static const char *const specs[] = { "auto", "skx", "zen3", "haswell", "generic", "skx:zen3" };
 
@@ -59,6 +61,44 @@ START_TEST(test_linear)
 }
 END_TEST
 
+START_TEST(test_matvec_avx512)
+{
+	/* Every row count mod 4 and column count mod 16, against the plain-C twin. */
+	static const int shapes[][2] = { { 1, 1 }, { 3, 15 }, { 4, 16 }, { 5, 17 }, { 7, 33 },
+					 { 64, 768 }, { 130, 100 }, { 2048, 768 } };
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f")) {
+		fprintf(stderr, "skipped: no AVX-512F on this CPU\n");
+		return;
+	}
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const int n = shapes[s][0], k = shapes[s][1];
+		float *x = malloc(sizeof(float) * (size_t)k), *w = malloc(sizeof(float) * (size_t)n * k);
+		float *got = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
+		unsigned seed = 7;
+
+		for (int i = 0; i < k; i++)
+			x[i] = frand(&seed);
+		for (int i = 0; i < n * k; i++)
+			w[i] = frand(&seed);
+		dps_matvec_f32_avx512(got, x, w, n, k);
+		dps_matvec_ref(ref, x, w, n, k);
+		for (int i = 0; i < n; i++)
+			ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (float)k, "n=%d k=%d [%d]: %g vs %g",
+				      n, k, i, (double)got[i], (double)ref[i]);
+		/* The check can fail: one changed weight is seen. */
+		w[0] += 1.0f;
+		dps_matvec_f32_avx512(got, x, w, n, k);
+		ck_assert(fabsf(got[0] - ref[0]) > 1e-3f || fabsf(x[0]) < 1e-3f);
+		free(x);
+		free(w);
+		free(got);
+		free(ref);
+	}
+}
+END_TEST
+
 START_TEST(test_bad_spec)
 {
 	char msg[256];
@@ -79,6 +119,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_linear, 0, (int)(sizeof(specs) / sizeof(specs[0])));
 	tcase_add_test(tc, test_bad_spec);
+	tcase_add_test(tc, test_matvec_avx512);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
