@@ -45,7 +45,9 @@ int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err,
 	*c = ck.cfg;
 	qd = c->num_attention_heads * c->head_dim;
 	kv = (size_t)c->num_key_value_heads * (size_t)c->head_dim;
-	m->max_pos = max_pos > 0 ? max_pos : c->max_position_embeddings;
+	/* The cache holds at most the model's context, however many positions are asked for. */
+	m->max_pos = max_pos > 0 && max_pos < c->max_position_embeddings ? max_pos
+									  : c->max_position_embeddings;
 	m->layers = calloc((size_t)c->num_hidden_layers, sizeof(*m->layers));
 	if (!m->layers) {
 		snprintf(err, errlen, "%s: out of memory", dir);

@@ -36,7 +36,7 @@ struct dps_model {
 
 /*
  * Loads the checkpoint directory dir (every tensor whole, as F32) with room for max_pos
- * positions (0 = the model's max_position_embeddings). Returns 0 or a negative code with a
+ * positions (0, or more than the model's max_position_embeddings, means that many). Returns 0 or a negative code with a
  * message naming the file or tensor.
  */
 int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err, size_t errlen);

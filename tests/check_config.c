@@ -44,7 +44,7 @@ START_TEST(test_defaults_and_roundtrip)
 	const char *min = "{\"hidden_size\":8,\"intermediate_size\":16,\"num_hidden_layers\":1,"
 			  "\"num_attention_heads\":2,\"vocab_size\":4}";
 	struct dps_model_config c, d;
-	char err[256], path[] = "/tmp/dps-cfg-XXXXXX";
+	char err[256], path[64];
 
 	ck_assert(!dps_model_config_parse(min, strlen(min), &c, err, sizeof(err)));
 	ck_assert_int_eq(c.num_key_value_heads, 2);
@@ -53,7 +53,7 @@ START_TEST(test_defaults_and_roundtrip)
 	ck_assert(c.rope_theta == 10000.0);
 	ck_assert_int_eq(c.max_position_embeddings, 2048);
 	ck_assert_int_eq(c.tie_word_embeddings, 0);
-	ck_assert_ptr_nonnull(mkdtemp(path));
+	test_tmpdir_make(path, sizeof(path), "cfg");
 	{
 		char file[64];
 
@@ -61,9 +61,8 @@ START_TEST(test_defaults_and_roundtrip)
 		ck_assert_int_eq(dps_model_config_save(&c, file), 0);
 		ck_assert_msg(!dps_model_config_load(path, &d, err, sizeof(err)), "%s", err);
 		ck_assert(!memcmp(&c, &d, sizeof(c)));
-		unlink(file);
 	}
-	rmdir(path);
+	test_tmpdir_remove(path);
 	ck_assert_int_lt(dps_model_config_load("/nonexistent-dir", &d, err, sizeof(err)), 0);
 	ck_assert_ptr_nonnull(strstr(err, "/nonexistent-dir/config.json"));
 }

@@ -171,7 +171,7 @@ END_TEST
 
 START_TEST(test_text_empty_prompt)
 {
-	int want[300], n, prev = 1, token = 1;
+	int want[300], n, token = 1;
 	char out[4096], golden[4096], buf[8];
 	size_t len = 0, gl;
 	FILE *f;
@@ -192,10 +192,8 @@ START_TEST(test_text_empty_prompt)
 		ck_assert_uint_lt(len + pl, sizeof(out));
 		memcpy(out + len, piece, pl);
 		len += pl;
-		prev = token;
 		token = next;
 	}
-	(void)prev;
 	out[len++] = '\n';
 	f = fopen(GOLDEN "/empty_prompt_n256.stdout.txt", "rb");
 	ck_assert_ptr_nonnull(f);

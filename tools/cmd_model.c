@@ -186,21 +186,14 @@ int dps_cmd_generate(int argc, char **argv)
 	sp.top_k = top_k;
 	sp.top_p = (float)top_p;
 	dps_rng_seed(&rng, (uint64_t)seed);
-	{
-		/* Size the KV cache for this run, not for the model's whole context. */
-		struct dps_model_config mc;
-
-		rc = dps_model_config_load(model_dir, &mc, err, sizeof(err));
-		if (!rc) {
-			if (steps > mc.max_position_embeddings)
-				steps = mc.max_position_embeddings;
-			rc = dps_model_load(&m, model_dir, steps, err, sizeof(err));
-		}
-		if (rc) {
-			fprintf(stderr, "dpshard generate: %s\n", err);
-			return 1;
-		}
+	/* Size the KV cache for this run, not for the model's whole context. */
+	rc = dps_model_load(&m, model_dir, steps, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		return 1;
 	}
+	if (steps > m.max_pos)
+		steps = m.max_pos;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
 	rc = dps_tokenizer_load(&tok, path, m.cfg.vocab_size, err, sizeof(err));
 	have_tok = rc == 0;
