@@ -70,6 +70,9 @@ static inline size_t dps_align_up(size_t x, size_t a)
 /* Monotonic clock in nanoseconds. */
 uint64_t dps_now_ns(void);
 
+/* CPUs this process may run on (its affinity mask), at least 1. */
+int dps_cpus_allowed(void);
+
 /*
  * Parse a byte size such as "4096", "64K", "1M", "1MiB", "2G" (binary multiples).
  * Returns 0 or -EINVAL (malformed) / -DPS_ETOOBIG (overflow).

@@ -1,43 +1,117 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/model.c - the whole-model reference decoder (see model.h).
+ * engine/model.c - the whole-model decoder (see model.h).
  */
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/dps.h"
 #include "engine/ckpt.h"
 #include "engine/model.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/pool.h"
+
+/*
+ * Weights live in 2 MiB-aligned memory advised for transparent huge pages: decode streams
+ * every weight once per token, and with 4 KiB pages the hardware prefetcher stops at every
+ * page boundary and the TLB misses on every other one.
+ */
+static void *weight_alloc(size_t bytes)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *p = NULL;
+
+	if (bytes >= huge) {
+		if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
+			return NULL;
+		(void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+		return p;
+	}
+	return malloc(bytes);
+}
+
+/* Reads tensor name, of shape (d0[, d1]), into dst (allocated by the caller). */
+static int load_into(struct dps_ckpt *ck, float *dst, const char *name, int ndim, uint64_t d0,
+		     uint64_t d1, char *err, size_t errlen)
+{
+	const uint64_t shape[2] = { d0, d1 };
+
+	return dps_ckpt_load_shard(ck, name, ndim, shape, 0, 0, 1, dst, err, errlen);
+}
+
+/* Checks that tensor name has shape (d0[, d1]) before anything is allocated for it. */
+static int check_shape(struct dps_ckpt *ck, const char *name, int ndim, uint64_t d0, uint64_t d1,
+		       char *err, size_t errlen)
+{
+	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
+
+	/* A config.json can claim any size, the file cannot: the loader names the mismatch. */
+	if (!t || t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+		return load_into(ck, NULL, name, ndim, d0, d1, err, errlen);
+	return 0;
+}
+
+static int alloc_weight(struct dps_model *m, float **dst, size_t n, const char *dir,
+			const char *what, char *err, size_t errlen)
+{
+	*dst = weight_alloc(n * sizeof(float));
+	if (!*dst) {
+		snprintf(err, errlen, "%s: cannot allocate %zu bytes for '%s'", dir,
+			 n * sizeof(float), what);
+		return -ENOMEM;
+	}
+	m->weight_bytes += n * sizeof(float);
+	return 0;
+}
 
 static int load(struct dps_ckpt *ck, struct dps_model *m, float **dst, const char *name, int ndim,
 		uint64_t d0, uint64_t d1, char *err, size_t errlen)
 {
-	const uint64_t shape[2] = { d0, d1 };
-	const size_t n = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
-	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
+	int rc = check_shape(ck, name, ndim, d0, d1, err, errlen);
 
-	/* Check the file before allocating: a config.json can claim any size, the file cannot. */
-	if (!t || t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
-		return dps_ckpt_load_shard(ck, name, ndim, shape, 0, 0, 1, NULL, err, errlen);
-	*dst = malloc(n * sizeof(float));
-	if (!*dst) {
-		snprintf(err, errlen, "%s: cannot allocate %zu bytes for '%s'", ck->dir,
-			 n * sizeof(float), name);
-		return -ENOMEM;
-	}
-	m->weight_bytes += n * sizeof(float);
-	return dps_ckpt_load_shard(ck, name, ndim, shape, 0, 0, 1, *dst, err, errlen);
+	if (!rc)
+		rc = alloc_weight(m, dst, (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1), ck->dir, name,
+				  err, errlen);
+	return rc ? rc : load_into(ck, *dst, name, ndim, d0, d1, err, errlen);
 }
 
-int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err, size_t errlen)
+/*
+ * Loads the n tensors names[i] of shape (rows[i], cols), stacked in that order into one
+ * allocation (*dst), and points parts[i] at each.
+ */
+static int load_stacked(struct dps_ckpt *ck, struct dps_model *m, float **dst, float **parts,
+			const char *const *names, const uint64_t *rows, int n, uint64_t cols,
+			char *err, size_t errlen)
+{
+	size_t total = 0, off = 0;
+	int rc = 0;
+
+	for (int i = 0; i < n && !rc; i++) {
+		rc = check_shape(ck, names[i], 2, rows[i], cols, err, errlen);
+		total += (size_t)rows[i] * (size_t)cols;
+	}
+	if (!rc)
+		rc = alloc_weight(m, dst, total, ck->dir, names[0], err, errlen);
+	for (int i = 0; i < n && !rc; i++) {
+		parts[i] = *dst + off;
+		rc = load_into(ck, parts[i], names[i], 2, rows[i], cols, err, errlen);
+		off += (size_t)rows[i] * (size_t)cols;
+	}
+	return rc;
+}
+
+int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_opts *opts,
+		   char *err, size_t errlen)
 {
 	struct dps_ckpt ck;
 	struct dps_model_config *c = &m->cfg;
-	size_t kv, cache;
-	char nm[128];
-	int rc, qd;
+	const struct dps_model_opts none = { 0 };
+	size_t kv, cache, rows, hd;
+	int rc, qd, max_pos;
 
+	if (!opts)
+		opts = &none;
 	memset(m, 0, sizeof(*m));
 	rc = dps_ckpt_open(&ck, dir, err, errlen);
 	if (rc)
@@ -45,9 +119,14 @@ int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err,
 	*c = ck.cfg;
 	qd = c->num_attention_heads * c->head_dim;
 	kv = (size_t)c->num_key_value_heads * (size_t)c->head_dim;
+	hd = (size_t)c->head_dim;
 	/* The cache holds at most the model's context, however many positions are asked for. */
-	m->max_pos = max_pos > 0 && max_pos < c->max_position_embeddings ? max_pos
-									  : c->max_position_embeddings;
+	max_pos = opts->max_pos;
+	m->max_pos = max_pos > 0 && max_pos < c->max_position_embeddings
+			     ? max_pos : c->max_position_embeddings;
+	m->max_seqs = opts->max_seqs > 0 ? opts->max_seqs : 1;
+	m->max_rows = opts->max_rows > 0 ? opts->max_rows : 1;
+	m->max_out = opts->max_out > 0 && opts->max_out < m->max_rows ? opts->max_out : m->max_rows;
 	m->layers = calloc((size_t)c->num_hidden_layers, sizeof(*m->layers));
 	if (!m->layers) {
 		snprintf(err, errlen, "%s: out of memory", dir);
@@ -59,21 +138,46 @@ int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err,
 	for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
 		struct dps_layer_weights *w = &m->layers[l];
 		const uint64_t h = (uint64_t)c->hidden_size, im = (uint64_t)c->intermediate_size;
-#define L(field, suffix, nd, d0, d1)                                                     \
-	if (!rc) {                                                                       \
-		snprintf(nm, sizeof(nm), "model.layers.%d.%s", l, suffix);               \
-		rc = load(&ck, m, &w->field, nm, nd, d0, d1, err, errlen);               \
-	}
-		L(attn_norm, "input_layernorm.weight", 1, h, 0);
-		L(wq, "self_attn.q_proj.weight", 2, (uint64_t)qd, h);
-		L(wk, "self_attn.k_proj.weight", 2, kv, h);
-		L(wv, "self_attn.v_proj.weight", 2, kv, h);
-		L(wo, "self_attn.o_proj.weight", 2, h, (uint64_t)qd);
-		L(ffn_norm, "post_attention_layernorm.weight", 1, h, 0);
-		L(w_gate, "mlp.gate_proj.weight", 2, im, h);
-		L(w_up, "mlp.up_proj.weight", 2, im, h);
-		L(w_down, "mlp.down_proj.weight", 2, h, im);
-#undef L
+		char n0[96], n1[96], n2[96];
+		const char *names[3] = { n0, n1, n2 };
+		float *parts[3];
+
+#define NM(buf, suffix) snprintf(buf, sizeof(buf), "model.layers.%d.%s", l, suffix)
+		NM(n0, "input_layernorm.weight");
+		rc = load(&ck, m, &w->attn_norm, n0, 1, h, 0, err, errlen);
+		if (!rc) {
+			const uint64_t r[3] = { (uint64_t)qd, kv, kv };
+
+			NM(n0, "self_attn.q_proj.weight");
+			NM(n1, "self_attn.k_proj.weight");
+			NM(n2, "self_attn.v_proj.weight");
+			rc = load_stacked(&ck, m, &w->wqkv, parts, names, r, 3, h, err, errlen);
+			w->wq = parts[0];
+			w->wk = parts[1];
+			w->wv = parts[2];
+		}
+		if (!rc) {
+			NM(n0, "self_attn.o_proj.weight");
+			rc = load(&ck, m, &w->wo, n0, 2, h, (uint64_t)qd, err, errlen);
+		}
+		if (!rc) {
+			NM(n0, "post_attention_layernorm.weight");
+			rc = load(&ck, m, &w->ffn_norm, n0, 1, h, 0, err, errlen);
+		}
+		if (!rc) {
+			const uint64_t r[2] = { im, im };
+
+			NM(n0, "mlp.gate_proj.weight");
+			NM(n1, "mlp.up_proj.weight");
+			rc = load_stacked(&ck, m, &w->w_gate_up, parts, names, r, 2, h, err, errlen);
+			w->w_gate = parts[0];
+			w->w_up = parts[1];
+		}
+		if (!rc) {
+			NM(n0, "mlp.down_proj.weight");
+			rc = load(&ck, m, &w->w_down, n0, 2, h, im, err, errlen);
+		}
+#undef NM
 	}
 	if (!rc)
 		rc = load(&ck, m, &m->final_norm, "model.norm.weight", 1, (uint64_t)c->hidden_size, 0,
@@ -85,24 +189,31 @@ int dps_model_load(struct dps_model *m, const char *dir, int max_pos, char *err,
 		goto out;
 	if (c->tie_word_embeddings)
 		m->lm_head = m->embed;
-	cache = (size_t)c->num_hidden_layers * (size_t)m->max_pos * kv;
-	m->key_cache = calloc(cache, sizeof(float));
-	m->value_cache = calloc(cache, sizeof(float));
-	m->x = calloc((size_t)c->hidden_size, sizeof(float));
-	m->xb = calloc((size_t)(c->hidden_size > qd ? c->hidden_size : qd), sizeof(float));
-	m->xb2 = calloc((size_t)c->hidden_size, sizeof(float));
-	m->q = calloc((size_t)qd, sizeof(float));
-	m->att_out = calloc((size_t)qd, sizeof(float));
-	m->hb = calloc((size_t)c->intermediate_size, sizeof(float));
-	m->hb2 = calloc((size_t)c->intermediate_size, sizeof(float));
-	m->scores = calloc((size_t)m->max_pos, sizeof(float));
-	m->logits = calloc((size_t)c->vocab_size, sizeof(float));
-	if (!m->key_cache || !m->value_cache || !m->x || !m->xb || !m->xb2 || !m->q ||
-	    !m->att_out || !m->hb || !m->hb2 || !m->scores || !m->logits) {
-		snprintf(err, errlen, "%s: cannot allocate the KV cache for %d positions (%zu bytes)",
-			 dir, m->max_pos, 2 * cache * sizeof(float));
+	cache = (size_t)c->num_hidden_layers * (size_t)m->max_seqs * (size_t)m->max_pos * kv;
+	m->cache_bytes = 2 * cache * sizeof(float);
+	m->key_cache = weight_alloc(cache * sizeof(float));
+	m->value_cache = weight_alloc(cache * sizeof(float));
+	rows = (size_t)m->max_rows;
+	m->score_threads = dps_pool_size(dps_gemm_pool());
+	m->x = calloc(rows * (size_t)c->hidden_size, sizeof(float));
+	m->xb = calloc(rows * (size_t)(c->hidden_size > qd ? c->hidden_size : qd), sizeof(float));
+	m->qkv = calloc(rows * ((size_t)qd + 2 * kv), sizeof(float));
+	m->att_out = calloc(rows * (size_t)qd, sizeof(float));
+	m->gu = calloc(rows * 2 * (size_t)c->intermediate_size, sizeof(float));
+	m->scores = calloc((size_t)m->score_threads * (size_t)m->max_pos, sizeof(float));
+	m->cs = calloc(rows * hd, sizeof(float));
+	m->logits = calloc((size_t)m->max_out * (size_t)c->vocab_size, sizeof(float));
+	if (!m->key_cache || !m->value_cache || !m->x || !m->xb || !m->qkv || !m->att_out ||
+	    !m->gu || !m->scores || !m->cs || !m->logits) {
+		snprintf(err, errlen, "%s: cannot allocate the KV cache for %d sequence(s) of %d "
+			 "positions (%zu bytes) and scratch for %d rows", dir, m->max_seqs,
+			 m->max_pos, m->cache_bytes, m->max_rows);
 		rc = -ENOMEM;
+		goto out;
 	}
+	/* Cache memory is touched now, not in the middle of the first steps. */
+	memset(m->key_cache, 0, cache * sizeof(float));
+	memset(m->value_cache, 0, cache * sizeof(float));
 out:
 	dps_ckpt_close(&ck);
 	if (rc)
@@ -117,13 +228,10 @@ void dps_model_free(struct dps_model *m)
 			struct dps_layer_weights *w = &m->layers[l];
 
 			free(w->attn_norm);
-			free(w->wq);
-			free(w->wk);
-			free(w->wv);
+			free(w->wqkv);
 			free(w->wo);
 			free(w->ffn_norm);
-			free(w->w_gate);
-			free(w->w_up);
+			free(w->w_gate_up);
 			free(w->w_down);
 		}
 	free(m->layers);
@@ -135,80 +243,154 @@ void dps_model_free(struct dps_model *m)
 	free(m->value_cache);
 	free(m->x);
 	free(m->xb);
-	free(m->xb2);
-	free(m->q);
+	free(m->qkv);
 	free(m->att_out);
-	free(m->hb);
-	free(m->hb2);
+	free(m->gu);
 	free(m->scores);
+	free(m->cs);
 	free(m->logits);
 	memset(m, 0, sizeof(*m));
 }
 
-static const float *forward(struct dps_model *m, int token, int pos,
-			    void (*mv)(float *, const float *, const float *, int, int))
+/* The attention of every (row, query head) pair of a step, split over the rank's threads. */
+struct attn_job {
+	struct dps_model *m;
+	int n, layer, fast;
+	const int *pos, *seq;
+};
+
+static void attn_slice(void *arg, int tid, int nt)
+{
+	const struct attn_job *j = arg;
+	struct dps_model *m = j->m;
+	const struct dps_model_config *c = &m->cfg;
+	const int hd = c->head_dim, heads = c->num_attention_heads, kvh = c->num_key_value_heads;
+	const size_t kv = (size_t)kvh * (size_t)hd, qd = (size_t)heads * (size_t)hd;
+	const size_t row_stride = qd + 2 * kv;
+	float *scratch = m->scores + (size_t)(tid < m->score_threads ? tid : 0) * (size_t)m->max_pos;
+	int lo, hi;
+
+	DPS_ASSERT(tid < m->score_threads);
+	dps_pool_split(j->n * heads, 1, tid, nt, &lo, &hi);
+	for (int item = lo; item < hi; item++) {
+		const int i = item / heads, h = item % heads, g = h / (heads / kvh);
+		const size_t base = (((size_t)j->layer * (size_t)m->max_seqs + (size_t)j->seq[i]) *
+				     (size_t)m->max_pos) * kv + (size_t)g * (size_t)hd;
+		const float *q = m->qkv + (size_t)i * row_stride + (size_t)h * (size_t)hd;
+		float *out = m->att_out + (size_t)i * qd + (size_t)h * (size_t)hd;
+
+		if (j->fast)
+			dps_attention(out, q, m->key_cache + base, m->value_cache + base, j->pos[i] + 1,
+				      hd, kv, scratch);
+		else
+			dps_attention_ref(out, q, m->key_cache + base, m->value_cache + base,
+					  j->pos[i] + 1, hd, kv, scratch);
+	}
+}
+
+static const float *step(struct dps_model *m, int n, const int *tokens, const int *pos,
+			 const int *seq, const unsigned char *want, int fast)
 {
 	const struct dps_model_config *c = &m->cfg;
 	const int dim = c->hidden_size, hd = c->head_dim, heads = c->num_attention_heads;
 	const int kvh = c->num_key_value_heads, kv = kvh * hd, qd = heads * hd;
+	const int im = c->intermediate_size, qkvd = qd + 2 * kv;
 	const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
+	void (*linear)(float *, const float *, const float *, int, int, int) =
+		fast ? dps_linear_f32 : dps_linear_f32_ref;
+	void (*rmsnorm)(float *, const float *, const float *, int, float) =
+		fast ? dps_rmsnorm : dps_rmsnorm_ref;
+	int n_out = 0;
 
-	DPS_ASSERT(pos >= 0 && pos < m->max_pos && token >= 0 && token < c->vocab_size);
-	memcpy(m->x, m->embed + (size_t)token * (size_t)dim, sizeof(float) * (size_t)dim);
+	DPS_ASSERT(n >= 1 && n <= m->max_rows);
+	for (int i = 0; i < n; i++) {
+		DPS_ASSERT(pos[i] >= 0 && pos[i] < m->max_pos && tokens[i] >= 0 &&
+			   tokens[i] < c->vocab_size && seq[i] >= 0 && seq[i] < m->max_seqs);
+		(fast ? dps_embedding : dps_embedding_ref)(m->x + (size_t)i * dim, m->embed, dim,
+							   tokens[i]);
+		if (fast)
+			dps_rope_table(m->cs + (size_t)i * hd, hd, pos[i], theta);
+	}
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const struct dps_layer_weights *w = &m->layers[l];
-		const size_t base = (size_t)l * (size_t)m->max_pos * (size_t)kv;
-		float *kc = m->key_cache + base, *vc = m->value_cache + base;
+		struct attn_job aj = { m, n, l, fast, pos, seq };
 
-		/* Attention: norm, projections, rotary, the cache, scores over 0..pos. */
-		dps_rmsnorm_ref(m->xb, m->x, w->attn_norm, dim, eps);
-		mv(m->q, m->xb, w->wq, qd, dim);
-		mv(kc + (size_t)pos * kv, m->xb, w->wk, kv, dim);
-		mv(vc + (size_t)pos * kv, m->xb, w->wv, kv, dim);
-		dps_rope_ref(m->q, heads, hd, pos, theta);
-		dps_rope_ref(kc + (size_t)pos * kv, kvh, hd, pos, theta);
-		for (int h = 0; h < heads; h++) {
-			const int g = h / (heads / kvh); /* the KV head this query head reads */
+		/* Attention: norm, the stacked q/k/v product, rotary, the cache, attention, o. */
+		for (int i = 0; i < n; i++)
+			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->attn_norm, dim, eps);
+		linear(m->qkv, m->xb, w->wqkv, n, qkvd, dim);
+		for (int i = 0; i < n; i++) {
+			float *q = m->qkv + (size_t)i * qkvd, *k = q + qd, *v = k + kv;
+			const size_t at = (((size_t)l * (size_t)m->max_seqs + (size_t)seq[i]) *
+					   (size_t)m->max_pos + (size_t)pos[i]) * (size_t)kv;
 
-			dps_attention_ref(m->att_out + (size_t)h * hd, m->q + (size_t)h * hd,
-					  kc + (size_t)g * hd, vc + (size_t)g * hd, pos + 1, hd,
-					  (size_t)kv, m->scores);
+			if (fast) {
+				dps_rope(q, heads, hd, m->cs + (size_t)i * hd);
+				dps_rope(k, kvh, hd, m->cs + (size_t)i * hd);
+			} else {
+				dps_rope_ref(q, heads, hd, pos[i], theta);
+				dps_rope_ref(k, kvh, hd, pos[i], theta);
+			}
+			memcpy(m->key_cache + at, k, sizeof(float) * (size_t)kv);
+			memcpy(m->value_cache + at, v, sizeof(float) * (size_t)kv);
 		}
-		mv(m->xb2, m->att_out, w->wo, dim, qd);
-		for (int i = 0; i < dim; i++)
-			m->x[i] += m->xb2[i];
-		/* MLP: norm, gate and up, SwiGLU, down. */
-		dps_rmsnorm_ref(m->xb, m->x, w->ffn_norm, dim, eps);
-		mv(m->hb, m->xb, w->w_gate, c->intermediate_size, dim);
-		mv(m->hb2, m->xb, w->w_up, c->intermediate_size, dim);
-		dps_swiglu_ref(m->hb, m->hb2, c->intermediate_size);
-		mv(m->xb2, m->hb, w->w_down, dim, c->intermediate_size);
-		for (int i = 0; i < dim; i++)
-			m->x[i] += m->xb2[i];
+		if (fast && dps_pool_size(dps_gemm_pool()) <= m->score_threads)
+			dps_pool_run(dps_gemm_pool(), attn_slice, &aj);
+		else
+			attn_slice(&aj, 0, 1);
+		linear(m->xb, m->att_out, w->wo, n, dim, qd);
+		for (size_t i = 0; i < (size_t)n * dim; i++)
+			m->x[i] += m->xb[i];
+		/* MLP: norm, the stacked gate/up product, SwiGLU, down. */
+		for (int i = 0; i < n; i++)
+			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->ffn_norm, dim, eps);
+		linear(m->gu, m->xb, w->w_gate_up, n, 2 * im, dim);
+		for (int i = 0; i < n; i++) {
+			float *g = m->gu + (size_t)i * 2 * im;
+
+			(fast ? dps_swiglu : dps_swiglu_ref)(g, g + im, im);
+			/* Pack the activations (im per row) for the down product. */
+			memmove(m->gu + (size_t)i * im, g, sizeof(float) * (size_t)im);
+		}
+		linear(m->xb, m->gu, w->w_down, n, dim, im);
+		for (size_t i = 0; i < (size_t)n * dim; i++)
+			m->x[i] += m->xb[i];
 	}
-	dps_rmsnorm_ref(m->x, m->x, m->final_norm, dim, eps);
-	mv(m->logits, m->x, m->lm_head, c->vocab_size, dim);
+	/* The final norm and the LM head, for the rows whose logits are wanted only. */
+	for (int i = 0; i < n; i++)
+		if (!want || want[i]) {
+			DPS_ASSERT(n_out < m->max_out);
+			rmsnorm(m->xb + (size_t)n_out * dim, m->x + (size_t)i * dim, m->final_norm, dim,
+				eps);
+			n_out++;
+		}
+	if (n_out)
+		linear(m->logits, m->xb, m->lm_head, n_out, c->vocab_size, dim);
 	return m->logits;
 }
 
-/* The reference kernels' matrix-vector product, shaped like mv_blis. */
-static void mv_ref(float *out, const float *x, const float *W, int rows, int cols)
+const float *dps_model_step(struct dps_model *m, int n, const int *tokens, const int *pos,
+			    const int *seq, const unsigned char *want)
 {
-	dps_matvec_ref(out, x, W, rows, cols);
+	return step(m, n, tokens, pos, seq, want, 1);
 }
 
-/* One row through BLIS (kernels chosen for the CPU by dps_gemm_setup). */
-static void mv_blis(float *out, const float *x, const float *W, int rows, int cols)
+const float *dps_model_step_ref(struct dps_model *m, int n, const int *tokens, const int *pos,
+				const int *seq, const unsigned char *want)
 {
-	dps_linear_f32(out, x, W, 1, rows, cols);
-}
-
-const float *dps_model_forward_ref(struct dps_model *m, int token, int pos)
-{
-	return forward(m, token, pos, mv_ref);
+	return step(m, n, tokens, pos, seq, want, 0);
 }
 
 const float *dps_model_forward(struct dps_model *m, int token, int pos)
 {
-	return forward(m, token, pos, mv_blis);
+	const int seq = 0;
+
+	return dps_model_step(m, 1, &token, &pos, &seq, NULL);
+}
+
+const float *dps_model_forward_ref(struct dps_model *m, int token, int pos)
+{
+	const int seq = 0;
+
+	return dps_model_step_ref(m, 1, &token, &pos, &seq, NULL);
 }

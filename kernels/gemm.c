@@ -13,6 +13,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/pool.h"
 
 /* Below this m the skinny-matrix kernels of zen3/haswell beat skx's packed 32x12 kernel
  * (measured single-thread on Zen 5 with k = 768: the two meet at m = 40..56). */
@@ -24,6 +25,7 @@ static struct {
 	int threads;
 	int small_m_max;
 	cntx_t *big, *small;
+	struct dps_pool *pool; /* the rank's threads; each runs BLIS single-threaded on its slice */
 	char desc[256];
 } g;
 
@@ -115,6 +117,17 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		return -EINVAL;
 	}
 	g.threads = threads > 0 ? threads : 1;
+	if (dps_pool_size(g.pool) != g.threads) {
+		int rc;
+
+		dps_pool_destroy(g.pool);
+		g.pool = NULL;
+		rc = dps_pool_create(&g.pool, g.threads);
+		if (rc) {
+			snprintf(msg, msglen, "cannot start %d threads: %s", g.threads, strerror(-rc));
+			return rc;
+		}
+	}
 	g.small_m_max = small != big ? SMALL_M_MAX : 0;
 	/* With "auto", one-row products (decode at batch 1) use our streaming kernel. */
 	g.own_matvec = (!spec || !strcmp(spec, "auto")) && __builtin_cpu_supports("avx512f");
@@ -137,27 +150,57 @@ const char *dps_gemm_describe(void)
 	return g.ready ? g.desc : "not set up";
 }
 
+struct linear_job {
+	float *out;
+	const float *x, *W;
+	int m, n, k;
+};
+
+/*
+ * Thread tid computes the output columns [lo, hi) (rows lo..hi-1 of W), in slices that are
+ * multiples of 16: every output element is computed by one thread in the same order whatever
+ * the number of threads, so results do not depend on it.
+ */
+static void linear_slice(void *arg, int tid, int nt)
+{
+	const struct linear_job *j = arg;
+	rntm_t rntm = BLIS_RNTM_INITIALIZER;
+	float one = 1.0f, zero = 0.0f;
+	int lo, hi;
+
+	dps_pool_split(j->n, 16, tid, nt, &lo, &hi);
+	if (lo >= hi)
+		return;
+	if (j->m == 1 && g.own_matvec) {
+		dps_matvec_f32_avx512(j->out + lo, j->x, j->W + (size_t)lo * (size_t)j->k, hi - lo,
+				      j->k);
+		return;
+	}
+	bli_rntm_set_num_threads(1, &rntm);
+	bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, j->m, hi - lo, j->k, &one, (float *)j->x,
+		     j->k, 1, (float *)j->W + (size_t)lo * (size_t)j->k, j->k, 1, &zero, j->out + lo,
+		     j->n, 1, j->m <= g.small_m_max ? g.small : g.big, &rntm);
+}
+
 /*
  * Assumptions: x is m x k row-major (row stride k), W is n x k row-major and is read as W^T
  * (BLIS transposes it), out is m x n row-major. No alignment needed.
  */
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
 {
-	rntm_t rntm = BLIS_RNTM_INITIALIZER;
-	float one = 1.0f, zero = 0.0f;
+	struct linear_job j = { out, x, W, m, n, k };
 
 	if (!g.ready) {
 		char msg[256];
 
 		dps_gemm_setup("auto", 1, msg, sizeof(msg));
 	}
-	if (m == 1 && g.own_matvec) {
-		dps_matvec_f32_avx512(out, x, W, n, k);
-		return;
-	}
-	bli_rntm_set_num_threads(g.threads, &rntm);
-	bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, m, n, k, &one, (float *)x, k, 1, (float *)W, k,
-		     1, &zero, out, n, 1, m <= g.small_m_max ? g.small : g.big, &rntm);
+	dps_pool_run(g.pool, linear_slice, &j);
+}
+
+struct dps_pool *dps_gemm_pool(void)
+{
+	return g.pool;
 }
 
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k)

@@ -20,11 +20,16 @@
 
 /*
  * Chooses the kernels, once per process, before any product. spec: "auto", a set name
- * ("skx", "zen3", "haswell", "generic"), or "BIG:SMALL" (e.g. "skx:zen3"). threads: BLIS
- * threads per product (>= 1). Returns 0, or -EINVAL with a message in msg when the CPU cannot
+ * ("skx", "zen3", "haswell", "generic"), or "BIG:SMALL" (e.g. "skx:zen3"). threads: the
+ * rank's threads (--threads-per-rank, >= 1): each product is split by output columns over a
+ * pool of that many threads (kernels/pool.h), each running BLIS single-threaded on its slice,
+ * and the engine's own kernels use the same pool (dps_gemm_pool). Returns 0, or -EINVAL with a message in msg when the CPU cannot
  * run the requested set or it is not built into BLIS. On success msg describes the choice.
  */
 int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen);
+
+/* The rank's thread pool started by dps_gemm_setup (NULL before, or with one thread). */
+struct dps_pool *dps_gemm_pool(void);
 
 /* The choice, as the message of dps_gemm_setup ("not set up" before). */
 const char *dps_gemm_describe(void);

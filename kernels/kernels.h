@@ -42,4 +42,22 @@ int dps_argmax_ref(const float *x, int n);
 void dps_attention_ref(float *out, const float *q, const float *k, const float *v, int n_pos,
 		       int head_dim, size_t kv_stride, float *scratch);
 
+/* out = row token of table (dim floats per row): the embedding lookup. */
+void dps_embedding_ref(float *out, const float *table, int dim, int token);
+
+/*
+ * The fast twins (kernels/fast.c), same contracts, results within rounding of the references.
+ * RoPE is split in two: dps_rope_table computes the cos and sin of one position once
+ * (cs: head_dim floats, cos in the first half, sin in the second, with the reference's
+ * angles), and dps_rope applies them to any number of heads, for every layer.
+ */
+void dps_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void dps_rope_table(float *cs, int head_dim, int pos, float theta);
+void dps_rope(float *x, int n_heads, int head_dim, const float *cs);
+void dps_softmax(float *x, int n);
+void dps_swiglu(float *g, const float *u, int n);
+void dps_embedding(float *out, const float *table, int dim, int token);
+void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
+		   int head_dim, size_t kv_stride, float *scratch);
+
 #endif

@@ -105,3 +105,11 @@ void dps_attention_ref(float *out, const float *q, const float *k, const float *
 			out[i] += scratch[t] * vt[i];
 	}
 }
+
+void dps_embedding_ref(float *out, const float *table, int dim, int token)
+{
+	const float *row = table + (size_t)token * (size_t)dim;
+
+	for (int i = 0; i < dim; i++)
+		out[i] = row[i];
+}

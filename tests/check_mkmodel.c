@@ -66,7 +66,7 @@ static void greedy(const char *sub, int *out, int n)
 	int token = 1;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, sub);
-	ck_assert_msg(!dps_model_load(&m, path, 64, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_model_load(&m, path, &(struct dps_model_opts){ .max_pos = 64 }, err, sizeof(err)), "%s", err);
 	ck_assert_int_eq(m.cfg.num_attention_heads, 6);
 	ck_assert_int_eq(m.cfg.num_key_value_heads, 2);
 	ck_assert_int_eq(m.cfg.tie_word_embeddings, 0);
@@ -109,7 +109,7 @@ START_TEST(test_config_lies)
 	snprintf(path, sizeof(path), "%s/lie/config.json", dir);
 	ck_assert_int_eq(dps_model_config_save(&c, path), 0);
 	snprintf(path, sizeof(path), "%s/lie", dir);
-	ck_assert_int_lt(dps_model_load(&m, path, 16, err, sizeof(err)), 0);
+	ck_assert_int_lt(dps_model_load(&m, path, &(struct dps_model_opts){ .max_pos = 16 }, err, sizeof(err)), 0);
 	ck_assert_msg(strstr(err, "model.embed_tokens.weight' has shape 300x48, expected 16777216x65536"),
 		      "%s", err);
 }

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/fast.c - the fast twins of the reference kernels (see kernels.h): AVX-512 where the
+ * CPU has it, the reference otherwise. Sums run in a different order from the references
+ * (sixteen lanes, then a tree), and exp is a polynomial accurate to about 2 ulp, so results
+ * are equal within rounding, not bit for bit; on one CPU they are deterministic.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "kernels/kernels.h"
+
+static int have_avx512(void)
+{
+	static int known = -1;
+
+	if (known < 0) {
+		__builtin_cpu_init();
+		known = __builtin_cpu_supports("avx512f") ? 1 : 0;
+	}
+	return known;
+}
+
+/*
+ * e^x for sixteen floats: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor polynomial to
+ * degree 7 (relative error below 2e-8 on that range), then scaled by 2^n. Inputs below -104
+ * give 0 and above 88.7 give +inf, as expf does.
+ */
+__attribute__((target("avx512f"))) static __m512 exp16(__m512 x)
+{
+	const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.8f);
+	const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+	const __m512 ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440e-4f);
+	__m512 n, r, p;
+
+	x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+	n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT);
+	r = _mm512_fnmadd_ps(n, ln2hi, x);
+	r = _mm512_fnmadd_ps(n, ln2lo, r);
+	p = _mm512_set1_ps(1.0f / 5040.0f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	return _mm512_scalef_ps(p, n);
+}
+
+static inline __mmask16 tail_mask(int left)
+{
+	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+}
+
+__attribute__((target("avx512f"))) static void rmsnorm512(float *out, const float *x,
+							  const float *w, int n, float eps)
+{
+	__m512 acc = _mm512_setzero_ps(), s;
+	float ss;
+
+	for (int i = 0; i < n; i += 16) {
+		const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+
+		acc = _mm512_fmadd_ps(v, v, acc);
+	}
+	ss = _mm512_reduce_add_ps(acc) / (float)n + eps;
+	s = _mm512_set1_ps(1.0f / sqrtf(ss));
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+		const __m512 v = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, x + i));
+
+		_mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), v));
+	}
+}
+
+void dps_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+	if (have_avx512())
+		rmsnorm512(out, x, w, n, eps);
+	else
+		dps_rmsnorm_ref(out, x, w, n, eps);
+}
+
+void dps_rope_table(float *cs, int head_dim, int pos, float theta)
+{
+	const int half = head_dim / 2;
+
+	for (int j = 0; j < half; j++) {
+		/* The reference's formula, so angles (and their rounding) agree exactly. */
+		const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+		const float a = (float)pos * freq;
+
+		cs[j] = cosf(a);
+		cs[half + j] = sinf(a);
+	}
+}
+
+void dps_rope(float *x, int n_heads, int head_dim, const float *cs)
+{
+	const int half = head_dim / 2;
+	const float *c = cs, *s = cs + half;
+
+	for (int h = 0; h < n_heads; h++) {
+		float *v0 = x + (size_t)h * (size_t)head_dim, *v1 = v0 + half;
+
+		/* Independent lanes: the compiler vectorises this loop. */
+		for (int j = 0; j < half; j++) {
+			const float x0 = v0[j], x1 = v1[j];
+
+			v0[j] = x0 * c[j] - x1 * s[j];
+			v1[j] = x0 * s[j] + x1 * c[j];
+		}
+	}
+}
+
+__attribute__((target("avx512f"))) static void softmax512(float *x, int n)
+{
+	__m512 vmax = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), inv;
+	float max;
+
+	for (int i = 0; i < n; i += 16)
+		vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
+								tail_mask(n - i), x + i));
+	max = _mm512_reduce_max_ps(vmax);
+	vmax = _mm512_set1_ps(max);
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+		const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax));
+
+		sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+		_mm512_mask_storeu_ps(x + i, m, e);
+	}
+	inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+
+		_mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+	}
+}
+
+void dps_softmax(float *x, int n)
+{
+	if (have_avx512())
+		softmax512(x, n);
+	else
+		dps_softmax_ref(x, n);
+}
+
+__attribute__((target("avx512f"))) static void swiglu512(float *g, const float *u, int n)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+		const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+		const __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(
+								      _mm512_setzero_ps(), gv))));
+
+		_mm512_mask_storeu_ps(g + i, m,
+				      _mm512_mul_ps(_mm512_mul_ps(gv, sig),
+						    _mm512_maskz_loadu_ps(m, u + i)));
+	}
+}
+
+void dps_swiglu(float *g, const float *u, int n)
+{
+	if (have_avx512())
+		swiglu512(g, u, n);
+	else
+		dps_swiglu_ref(g, u, n);
+}
+
+void dps_embedding(float *out, const float *table, int dim, int token)
+{
+	memcpy(out, table + (size_t)token * (size_t)dim, sizeof(float) * (size_t)dim);
+}
+
+/*
+ * Assumptions: head_dim >= 1 (any value; a multiple of 16 is fastest); k and v rows at
+ * kv_stride floats; scratch holds n_pos floats; out does not alias q, k or v.
+ */
+__attribute__((target("avx512f"))) static void attention512(float *out, const float *q,
+							    const float *k, const float *v,
+							    int n_pos, int head_dim,
+							    size_t kv_stride, float *scratch)
+{
+	const float scale = 1.0f / sqrtf((float)head_dim);
+
+	for (int t = 0; t < n_pos; t++) {
+		const float *kt = k + (size_t)t * kv_stride;
+		__m512 acc = _mm512_setzero_ps();
+
+		for (int i = 0; i < head_dim; i += 16) {
+			const __mmask16 m = tail_mask(head_dim - i);
+
+			acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i),
+					      _mm512_maskz_loadu_ps(m, kt + i), acc);
+		}
+		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
+	}
+	softmax512(scratch, n_pos);
+	for (int i = 0; i < head_dim; i += 16) {
+		const __mmask16 m = tail_mask(head_dim - i);
+		__m512 acc = _mm512_setzero_ps();
+
+		for (int t = 0; t < n_pos; t++)
+			acc = _mm512_fmadd_ps(_mm512_set1_ps(scratch[t]),
+					      _mm512_maskz_loadu_ps(m, v + (size_t)t * kv_stride + i),
+					      acc);
+		_mm512_mask_storeu_ps(out + i, m, acc);
+	}
+}
+
+void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
+		   int head_dim, size_t kv_stride, float *scratch)
+{
+	if (have_avx512())
+		attention512(out, q, k, v, n_pos, head_dim, kv_stride, scratch);
+	else
+		dps_attention_ref(out, q, k, v, n_pos, head_dim, kv_stride, scratch);
+}
