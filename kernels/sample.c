@@ -26,15 +26,24 @@ float dps_rng_uniform(struct dps_rng *r)
 	return (float)((r->s * 0x2545F4914F6CDD1Dull) >> 40) / 16777216.0f;
 }
 
-static const float *sort_vals;
-
-static int cmp_desc(const void *a, const void *b)
+/*
+ * Orders token ids by probability, highest first, the lower id first among equals; NaN sorts
+ * after every number so that the order stays total (qsort's contract) on a broken row. The
+ * probabilities come through qsort_r's argument, not a global: threads sample at once.
+ */
+static int cmp_desc(const void *a, const void *b, void *probs)
 {
-	const float x = sort_vals[*(const int *)a], y = sort_vals[*(const int *)b];
+	const float *const v = probs;
+	const int i = *(const int *)a, j = *(const int *)b;
+	const float x = v[i], y = v[j];
 
-	if (x != y)
-		return x > y ? -1 : 1;
-	return *(const int *)a - *(const int *)b; /* lower id first among equals */
+	if (x > y)
+		return -1;
+	if (x < y)
+		return 1;
+	if (!isnan(x) != !isnan(y))
+		return isnan(x) ? 1 : -1;
+	return (i > j) - (i < j); /* lower id first among equals */
 }
 
 int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r, int *scratch)
@@ -65,8 +74,7 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 	}
 	for (i = 0; i < n; i++)
 		scratch[i] = i;
-	sort_vals = logits;
-	qsort(scratch, (size_t)n, sizeof(int), cmp_desc);
+	qsort_r(scratch, (size_t)n, sizeof(int), cmp_desc, logits);
 	/* Keep the top k, then the smallest prefix whose mass reaches top_p. */
 	mass = 0.0f;
 	for (i = 0; i < k; i++) {

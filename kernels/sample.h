@@ -26,7 +26,8 @@ float dps_rng_uniform(struct dps_rng *r);
 
 /*
  * Picks a token from logits (n values; modified: scaled and softmaxed in place when
- * sampling). scratch holds n ints. Returns the token id.
+ * sampling). scratch holds n ints. Returns the token id. Keeps no state of its own: threads
+ * may sample at once, each with its own logits, scratch and generator.
  */
 int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r,
 	       int *scratch);

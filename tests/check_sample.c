@@ -3,10 +3,13 @@
  * tests/check_sample.c - token sampling: greedy ties to the lowest id; top-k 1 is greedy;
  * temperature sampling follows softmax(logits / T) (frequencies over 200000 draws within a few
  * standard deviations of the probabilities, computed independently in double precision);
- * top-k and top-p never pick outside their set; the same seed gives the same tokens.
+ * top-k and top-p never pick outside their set; the same seed gives the same tokens; two
+ * threads sampling at once get what they get one after the other.
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -118,6 +121,67 @@ START_TEST(test_seeded)
 }
 END_TEST
 
+/* A vocabulary-sized row of logits per thread, different rows, and the draws from it. */
+#define CONC_N 4096
+#define CONC_DRAWS 200
+
+struct conc {
+	float logits[CONC_N];
+	int scratch[CONC_N];
+	struct dps_sampling p;
+	uint64_t seed;
+	int tokens[CONC_DRAWS];
+};
+
+static void *conc_run(void *arg)
+{
+	struct conc *c = arg;
+	float *l = malloc(sizeof(c->logits));
+	struct dps_rng r;
+
+	ck_assert_ptr_nonnull(l);
+	dps_rng_seed(&r, c->seed);
+	for (int i = 0; i < CONC_DRAWS; i++) {
+		memcpy(l, c->logits, sizeof(c->logits));
+		c->tokens[i] = dps_sample(l, CONC_N, &c->p, &r, c->scratch);
+	}
+	free(l);
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	static struct conc c[2], serial[2];
+	pthread_t th[2];
+	struct dps_rng g;
+
+	/* Rows with many exact ties (values on a coarse grid), so the order among equals shows. */
+	dps_rng_seed(&g, 3);
+	for (int t = 0; t < 2; t++) {
+		for (int i = 0; i < CONC_N; i++)
+			c[t].logits[i] = floorf(dps_rng_uniform(&g) * 64.0f) / 8.0f;
+		c[t].p = (struct dps_sampling){ 1.0f, _i ? 40 : 0, 0.9f, 0 };
+		c[t].seed = 11 + (uint64_t)t;
+		serial[t] = c[t];
+	}
+	for (int t = 0; t < 2; t++)
+		conc_run(&serial[t]);
+	for (int rep = 0; rep < 5; rep++) {
+		for (int t = 0; t < 2; t++)
+			ck_assert_int_eq(pthread_create(&th[t], NULL, conc_run, &c[t]), 0);
+		for (int t = 0; t < 2; t++)
+			ck_assert_int_eq(pthread_join(th[t], NULL), 0);
+		for (int t = 0; t < 2; t++)
+			ck_assert_msg(!memcmp(c[t].tokens, serial[t].tokens, sizeof(c[t].tokens)),
+				      "thread %d, round %d: tokens differ from the serial run", t, rep);
+	}
+	/* The comparison can fail: another seed gives other tokens. */
+	serial[0].seed++;
+	conc_run(&serial[0]);
+	ck_assert(memcmp(c[0].tokens, serial[0].tokens, sizeof(c[0].tokens)));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("sample");
@@ -127,6 +191,7 @@ int main(void)
 	tcase_add_test(tc, test_distribution);
 	tcase_add_test(tc, test_top_k_top_p);
 	tcase_add_test(tc, test_seeded);
+	tcase_add_loop_test(tc, test_threads, 0, 2); /* top-p alone, then top-k and top-p */
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }
