@@ -8,27 +8,42 @@
 #include "common/dps.h"
 #include "engine/tokenizer.h"
 
-static const struct dps_tokenizer *sort_ctx;
-
-static int cmp_piece(const void *a, const void *b)
+/*
+ * Orders ids by piece, then by id, so that pieces repeated in a file sort the same way on
+ * every C library (glibc's qsort is a merge sort today, not a promise). The vocabulary comes
+ * through qsort_r's argument rather than a global, so threads can load tokenizers at once.
+ */
+static int cmp_piece(const void *a, const void *b, void *vocab)
 {
 	const int x = *(const int *)a, y = *(const int *)b;
+	char *const *const v = vocab;
+	const int c = strcmp(v[x], v[y]);
 
-	return strcmp(sort_ctx->vocab[x], sort_ctx->vocab[y]);
+	if (c)
+		return c;
+	return (x > y) - (x < y);
 }
 
 /* Reads a tokenizer from f (size bytes); path names it in messages. Closes f. */
-static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path, int vocab_size,
-		       char *err, size_t errlen)
+static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path,
+		       const struct dps_model_config *cfg, char *err, size_t errlen)
 {
+	const int vocab_size = cfg->vocab_size;
 	int rc = -EINVAL, i;
 	long size;
 
 	memset(t, 0, sizeof(*t));
-	if (vocab_size < 3) {
-		/* ids 0, 1 and 2 are <unk>, BOS and EOS in this format; encode emits BOS = 1 */
-		snprintf(err, errlen, "%s: a vocabulary of %d tokens cannot hold <unk>, BOS and EOS",
-			 path, vocab_size);
+	if (vocab_size < 1) {
+		/* id 0 (<unk>) stands for a byte that has no token */
+		snprintf(err, errlen, "%s: a vocabulary of %d tokens cannot hold <unk>", path,
+			 vocab_size);
+		goto err;
+	}
+	/* encode emits both and decode compares with BOS: they must name tokens */
+	if (cfg->bos_token_id < 0 || cfg->bos_token_id >= vocab_size ||
+	    cfg->eos_token_id < 0 || cfg->eos_token_id >= vocab_size) {
+		snprintf(err, errlen, "%s: bos_token_id %d and eos_token_id %d must be tokens of the "
+			 "vocabulary of %d", path, cfg->bos_token_id, cfg->eos_token_id, vocab_size);
 		goto err;
 	}
 	if (fseek(f, 0, SEEK_END) || (size = ftell(f)) < 4 || fseek(f, 0, SEEK_SET)) {
@@ -40,6 +55,8 @@ static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path, int v
 		goto err;
 	}
 	t->vocab_size = vocab_size;
+	t->bos_id = cfg->bos_token_id;
+	t->eos_id = cfg->eos_token_id;
 	t->vocab = calloc((size_t)vocab_size, sizeof(*t->vocab));
 	t->vocab_len = calloc((size_t)vocab_size, sizeof(*t->vocab_len));
 	t->scores = calloc((size_t)vocab_size, sizeof(*t->scores));
@@ -80,8 +97,7 @@ static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path, int v
 		t->sorted[i] = i;
 	}
 	fclose(f);
-	sort_ctx = t;
-	qsort(t->sorted, (size_t)vocab_size, sizeof(int), cmp_piece);
+	qsort_r(t->sorted, (size_t)vocab_size, sizeof(int), cmp_piece, t->vocab);
 	t->byte_fallback = vocab_size > 258 && !strcmp(t->vocab[3], "<0x00>") &&
 			   !strcmp(t->vocab[258], "<0xFF>");
 	return 0;
@@ -91,8 +107,8 @@ err:
 	return rc;
 }
 
-int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size, char *err,
-		       size_t errlen)
+int dps_tokenizer_load(struct dps_tokenizer *t, const char *path,
+		       const struct dps_model_config *cfg, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "rb");
 	int rc;
@@ -103,11 +119,11 @@ int dps_tokenizer_load(struct dps_tokenizer *t, const char *path, int vocab_size
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return rc;
 	}
-	return load_stream(t, f, path, vocab_size, err, errlen);
+	return load_stream(t, f, path, cfg, err, errlen);
 }
 
-int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len, int vocab_size,
-			   char *err, size_t errlen)
+int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len,
+			   const struct dps_model_config *cfg, char *err, size_t errlen)
 {
 	FILE *f = len ? fmemopen((void *)buf, len, "rb") : NULL;
 
@@ -116,7 +132,7 @@ int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len,
 		snprintf(err, errlen, "tokenizer: empty or unreadable buffer");
 		return -EINVAL;
 	}
-	return load_stream(t, f, "tokenizer", vocab_size, err, errlen);
+	return load_stream(t, f, "tokenizer", cfg, err, errlen);
 }
 
 void dps_tokenizer_free(struct dps_tokenizer *t)
@@ -151,9 +167,10 @@ int dps_tokenizer_lookup(const struct dps_tokenizer *t, const char *piece, size_
 	return -1;
 }
 
-int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t len, int bos,
-			 int *ids, size_t cap, size_t *n)
+int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t len,
+			 unsigned flags, int *ids, size_t cap, size_t *n)
 {
+	const int bos = (flags & DPS_TOKENIZER_BOS) != 0;
 	char *buf = malloc(2 * (size_t)t->max_token_length + 8);
 	size_t k = 0, i;
 
@@ -168,7 +185,7 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 		ids[k++] = (id);                    \
 	} while (0)
 	if (bos)
-		PUSH(1);
+		PUSH(t->bos_id);
 	if (len) {
 		const int sp = dps_tokenizer_lookup(t, " ", 1);
 
@@ -218,6 +235,8 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 		memmove(ids + best_at + 1, ids + best_at + 2, (k - (size_t)best_at - 2) * sizeof(int));
 		k--;
 	}
+	if (flags & DPS_TOKENIZER_EOS)
+		PUSH(t->eos_id);
 #undef PUSH
 	free(buf);
 	*n = k;
@@ -236,7 +255,7 @@ const char *dps_tokenizer_decode(const struct dps_tokenizer *t, int prev, int id
 	}
 	p = t->vocab[id];
 	*len = t->vocab_len[id];
-	if (prev == 1 && p[0] == ' ') {
+	if (prev == t->bos_id && p[0] == ' ') {
 		p++;
 		(*len)--;
 	}

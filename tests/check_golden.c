@@ -33,10 +33,9 @@ static void setup(void)
 	test_tmpdir_make(dir, sizeof(dir), "golden");
 	ck_assert_msg(!dps_convert_llama2c(MODELS "/stories260K.bin", MODELS "/tok512.bin", dir,
 					   DPS_ST_F32, err, sizeof(err)), "%s", err);
-	ck_assert_msg(!dps_model_load(&model, dir, 0, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_model_load(&model, dir, NULL, err, sizeof(err)), "%s", err);
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
-	ck_assert_msg(!dps_tokenizer_load(&tok, path, model.cfg.vocab_size, err, sizeof(err)), "%s",
-		      err);
+	ck_assert_msg(!dps_tokenizer_load(&tok, path, &model.cfg, err, sizeof(err)), "%s", err);
 }
 
 static void teardown(void)
@@ -87,9 +86,12 @@ START_TEST(test_config_and_tokenizer)
 	ck_assert_int_eq(model.cfg.hidden_size, 64);
 	ck_assert_int_eq(model.cfg.num_key_value_heads, 4);
 	ck_assert_int_eq(model.cfg.tie_word_embeddings, 1);
+	ck_assert_int_eq(tok.bos_id, 1);
+	ck_assert_int_eq(tok.eos_id, 2);
 	n = read_ids(GOLDEN "/once_upon_a_time.ids.txt", "prompt_ids", want, 16);
 	ck_assert_int_eq(n, 5);
-	ck_assert_int_eq(dps_tokenizer_encode(&tok, "Once upon a time", 16, 1, got, 64, &k), 0);
+	ck_assert_int_eq(dps_tokenizer_encode(&tok, "Once upon a time", 16, DPS_TOKENIZER_BOS, got,
+					      64, &k), 0);
 	ck_assert_int_eq((int)k, n);
 	for (int i = 0; i < n; i++)
 		ck_assert_int_eq(got[i], want[i]);
@@ -115,7 +117,8 @@ START_TEST(test_config_and_tokenizer)
 		char out[256], buf[8];
 		size_t l, len = 0;
 
-		ck_assert_int_eq(dps_tokenizer_encode(&tok, text, strlen(text), 1, got, 64, &k), 0);
+		ck_assert_int_eq(dps_tokenizer_encode(&tok, text, strlen(text), DPS_TOKENIZER_BOS,
+						      got, 64, &k), 0);
 		for (size_t i = 1; i < k; i++) {
 			const char *p = dps_tokenizer_decode(&tok, got[i - 1], got[i], buf, &l);
 
@@ -171,7 +174,7 @@ END_TEST
 
 START_TEST(test_text_empty_prompt)
 {
-	int want[300], n, token = 1;
+	int want[300], n, token = model.cfg.bos_token_id;
 	char out[4096], golden[4096], buf[8];
 	size_t len = 0, gl;
 	FILE *f;
@@ -186,7 +189,7 @@ START_TEST(test_text_empty_prompt)
 
 		ck_assert_msg(next == want[pos + 1], "position %d: %d, golden %d", pos, next,
 			      want[pos + 1]);
-		if (next == 1)
+		if (next == model.cfg.bos_token_id)
 			break;
 		piece = dps_tokenizer_decode(&tok, token, next, buf, &pl);
 		ck_assert_uint_lt(len + pl, sizeof(out));

@@ -195,7 +195,7 @@ int dps_cmd_generate(int argc, char **argv)
 	if (steps > m.max_pos)
 		steps = m.max_pos;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
-	rc = dps_tokenizer_load(&tok, path, m.cfg.vocab_size, err, sizeof(err));
+	rc = dps_tokenizer_load(&tok, path, &m.cfg, err, sizeof(err));
 	have_tok = rc == 0;
 	if (rc && rc != -ENOENT) {
 		fprintf(stderr, "dpshard generate: %s\n", err);
