@@ -157,10 +157,13 @@ struct linear_job {
 };
 
 /*
- * Thread tid computes the output columns [lo, hi) (rows lo..hi-1 of W), in slices that are
- * multiples of 16: every output element is computed by one thread in the same order whatever
- * the number of threads, so results do not depend on it.
+ * Thread tid computes the output columns [lo, hi) (rows lo..hi-1 of W). Slices start at
+ * multiples of SLICE_ALIGN, a multiple of every register-tile width of the kernel sets (6,
+ * 12, 16, 32), so each column falls in the same tile, computed in the same order, whatever the
+ * number of threads: results do not depend on it (tests/check_kernels.c).
  */
+#define SLICE_ALIGN 96
+
 static void linear_slice(void *arg, int tid, int nt)
 {
 	const struct linear_job *j = arg;
@@ -168,7 +171,7 @@ static void linear_slice(void *arg, int tid, int nt)
 	float one = 1.0f, zero = 0.0f;
 	int lo, hi;
 
-	dps_pool_split(j->n, 16, tid, nt, &lo, &hi);
+	dps_pool_split(j->n, SLICE_ALIGN, tid, nt, &lo, &hi);
 	if (lo >= hi)
 		return;
 	if (j->m == 1 && g.own_matvec) {

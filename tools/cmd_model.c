@@ -20,6 +20,9 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 
+/* Rows per prefill step of generate (a longer prompt goes through in several). */
+#define PREFILL_ROWS 512
+
 /* The --dtype of convert and mkmodel. Returns 0, or -1 after printing the message. */
 static int parse_dtype(const char *cmd, const char *s, enum dps_st_dtype *dt)
 {
@@ -133,7 +136,7 @@ int dps_cmd_generate(int argc, char **argv)
 	struct dps_rng rng;
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
 	const char *blis_arch = "auto";
-	int threads = 1, reference = 0, verbose = 0;
+	int threads = 0, reference = 0, verbose = 0;
 	uint64_t t0;
 	char *pos[1], err[512], path[4200], demo[4096];
 	const struct dps_flag flags[] = {
@@ -150,7 +153,9 @@ int dps_cmd_generate(int argc, char **argv)
 		  "the prompt is a list of token ids (for models without a tokenizer)" },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL (skx:zen3)" },
-		{ "threads", DPS_FLAG_INT, &threads, "N", "BLIS threads", 1, 1024 },
+		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
+		  "threads of the rank, for BLIS and dpshard's kernels (default: the CPUs this "
+		  "process may run on)", 1, 1024 },
 		{ "reference", DPS_FLAG_BOOL, &reference, NULL,
 		  "use the plain-C reference kernels instead of BLIS" },
 		{ "verbose", DPS_FLAG_BOOL, &verbose, NULL, "print the kernels chosen and the speed" },
@@ -173,6 +178,8 @@ int dps_cmd_generate(int argc, char **argv)
 				"--top-k >= 0\n");
 		return 2;
 	}
+	if (!threads)
+		threads = dps_cpus_allowed();
 	if (!reference) {
 		rc = dps_gemm_setup(blis_arch, threads, err, sizeof(err));
 		if (rc) {
@@ -186,8 +193,14 @@ int dps_cmd_generate(int argc, char **argv)
 	sp.top_k = top_k;
 	sp.top_p = (float)top_p;
 	dps_rng_seed(&rng, (uint64_t)seed);
-	/* Size the KV cache for this run, not for the model's whole context. */
-	rc = dps_model_load(&m, model_dir, steps, err, sizeof(err));
+	/* Size the KV cache for this run, not for the model's whole context; the prompt goes
+	 * through in steps of up to PREFILL_ROWS rows, and only the last row's logits are used. */
+	rc = dps_model_load(&m, model_dir,
+			    &(struct dps_model_opts){ .max_pos = steps, .max_seqs = 1,
+						      .max_rows = steps < PREFILL_ROWS ? steps
+										: PREFILL_ROWS,
+						      .max_out = 1 },
+			    err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard generate: %s\n", err);
 		return 1;
@@ -243,15 +256,35 @@ int dps_cmd_generate(int argc, char **argv)
 		n_prompt = (int)k;
 	}
 	{
-		int token = prompt[0], p;
+		int token = prompt[0], p, fed = 0;
+		uint64_t t_prefill = 0;
+		const float *lg = NULL;
 
 		t0 = dps_now_ns();
 		for (p = 0; p < steps; p++) {
-			float *lg = (float *)(reference ? dps_model_forward_ref(&m, token, p)
-							: dps_model_forward(&m, token, p));
-			int next = p + 1 < n_prompt ? prompt[p + 1]
-						    : dps_sample(lg, m.cfg.vocab_size, &sp, &rng, scratch);
+			int next;
 
+			if (p >= fed) {
+				/* Feed the prompt's remaining positions (or the one new token) as one step. */
+				int rows = p + 1 < n_prompt ? n_prompt - p : 1, idx[PREFILL_ROWS];
+				unsigned char want[PREFILL_ROWS] = { 0 };
+				const int seq[PREFILL_ROWS] = { 0 };
+
+				if (rows > m.max_rows)
+					rows = m.max_rows;
+				if (rows > steps - p)
+					rows = steps - p;
+				for (int i = 0; i < rows; i++)
+					idx[i] = p + i;
+				want[rows - 1] = 1;
+				lg = reference ? dps_model_step_ref(&m, rows, prompt + p, idx, seq, want)
+					       : dps_model_step(&m, rows, prompt + p, idx, seq, want);
+				fed = p + rows;
+				if (fed >= n_prompt && !t_prefill)
+					t_prefill = dps_now_ns() - t0;
+			}
+			next = p + 1 < n_prompt ? prompt[p + 1]
+						: dps_sample((float *)lg, m.cfg.vocab_size, &sp, &rng, scratch);
 			if (next == m.cfg.bos_token_id && p + 1 >= n_prompt)
 				break;
 			if (ids_out || !have_tok) {
@@ -265,12 +298,21 @@ int dps_cmd_generate(int argc, char **argv)
 			}
 			fflush(stdout);
 			token = next;
+			if (p + 1 >= n_prompt)
+				prompt[p + 1] = next; /* the next step feeds it */
 		}
 		printf("\n");
-		if (verbose)
-			fprintf(stderr, "dpshard generate: %d steps in %.3f s, %.1f tokens/s, %.1f MB of "
-					"weights\n", p, (double)(dps_now_ns() - t0) / 1e9,
-				p / ((double)(dps_now_ns() - t0) / 1e9), (double)m.weight_bytes / 1e6);
+		if (verbose) {
+			const double total = (double)(dps_now_ns() - t0) / 1e9;
+			const double pf = (double)t_prefill / 1e9;
+			const int gen = p > n_prompt - 1 ? p - (n_prompt - 1) : 0;
+
+			fprintf(stderr, "dpshard generate: prompt %d tokens in %.3f s (%.1f tokens/s); "
+					"%d generated in %.3f s (%.1f tokens/s); %.1f MB of weights, "
+					"%d thread(s)\n", n_prompt, pf, n_prompt / (pf > 0 ? pf : 1e-9),
+				gen, total - pf, gen / (total - pf > 0 ? total - pf : 1e-9),
+				(double)m.weight_bytes / 1e6, threads);
+		}
 	}
 	rc = 0;
 out:

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_kernels.c - every fast kernel (kernels/fast.c) against its plain-C twin on
+ * awkward sizes (tails that are not multiples of 16, head_dim 8 to 128, one position to
+ * several hundred), with a relative tolerance; a case showing the comparison catches a
+ * perturbed result; and the thread pool: every item run exactly once for any split, and a
+ * product split over 1..5 threads bit-identical to one thread.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testutil.h"
+#include "tests/oracle.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+#include "kernels/pool.h"
+
+static void fill(float *x, int n, uint32_t salt, float scale)
+{
+	for (int i = 0; i < n; i++)
+		x[i] = oracle_f32(0, (uint32_t)i, salt) * scale;
+}
+
+/* Largest |a - b| / (|b| + floor) over n values. */
+static double rel_err(const float *a, const float *b, int n, double floor)
+{
+	double worst = 0;
+
+	for (int i = 0; i < n; i++) {
+		const double e = fabs((double)a[i] - (double)b[i]) / (fabs((double)b[i]) + floor);
+
+		if (!(e <= worst))
+			worst = isnan(e) ? INFINITY : e;
+	}
+	return worst;
+}
+
+static const int sizes[] = { 1, 7, 16, 17, 63, 64, 100, 768, 2049 };
+#define NSIZES (int)(sizeof(sizes) / sizeof(sizes[0]))
+
+START_TEST(test_rmsnorm)
+{
+	const int n = sizes[_i];
+	float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
+	float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+
+	fill(x, n, 1, 3.0f);
+	fill(w, n, 2, 1.0f);
+	dps_rmsnorm(a, x, w, n, 1e-5f);
+	dps_rmsnorm_ref(b, x, w, n, 1e-5f);
+	ck_assert_msg(rel_err(a, b, n, 1e-6) < 1e-5, "n=%d: %g", n, rel_err(a, b, n, 1e-6));
+	/* In place, as the model calls it for the final norm. */
+	memcpy(a, x, sizeof(float) * n);
+	dps_rmsnorm(a, a, w, n, 1e-5f);
+	ck_assert(rel_err(a, b, n, 1e-6) < 1e-5);
+	free(x);
+	free(w);
+	free(a);
+	free(b);
+}
+END_TEST
+
+START_TEST(test_softmax_swiglu)
+{
+	const int n = sizes[_i];
+	float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+	float *u = malloc(sizeof(float) * n);
+
+	/* Wide range, so exp is tested far from 0 in both directions. */
+	fill(a, n, 3, 40.0f);
+	memcpy(b, a, sizeof(float) * n);
+	dps_softmax(a, n);
+	dps_softmax_ref(b, n);
+	ck_assert_msg(rel_err(a, b, n, 1e-30) < 2e-6 || rel_err(a, b, n, 1e-7) < 2e-6, "n=%d: %g",
+		      n, rel_err(a, b, n, 1e-30));
+	fill(a, n, 4, 12.0f);
+	fill(u, n, 5, 2.0f);
+	memcpy(b, a, sizeof(float) * n);
+	dps_swiglu(a, u, n);
+	dps_swiglu_ref(b, u, n);
+	ck_assert_msg(rel_err(a, b, n, 1e-6) < 2e-6, "n=%d: %g", n, rel_err(a, b, n, 1e-6));
+	free(a);
+	free(b);
+	free(u);
+}
+END_TEST
+
+START_TEST(test_softmax_extremes)
+{
+	/* Values exp cannot represent, and ties, give what the reference gives. */
+	float a[5] = { -1000.0f, 0.0f, 88.0f, 88.0f, -87.0f }, b[5];
+
+	memcpy(b, a, sizeof(a));
+	dps_softmax(a, 5);
+	dps_softmax_ref(b, 5);
+	for (int i = 0; i < 5; i++)
+		ck_assert_msg(fabsf(a[i] - b[i]) <= 1e-6f, "%d: %g vs %g", i, (double)a[i],
+			      (double)b[i]);
+}
+END_TEST
+
+START_TEST(test_rope)
+{
+	static const int dims[] = { 8, 16, 64, 80, 128 };
+	static const int positions[] = { 0, 1, 17, 511, 4095 };
+
+	for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
+		for (size_t p = 0; p < sizeof(positions) / sizeof(positions[0]); p++) {
+			const int hd = dims[d], heads = 3;
+			float a[3 * 128], b[3 * 128], cs[128];
+
+			fill(a, heads * hd, 6, 1.0f);
+			memcpy(b, a, sizeof(a));
+			dps_rope_table(cs, hd, positions[p], 500000.0f);
+			dps_rope(a, heads, hd, cs);
+			dps_rope_ref(b, heads, hd, positions[p], 500000.0f);
+			ck_assert_msg(rel_err(a, b, heads * hd, 1e-6) < 1e-6, "hd=%d pos=%d", hd,
+				      positions[p]);
+		}
+}
+END_TEST
+
+START_TEST(test_embedding)
+{
+	float table[5 * 7], a[7], b[7];
+
+	fill(table, 35, 7, 1.0f);
+	dps_embedding(a, table, 7, 3);
+	dps_embedding_ref(b, table, 7, 3);
+	ck_assert_int_eq(memcmp(a, b, sizeof(a)), 0);
+	ck_assert_int_eq(memcmp(a, table + 21, sizeof(a)), 0);
+}
+END_TEST
+
+START_TEST(test_attention)
+{
+	static const int dims[] = { 8, 16, 20, 64, 128 };
+	static const int npos[] = { 1, 2, 15, 16, 33, 300 };
+	const int hd = dims[_i];
+
+	for (size_t p = 0; p < sizeof(npos) / sizeof(npos[0]); p++) {
+		const int n = npos[p];
+		const size_t stride = (size_t)hd * 3 + 5; /* keys of other heads in between */
+		float *k = malloc(sizeof(float) * stride * n), *v = malloc(sizeof(float) * stride * n);
+		float q[128], a[128], b[128], *s = malloc(sizeof(float) * n);
+
+		fill(q, hd, 8, 1.0f);
+		fill(k, (int)stride * n, 9, 1.0f);
+		fill(v, (int)stride * n, 10, 1.0f);
+		dps_attention(a, q, k, v, n, hd, stride, s);
+		dps_attention_ref(b, q, k, v, n, hd, stride, s);
+		ck_assert_msg(rel_err(a, b, hd, 1e-2) < 2e-5, "hd=%d n=%d: %g", hd, n,
+			      rel_err(a, b, hd, 1e-2));
+		free(k);
+		free(v);
+		free(s);
+	}
+}
+END_TEST
+
+START_TEST(test_check_can_fail)
+{
+	/* The tolerance used above does catch a result that is wrong in one element. */
+	float x[100], w[100], a[100], b[100];
+
+	fill(x, 100, 11, 1.0f);
+	fill(w, 100, 12, 1.0f);
+	dps_rmsnorm(a, x, w, 100, 1e-5f);
+	dps_rmsnorm_ref(b, x, w, 100, 1e-5f);
+	a[57] *= 1.001f;
+	ck_assert(rel_err(a, b, 100, 1e-6) > 1e-5);
+}
+END_TEST
+
+/* ---- the pool ---------------------------------------------------------------------- */
+
+struct count_job {
+	int n;
+	_Atomic int *hits;
+};
+
+static void count_slice(void *arg, int tid, int nt)
+{
+	struct count_job *j = arg;
+	int lo, hi;
+
+	dps_pool_split(j->n, 16, tid, nt, &lo, &hi);
+	for (int i = lo; i < hi; i++)
+		atomic_fetch_add(&j->hits[i], 1);
+}
+
+START_TEST(test_pool_every_item_once)
+{
+	for (int threads = 1; threads <= 6; threads++) {
+		struct dps_pool *pool;
+
+		ck_assert_int_eq(dps_pool_create(&pool, threads), 0);
+		ck_assert_int_eq(dps_pool_size(pool), threads);
+		for (int n = 0; n < 200; n += 7) {
+			_Atomic int hits[200] = { 0 };
+			struct count_job j = { n, hits };
+
+			/* Many jobs back to back: the workers go from spinning to sleeping and back. */
+			for (int rep = 0; rep < 20; rep++)
+				dps_pool_run(pool, count_slice, &j);
+			for (int i = 0; i < n; i++)
+				ck_assert_int_eq(hits[i], 20);
+		}
+		dps_pool_destroy(pool);
+	}
+	dps_pool_run(NULL, count_slice, &(struct count_job){ 0, NULL });
+	ck_assert_int_eq(dps_pool_size(NULL), 1);
+}
+END_TEST
+
+START_TEST(test_pool_split)
+{
+	for (int n = 0; n < 100; n++)
+		for (int nt = 1; nt <= 8; nt++) {
+			int next = 0;
+
+			for (int t = 0; t < nt; t++) {
+				int lo, hi;
+
+				dps_pool_split(n, 4, t, nt, &lo, &hi);
+				ck_assert_int_le(lo, hi);
+				if (lo < hi) {
+					ck_assert_int_eq(lo, next);
+					ck_assert_int_eq(lo % 4, 0);
+					next = hi;
+				}
+			}
+			ck_assert_int_eq(next, n);
+		}
+}
+END_TEST
+
+START_TEST(test_linear_threads_bit_identical)
+{
+	static const int shapes[][3] = { { 1, 1000, 96 }, { 5, 333, 64 }, { 47, 500, 33 },
+					 { 48, 500, 64 }, { 64, 200, 80 }, { 200, 1000, 64 },
+					 { 8, 2048, 768 } };
+	char msg[256];
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+		float *x = malloc(sizeof(float) * m * k), *w = malloc(sizeof(float) * n * k);
+		float *one = malloc(sizeof(float) * m * n), *got = malloc(sizeof(float) * m * n);
+
+		fill(x, m * k, 13, 1.0f);
+		fill(w, n * k, 14, 1.0f);
+		ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
+		dps_linear_f32(one, x, w, m, n, k);
+		for (int t = 2; t <= 5; t++) {
+			ck_assert_int_eq(dps_gemm_setup("auto", t, msg, sizeof(msg)), 0);
+			ck_assert_int_eq(dps_pool_size(dps_gemm_pool()), t);
+			dps_linear_f32(got, x, w, m, n, k);
+			ck_assert_msg(!memcmp(one, got, sizeof(float) * m * n), "m=%d n=%d k=%d, %d threads",
+				      m, n, k, t);
+		}
+		free(x);
+		free(w);
+		free(one);
+		free(got);
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("kernels");
+	TCase *tc = tcase_create("fast-vs-reference");
+
+	tcase_add_loop_test(tc, test_rmsnorm, 0, NSIZES);
+	tcase_add_loop_test(tc, test_softmax_swiglu, 0, NSIZES);
+	tcase_add_test(tc, test_softmax_extremes);
+	tcase_add_test(tc, test_rope);
+	tcase_add_test(tc, test_embedding);
+	tcase_add_loop_test(tc, test_attention, 0, 5);
+	tcase_add_test(tc, test_check_can_fail);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pool");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_pool_every_item_once);
+	tcase_add_test(tc, test_pool_split);
+	tcase_add_test(tc, test_linear_threads_bit_identical);
+	suite_add_tcase(s, tc);
+	return test_run_suite(s);
+}
