@@ -288,6 +288,24 @@ static void attn_slice(void *arg, int tid, int nt)
 	}
 }
 
+/* A fast product, counted in m->linear_ns and m->linear_flops. */
+static void linear_fast(struct dps_model *m, float *out, const float *x, const float *W, int rows,
+			int n, int k)
+{
+	const uint64_t t0 = dps_now_ns();
+
+	dps_linear_f32(out, x, W, rows, n, k);
+	m->linear_ns += dps_now_ns() - t0;
+	m->linear_flops += 2.0 * rows * n * k;
+}
+
+static void linear_ref(struct dps_model *m, float *out, const float *x, const float *W, int rows,
+		       int n, int k)
+{
+	(void)m;
+	dps_linear_f32_ref(out, x, W, rows, n, k);
+}
+
 static const float *step(struct dps_model *m, int n, const int *tokens, const int *pos,
 			 const int *seq, const unsigned char *want, int fast)
 {
@@ -296,8 +314,8 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 	const int kvh = c->num_key_value_heads, kv = kvh * hd, qd = heads * hd;
 	const int im = c->intermediate_size, qkvd = qd + 2 * kv;
 	const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
-	void (*linear)(float *, const float *, const float *, int, int, int) =
-		fast ? dps_linear_f32 : dps_linear_f32_ref;
+	void (*linear)(struct dps_model *, float *, const float *, const float *, int, int, int) =
+		fast ? linear_fast : linear_ref;
 	void (*rmsnorm)(float *, const float *, const float *, int, float) =
 		fast ? dps_rmsnorm : dps_rmsnorm_ref;
 	int n_out = 0;
@@ -318,7 +336,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 		/* Attention: norm, the stacked q/k/v product, rotary, the cache, attention, o. */
 		for (int i = 0; i < n; i++)
 			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->attn_norm, dim, eps);
-		linear(m->qkv, m->xb, w->wqkv, n, qkvd, dim);
+		linear(m, m->qkv, m->xb, w->wqkv, n, qkvd, dim);
 		for (int i = 0; i < n; i++) {
 			float *q = m->qkv + (size_t)i * qkvd, *k = q + qd, *v = k + kv;
 			const size_t at = (((size_t)l * (size_t)m->max_seqs + (size_t)seq[i]) *
@@ -338,13 +356,13 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			dps_pool_run(dps_gemm_pool(), attn_slice, &aj);
 		else
 			attn_slice(&aj, 0, 1);
-		linear(m->xb, m->att_out, w->wo, n, dim, qd);
+		linear(m, m->xb, m->att_out, w->wo, n, dim, qd);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];
 		/* MLP: norm, the stacked gate/up product, SwiGLU, down. */
 		for (int i = 0; i < n; i++)
 			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->ffn_norm, dim, eps);
-		linear(m->gu, m->xb, w->w_gate_up, n, 2 * im, dim);
+		linear(m, m->gu, m->xb, w->w_gate_up, n, 2 * im, dim);
 		for (int i = 0; i < n; i++) {
 			float *g = m->gu + (size_t)i * 2 * im;
 
@@ -352,7 +370,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			/* Pack the activations (im per row) for the down product. */
 			memmove(m->gu + (size_t)i * im, g, sizeof(float) * (size_t)im);
 		}
-		linear(m->xb, m->gu, w->w_down, n, dim, im);
+		linear(m, m->xb, m->gu, w->w_down, n, dim, im);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];
 	}
@@ -365,7 +383,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			n_out++;
 		}
 	if (n_out)
-		linear(m->logits, m->xb, m->lm_head, n_out, c->vocab_size, dim);
+		linear(m, m->logits, m->xb, m->lm_head, n_out, c->vocab_size, dim);
 	return m->logits;
 }
 

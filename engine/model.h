@@ -11,6 +11,7 @@
 #define DPS_ENGINE_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/model_config.h"
 
@@ -45,6 +46,9 @@ struct dps_model {
 	/* Per-step scratch, max_rows rows each (scores: one row of max_pos per thread). */
 	float *x, *xb, *qkv, *att_out, *gu, *scores, *cs, *logits;
 	int score_threads;
+	/* Counters of the fast step's matrix products, for benchmarks (never reset by the model). */
+	uint64_t linear_ns;
+	double linear_flops;
 };
 
 /*

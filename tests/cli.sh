@@ -214,6 +214,37 @@ if not all(r["check"] is True for r in rows):
 	fi
 fi
 
+# ---- dpshard bench decode -------------------------------------------------------------
+# The tiny preset, written to a scratch cache on first use; every test gives a positive rate
+# and the machine's limits measured in the same run.
+
+XDG_CACHE_HOME=$tmp/cache-bench
+export XDG_CACHE_HOME
+run bench decode --preset tiny -p 8,16 -n 4 -b 1,3 -r 2 --threads-per-rank 2
+if expect_rc 0; then
+	[ "$(grep -c '^| tiny-seed0 ' "$tmp/out")" -eq 4 ] || { fail "$desc: want 4 result rows"; show stdout "$tmp/out"; }
+	grep -q "memory read [0-9.]* GB/s, sgemm [0-9]* GFLOP/s" "$tmp/out" ||
+		fail "$desc: the measured limits are missing"
+fi
+run bench decode --preset tiny -p 8 -n 4 -b 2 -r 1 --json
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+r = d["results"]
+assert [x["test"] for x in r] == ["pp8", "tg4"], r
+assert all(x["tokens_per_s"] > 0 for x in r), r
+assert d["read_bandwidth_gbs"] > 0 and d["sgemm_gflops"] > 0, d
+assert r[1]["batch"] == 2 and r[1]["bytes_per_step"] > 0, r
+' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
+fi
+unset XDG_CACHE_HOME
+run bench decode -b 0
+expect_rc 2
+run bench decode --model "$tmp/nothing-here"
+expect_rc 1
+grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name config.json"
+
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 
 # ---- dpshard convert and generate: stories260K against the golden outputs ------------------
@@ -252,7 +283,7 @@ if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/s
 	unset XDG_CACHE_HOME
 	expect_rc 0
 	[ "$(wc -w <"$tmp/out")" -eq 8 ] || fail "$desc: expected 8 ids"
-	[ -r "$tmp/cache/dpshard/demo-tiny-seed0/config.json" ] ||
+	[ -r "$tmp/cache/dpshard/tiny-seed0/config.json" ] ||
 		fail "$desc: the demo model was not written to \$XDG_CACHE_HOME/dpshard"
 	run generate --model "$tmp/st260" --temperature nan
 	expect_rc 2

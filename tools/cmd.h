@@ -12,5 +12,14 @@ int dps_bench_coll(int argc, char **argv);
 int dps_cmd_convert(int argc, char **argv);
 int dps_cmd_generate(int argc, char **argv);
 int dps_cmd_mkmodel(int argc, char **argv);
+int dps_bench_decode(int argc, char **argv);
+
+#include <stddef.h>
+/*
+ * Writes the directory of preset model `preset` (seed 0) in the user's cache into dir,
+ * making it on first use; who names the command in messages. Returns 0 or a negative code
+ * after a message.
+ */
+int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len);
 
 #endif

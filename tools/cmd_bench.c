@@ -14,11 +14,15 @@ int dps_cmd_bench(int argc, char **argv)
 
 		fprintf(f, "usage: dpshard bench SUITE [OPTIONS]\n\nsuites:\n"
 			   "  coll     latency and bus bandwidth of the shared-memory collectives\n"
+			   "  decode   prefill and decode tokens/s of the model beside this machine's "
+			   "limits\n"
 			   "\n`dpshard bench SUITE --help` describes a suite's options.\n");
 		return argc < 1 ? 2 : 0;
 	}
 	if (!strcmp(argv[0], "coll"))
 		return dps_bench_coll(argc - 1, argv + 1);
+	if (!strcmp(argv[0], "decode"))
+		return dps_bench_decode(argc - 1, argv + 1);
 	fprintf(stderr, "dpshard bench: unknown suite '%s' (try dpshard bench --help)\n", argv[0]);
 	return 2;
 }

@@ -94,34 +94,46 @@ static int parse_ids(const char *s, int *ids, int cap, int vocab)
 }
 
 /*
- * The demo model: the "tiny" preset with seed 0 (random weights, no tokenizer), written on
- * first use to $XDG_CACHE_HOME/dpshard (or ~/.cache/dpshard), so a generation runs on a fresh
- * machine with nothing downloaded.
+ * A preset model with seed 0 (random weights, no tokenizer), written on first use to
+ * $XDG_CACHE_HOME/dpshard/PRESET-seed0 (or ~/.cache/dpshard/...), so a generation or a
+ * benchmark runs on a fresh machine with nothing downloaded.
  */
-static int demo_model(char *dir, size_t len)
+int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len)
 {
 	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	const struct dps_mkmodel_preset *p = dps_mkmodel_preset(preset);
 	char base[3900], cfg[4200], err[512];
+	uint64_t t0;
 	int rc;
 
+	if (!p) {
+		fprintf(stderr, "dpshard %s: no preset '%s' (dpshard mkmodel --list-presets shows them)\n", who,
+			preset);
+		return -EINVAL;
+	}
 	if (xdg && *xdg)
 		snprintf(base, sizeof(base), "%s", xdg);
 	else
 		snprintf(base, sizeof(base), "%s/.cache", home && *home ? home : "/tmp");
-	snprintf(dir, len, "%s/dpshard/demo-tiny-seed0", base);
+	snprintf(dir, len, "%s/dpshard/%s-seed0", base, preset);
 	snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
 	if (access(cfg, R_OK) == 0)
 		return 0;
 	snprintf(cfg, sizeof(cfg), "%s/dpshard", base);
 	if ((mkdir(base, 0755) && errno != EEXIST) || (mkdir(cfg, 0755) && errno != EEXIST)) {
-		fprintf(stderr, "dpshard generate: cannot create %s: %s\n", cfg, strerror(errno));
+		fprintf(stderr, "dpshard %s: cannot create %s: %s\n", who, cfg, strerror(errno));
 		return -errno;
 	}
-	fprintf(stderr, "dpshard generate: no --model given; writing the demo model (random "
-			"weights, prompts as token ids) to %s\n", dir);
-	rc = dps_mkmodel(&dps_mkmodel_preset("tiny")->cfg, 0, DPS_ST_F32, dir, err, sizeof(err));
+	fprintf(stderr, "dpshard %s: writing the '%s' model (%.1fM parameters, random weights, "
+			"prompts as token ids) to %s ...\n", who, preset,
+		(double)dps_model_config_params(&p->cfg) / 1e6, dir);
+	t0 = dps_now_ns();
+	rc = dps_mkmodel(&p->cfg, 0, DPS_ST_F32, dir, err, sizeof(err));
 	if (rc)
-		fprintf(stderr, "dpshard generate: %s\n", err);
+		fprintf(stderr, "dpshard %s: %s\n", who, err);
+	else
+		fprintf(stderr, "dpshard %s: done in %.1f s\n", who,
+			(double)(dps_now_ns() - t0) / 1e9);
 	return rc;
 }
 
@@ -167,7 +179,7 @@ int dps_cmd_generate(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	if (!model_dir) {
-		rc = demo_model(demo, sizeof(demo));
+		rc = dps_cached_preset("tiny", "generate", demo, sizeof(demo));
 		if (rc)
 			return 1;
 		model_dir = demo;

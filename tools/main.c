@@ -13,7 +13,7 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{ "groups", dps_cmd_groups, "print the rank grid and every process group of a TP x DP layout" },
-	{ "bench", dps_cmd_bench, "benchmarks: `dpshard bench coll` measures the collectives" },
+	{ "bench", dps_cmd_bench, "benchmarks: `bench coll` (the collectives), `bench decode` (the model)" },
 	{ "convert", dps_cmd_convert, "import a llama2.c checkpoint and tokenizer" },
 	{ "mkmodel", dps_cmd_mkmodel, "write a seeded random model of any Llama shape" },
 	{ "generate", dps_cmd_generate, "generate text with a model in one process (reference decoder)" },
