@@ -255,11 +255,11 @@ void dps_model_free(struct dps_model *m)
 /* The attention of every (row, query head) pair of a step, split over the rank's threads. */
 struct attn_job {
 	struct dps_model *m;
-	int n, layer, fast;
+	int n, layer, fast, chunks;
 	const int *pos, *seq;
 };
 
-static void attn_slice(void *arg, int tid, int nt)
+static void attn_slice(void *arg, int chunk, int tid)
 {
 	const struct attn_job *j = arg;
 	struct dps_model *m = j->m;
@@ -271,7 +271,7 @@ static void attn_slice(void *arg, int tid, int nt)
 	int lo, hi;
 
 	DPS_ASSERT(tid < m->score_threads);
-	dps_pool_split(j->n * heads, 1, tid, nt, &lo, &hi);
+	dps_pool_split(j->n * heads, 1, chunk, j->chunks, &lo, &hi);
 	for (int item = lo; item < hi; item++) {
 		const int i = item / heads, h = item % heads, g = h / (heads / kvh);
 		const size_t base = (((size_t)j->layer * (size_t)m->max_seqs + (size_t)j->seq[i]) *
@@ -331,7 +331,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 	}
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const struct dps_layer_weights *w = &m->layers[l];
-		struct attn_job aj = { m, n, l, fast, pos, seq };
+		struct attn_job aj = { m, n, l, fast, 1, pos, seq };
 
 		/* Attention: norm, the stacked q/k/v product, rotary, the cache, attention, o. */
 		for (int i = 0; i < n; i++)
@@ -352,10 +352,14 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			memcpy(m->key_cache + at, k, sizeof(float) * (size_t)kv);
 			memcpy(m->value_cache + at, v, sizeof(float) * (size_t)kv);
 		}
-		if (fast && dps_pool_size(dps_gemm_pool()) <= m->score_threads)
-			dps_pool_run(dps_gemm_pool(), attn_slice, &aj);
-		else
-			attn_slice(&aj, 0, 1);
+		if (fast && dps_pool_size(dps_gemm_pool()) <= m->score_threads) {
+			const int items = n * heads, most = 8 * dps_pool_size(dps_gemm_pool());
+
+			aj.chunks = items < most ? items : most;
+			dps_pool_run(dps_gemm_pool(), aj.chunks, attn_slice, &aj);
+		} else {
+			attn_slice(&aj, 0, 0);
+		}
 		linear(m, m->xb, m->att_out, w->wo, n, dim, qd);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];

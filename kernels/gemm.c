@@ -19,9 +19,17 @@
  * (measured single-thread on Zen 5 with k = 768: the two meet at m = 40..56). */
 #define SMALL_M_MAX 47
 
+/*
+ * Up to this m, dpshard's own kernel (W streamed once per call, four rows of x per pass over
+ * a four-row block of W) beats every BLIS set here: measured single-thread on Zen 5 with
+ * 2048 x 768 weights, 30 against 27 GB/s at m = 1, 83 against 60 GFLOP/s at m = 8, 148
+ * against 129 at m = 128; skx's packed kernel wins from m = 256 (159 against 144).
+ */
+#define OWN_M_MAX 128
+
 static struct {
 	int ready;
-	int own_matvec; /* m = 1 through dps_matvec_f32_avx512 instead of BLIS */
+	int own_small; /* m <= OWN_M_MAX through dps_gemm_small_f32_avx512 instead of BLIS */
 	int threads;
 	int small_m_max;
 	cntx_t *big, *small;
@@ -129,14 +137,16 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		}
 	}
 	g.small_m_max = small != big ? SMALL_M_MAX : 0;
-	/* With "auto", one-row products (decode at batch 1) use our streaming kernel. */
-	g.own_matvec = (!spec || !strcmp(spec, "auto")) && __builtin_cpu_supports("avx512f");
-	if (small != big)
+	/* With "auto", decode-sized products use our streaming kernel. */
+	g.own_small = (!spec || !strcmp(spec, "auto")) && __builtin_cpu_supports("avx512f");
+	if (g.own_small)
 		snprintf(g.desc, sizeof(g.desc),
-			 "BLIS %s: '%s' kernels, '%s' for m <= %d%s, %d thread(s)",
+			 "dpshard's AVX-512 kernel for m <= %d, BLIS %s '%s' kernels above, %d thread(s)",
+			 OWN_M_MAX, bli_info_get_version_str(), bli_arch_string(big), g.threads);
+	else if (small != big)
+		snprintf(g.desc, sizeof(g.desc), "BLIS %s: '%s' kernels, '%s' for m <= %d, %d thread(s)",
 			 bli_info_get_version_str(), bli_arch_string(big), bli_arch_string(small),
-			 g.small_m_max, g.own_matvec ? ", dpshard's AVX-512 kernel for m = 1" : "",
-			 g.threads);
+			 g.small_m_max, g.threads);
 	else
 		snprintf(g.desc, sizeof(g.desc), "BLIS %s: '%s' kernels, %d thread(s)",
 			 bli_info_get_version_str(), bli_arch_string(big), g.threads);
@@ -153,30 +163,31 @@ const char *dps_gemm_describe(void)
 struct linear_job {
 	float *out;
 	const float *x, *W;
-	int m, n, k;
+	int m, n, k, chunks;
 };
 
 /*
- * Thread tid computes the output columns [lo, hi) (rows lo..hi-1 of W). Slices start at
- * multiples of SLICE_ALIGN, a multiple of every register-tile width of the kernel sets (6,
- * 12, 16, 32), so each column falls in the same tile, computed in the same order, whatever the
- * number of threads: results do not depend on it (tests/check_kernels.c).
+ * Chunk `chunk` computes the output columns [lo, hi) (rows lo..hi-1 of W). Slices start at
+ * multiples of SLICE_ALIGN, a multiple of every register-tile width of the kernel sets (4,
+ * 6, 12, 16, 32), so each column falls in the same tile, computed in the same order, whatever
+ * the number of chunks and threads: results do not depend on them (tests/check_kernels.c).
  */
 #define SLICE_ALIGN 96
 
-static void linear_slice(void *arg, int tid, int nt)
+static void linear_slice(void *arg, int chunk, int tid)
 {
 	const struct linear_job *j = arg;
 	rntm_t rntm = BLIS_RNTM_INITIALIZER;
 	float one = 1.0f, zero = 0.0f;
 	int lo, hi;
 
-	dps_pool_split(j->n, SLICE_ALIGN, tid, nt, &lo, &hi);
+	(void)tid;
+	dps_pool_split(j->n, SLICE_ALIGN, chunk, j->chunks, &lo, &hi);
 	if (lo >= hi)
 		return;
-	if (j->m == 1 && g.own_matvec) {
-		dps_matvec_f32_avx512(j->out + lo, j->x, j->W + (size_t)lo * (size_t)j->k, hi - lo,
-				      j->k);
+	if (j->m <= OWN_M_MAX && g.own_small) {
+		dps_gemm_small_f32_avx512(j->out + lo, j->n, j->x, j->W + (size_t)lo * (size_t)j->k,
+					  j->m, hi - lo, j->k);
 		return;
 	}
 	bli_rntm_set_num_threads(1, &rntm);
@@ -191,14 +202,22 @@ static void linear_slice(void *arg, int tid, int nt)
  */
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, W, m, n, k };
+	struct linear_job j = { out, x, W, m, n, k, 1 };
+	int nt;
 
 	if (!g.ready) {
 		char msg[256];
 
 		dps_gemm_setup("auto", 1, msg, sizeof(msg));
 	}
-	dps_pool_run(g.pool, linear_slice, &j);
+	/*
+	 * More chunks than threads, so a thread that is descheduled delays only its chunk; fewer
+	 * for BLIS, which packs x again for every chunk.
+	 */
+	nt = dps_pool_size(g.pool);
+	if (nt > 1)
+		j.chunks = nt * (m <= OWN_M_MAX && g.own_small ? 4 : 2);
+	dps_pool_run(g.pool, j.chunks, linear_slice, &j);
 }
 
 struct dps_pool *dps_gemm_pool(void)
@@ -213,44 +232,109 @@ void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n
 }
 
 /*
- * Assumptions: W is rows x cols row-major with any alignment; x has cols floats. Four rows
- * share each load of x; the weights stream through once, which is what bounds decode.
- * Sums run in a different order from dps_matvec_ref: equal within rounding.
+ * Four rows of W against MR (1..4) rows of x: out[i][r0 + j]. Each output is one 16-lane
+ * accumulator over the columns in order, then reduced: the arithmetic of
+ * dps_matvec_f32_avx512, so a row's result does not depend on the other rows of the batch.
+ * Written out per MR so the sixteen accumulators stay in registers.
  */
-__attribute__((target("avx512f")))
+#define ACC_DECL(i) __m512 a0##i = _mm512_setzero_ps(), a1##i = a0##i, a2##i = a0##i, a3##i = a0##i
+#define ACC_FMA(i, LOADX)                                                                 \
+	do {                                                                              \
+		const __m512 xv = LOADX(x + (size_t)(i) * (size_t)k + c);                 \
+		a0##i = _mm512_fmadd_ps(w0v, xv, a0##i);                                  \
+		a1##i = _mm512_fmadd_ps(w1v, xv, a1##i);                                  \
+		a2##i = _mm512_fmadd_ps(w2v, xv, a2##i);                                  \
+		a3##i = _mm512_fmadd_ps(w3v, xv, a3##i);                                  \
+	} while (0)
+/* Sum of the 16 lanes of each of 8 vectors, in one vector: a fixed tree per input. */
+__attribute__((target("avx512f"), always_inline)) static inline __m256
+reduce8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m512 v5, __m512 v6, __m512 v7)
+{
+#define HALF(v) _mm256_add_ps(_mm512_castps512_ps256(v), \
+			      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
+	const __m256 h0 = _mm256_hadd_ps(HALF(v0), HALF(v1)), h1 = _mm256_hadd_ps(HALF(v2), HALF(v3));
+	const __m256 h2 = _mm256_hadd_ps(HALF(v4), HALF(v5)), h3 = _mm256_hadd_ps(HALF(v6), HALF(v7));
+	const __m256 g0 = _mm256_hadd_ps(h0, h1), g1 = _mm256_hadd_ps(h2, h3);
+#undef HALF
+	return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+/* Stores the sums of rows i and i + 1 (four outputs each, nr of them real). */
+#define ACC_OUT2(i, j)                                                                    \
+	do {                                                                              \
+		float s[8];                                                               \
+		_mm256_storeu_ps(s, reduce8(a0##i, a1##i, a2##i, a3##i, a0##j, a1##j, a2##j, a3##j)); \
+		for (int q = 0; q < nr; q++) {                                            \
+			out[(size_t)(i) * (size_t)n + (size_t)(r0 + q)] = s[q];           \
+			if ((j) != (i))                                                   \
+				out[(size_t)(j) * (size_t)n + (size_t)(r0 + q)] = s[4 + q]; \
+		}                                                                         \
+	} while (0)
+#define LOADU(p) _mm512_loadu_ps(p)
+#define LOADM(p) _mm512_maskz_loadu_ps(mask, p)
+#define BLOCK(MR, FMAS, OUTS, DECLS)                                                      \
+	__attribute__((target("avx512f"))) static void block_##MR(                         \
+		float *out, const float *x, const float *W, int r0, int nr, int n, int k)  \
+	{                                                                                 \
+		const int tail = k % 16;                                                  \
+		const __mmask16 mask = (__mmask16)((1u << tail) - 1);                     \
+		const float *w0 = W + (size_t)r0 * (size_t)k;                             \
+		const float *w1 = nr > 1 ? w0 + k : w0, *w2 = nr > 2 ? w0 + 2 * k : w0;   \
+		const float *w3 = nr > 3 ? w0 + 3 * k : w0;                               \
+		int c = 0;                                                                \
+		DECLS;                                                                    \
+		for (; c + 16 <= k; c += 16) {                                            \
+			const __m512 w0v = _mm512_loadu_ps(w0 + c), w1v = _mm512_loadu_ps(w1 + c); \
+			const __m512 w2v = _mm512_loadu_ps(w2 + c), w3v = _mm512_loadu_ps(w3 + c); \
+			/* The next four rows, in step: their fetch overlaps this block's sums. */ \
+			_mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);  \
+			_mm_prefetch((const char *)(w0 + 5 * (size_t)k + c), _MM_HINT_T0);  \
+			_mm_prefetch((const char *)(w0 + 6 * (size_t)k + c), _MM_HINT_T0);  \
+			_mm_prefetch((const char *)(w0 + 7 * (size_t)k + c), _MM_HINT_T0);  \
+			FMAS(LOADU);                                                      \
+		}                                                                         \
+		if (tail) {                                                               \
+			const __m512 w0v = LOADM(w0 + c), w1v = LOADM(w1 + c);            \
+			const __m512 w2v = LOADM(w2 + c), w3v = LOADM(w3 + c);            \
+			FMAS(LOADM);                                                      \
+		}                                                                         \
+		OUTS;                                                                     \
+	}
+#define F1(L) ACC_FMA(0, L)
+#define F2(L) F1(L); ACC_FMA(1, L)
+#define F3(L) F2(L); ACC_FMA(2, L)
+#define F4(L) F3(L); ACC_FMA(3, L)
+BLOCK(1, F1, ACC_OUT2(0, 0), ACC_DECL(0))
+BLOCK(2, F2, ACC_OUT2(0, 1), ACC_DECL(0); ACC_DECL(1))
+BLOCK(3, F3, ACC_OUT2(0, 1); ACC_OUT2(2, 2), ACC_DECL(0); ACC_DECL(1); ACC_DECL(2))
+BLOCK(4, F4, ACC_OUT2(0, 1); ACC_OUT2(2, 3), ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3))
+
+/*
+ * Assumptions: x is m x k, W is n x k, out is m x n with row stride ldo, all row-major, any
+ * alignment. For each group of four rows of W (kept in L1 while it is used, the next group
+ * prefetched meanwhile), x goes by in groups of four rows.
+ */
+void dps_gemm_small_f32_avx512(float *out, int ldo, const float *x, const float *W, int m, int n,
+			       int k)
+{
+	for (int r = 0; r < n; r += 4) {
+		const int nr = n - r < 4 ? n - r : 4;
+
+		for (int i = 0; i < m; i += 4) {
+			const float *xi = x + (size_t)i * (size_t)k;
+			float *oi = out + (size_t)i * (size_t)ldo;
+
+			switch (m - i < 4 ? m - i : 4) {
+			case 1: block_1(oi, xi, W, r, nr, ldo, k); break;
+			case 2: block_2(oi, xi, W, r, nr, ldo, k); break;
+			case 3: block_3(oi, xi, W, r, nr, ldo, k); break;
+			default: block_4(oi, xi, W, r, nr, ldo, k); break;
+			}
+		}
+	}
+}
+
 void dps_matvec_f32_avx512(float *out, const float *x, const float *W, int rows, int cols)
 {
-	const int tail = cols % 16;
-	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
-	int r = 0;
-
-	for (; r + 4 <= rows; r += 4) {
-		const float *w0 = W + (size_t)r * (size_t)cols, *w1 = w0 + cols;
-		const float *w2 = w1 + cols, *w3 = w2 + cols;
-		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-		int c = 0;
-
-		for (; c + 16 <= cols; c += 16) {
-			const __m512 xv = _mm512_loadu_ps(x + c);
-
-			a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + c), xv, a0);
-			a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + c), xv, a1);
-			a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + c), xv, a2);
-			a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + c), xv, a3);
-		}
-		if (tail) {
-			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c);
-
-			a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w0 + c), xv, a0);
-			a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w1 + c), xv, a1);
-			a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w2 + c), xv, a2);
-			a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w3 + c), xv, a3);
-		}
-		out[r] = _mm512_reduce_add_ps(a0);
-		out[r + 1] = _mm512_reduce_add_ps(a1);
-		out[r + 2] = _mm512_reduce_add_ps(a2);
-		out[r + 3] = _mm512_reduce_add_ps(a3);
-	}
-	if (r < rows)
-		dps_matvec_ref(out + r, x, W + (size_t)r * (size_t)cols, rows - r, cols);
+	dps_gemm_small_f32_avx512(out, rows, x, W, 1, rows, cols);
 }

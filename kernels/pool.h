@@ -4,16 +4,19 @@
  * the pool keeps n - 1 more threads that wait for work, spinning briefly and then blocking
  * on a futex, so a machine with more threads than cores still makes progress.
  *
- * Work is split by the job itself from (tid, n): a job that gives each output element to
- * exactly one thread, in an order that does not depend on n, gives bit-identical results
- * whatever the number of threads.
+ * A job is a number of chunks that the threads claim one at a time, the caller included: a
+ * thread that is descheduled (more threads than cores, or another process on its core) holds
+ * up at most the one chunk it claimed, never a fixed share of the job. The work of a chunk
+ * depends on its index only, not on the thread that runs it, so results are bit-identical
+ * whoever runs what.
  */
 #ifndef DPS_KERNELS_POOL_H
 #define DPS_KERNELS_POOL_H
 
 struct dps_pool;
 
-typedef void (*dps_pool_fn)(void *arg, int tid, int n);
+/* Runs chunk `chunk` of a job; tid (0 = the caller, < dps_pool_size) is for per-thread scratch. */
+typedef void (*dps_pool_fn)(void *arg, int chunk, int tid);
 
 /*
  * Starts a pool of n threads in all (n >= 1; n = 1 starts none). Returns 0 or a negative
@@ -25,18 +28,19 @@ int dps_pool_create(struct dps_pool **pool, int n);
 int dps_pool_size(const struct dps_pool *pool);
 
 /*
- * Runs fn(arg, tid, n) on every thread, tid = 0 on the caller, and returns when all have
- * returned. A NULL pool runs fn(arg, 0, 1). Not reentrant: one caller at a time.
+ * Runs fn(arg, c, tid) for every chunk c in [0, nchunks) (0 <= nchunks < 2^20), each once,
+ * on whichever threads claim them, and returns when all have returned. A NULL pool runs them
+ * in order on the caller. Not reentrant: one caller at a time.
  */
-void dps_pool_run(struct dps_pool *pool, dps_pool_fn fn, void *arg);
+void dps_pool_run(struct dps_pool *pool, int nchunks, dps_pool_fn fn, void *arg);
 
 /* Stops and joins the threads. NULL is allowed. */
 void dps_pool_destroy(struct dps_pool *pool);
 
 /*
- * The slice [*lo, *hi) of n items that thread tid of nt takes, in chunks that are multiples
- * of align (the last slice takes the remainder; a slice may be empty).
+ * The slice [*lo, *hi) of n items that chunk c of nc covers, slices being multiples of align
+ * (the last takes the remainder; a slice may be empty).
  */
-void dps_pool_split(int n, int align, int tid, int nt, int *lo, int *hi);
+void dps_pool_split(int n, int align, int c, int nc, int *lo, int *hi);
 
 #endif

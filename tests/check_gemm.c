@@ -27,6 +27,7 @@ START_TEST(test_linear)
 {
 	static const int shapes[][3] = { { 1, 2048, 768 }, { 8, 100, 64 }, { 47, 96, 33 },
 					 { 48, 96, 33 }, { 64, 300, 50 }, { 200, 64, 96 },
+					 { 128, 131, 2049 }, { 129, 67, 40 }, { 6, 5, 17 },
 					 { 3, 1, 5 } };
 	char msg[256];
 	int rc = dps_gemm_setup(specs[_i], 1 + _i % 2, msg, sizeof(msg));

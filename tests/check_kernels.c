@@ -178,16 +178,19 @@ END_TEST
 /* ---- the pool ---------------------------------------------------------------------- */
 
 struct count_job {
-	int n;
+	int n, chunks, threads;
 	_Atomic int *hits;
+	_Atomic int bad_tid;
 };
 
-static void count_slice(void *arg, int tid, int nt)
+static void count_slice(void *arg, int chunk, int tid)
 {
 	struct count_job *j = arg;
 	int lo, hi;
 
-	dps_pool_split(j->n, 16, tid, nt, &lo, &hi);
+	if (tid < 0 || tid >= j->threads)
+		atomic_store(&j->bad_tid, 1);
+	dps_pool_split(j->n, 16, chunk, j->chunks, &lo, &hi);
 	for (int i = lo; i < hi; i++)
 		atomic_fetch_add(&j->hits[i], 1);
 }
@@ -201,18 +204,35 @@ START_TEST(test_pool_every_item_once)
 		ck_assert_int_eq(dps_pool_size(pool), threads);
 		for (int n = 0; n < 200; n += 7) {
 			_Atomic int hits[200] = { 0 };
-			struct count_job j = { n, hits };
+			struct count_job j = { n, 1 + n % 13, threads, hits, 0 };
 
 			/* Many jobs back to back: the workers go from spinning to sleeping and back. */
 			for (int rep = 0; rep < 20; rep++)
-				dps_pool_run(pool, count_slice, &j);
+				dps_pool_run(pool, j.chunks, count_slice, &j);
 			for (int i = 0; i < n; i++)
 				ck_assert_int_eq(hits[i], 20);
+			ck_assert_int_eq(j.bad_tid, 0);
 		}
 		dps_pool_destroy(pool);
 	}
-	dps_pool_run(NULL, count_slice, &(struct count_job){ 0, NULL });
+	dps_pool_run(NULL, 0, count_slice, &(struct count_job){ 0, 1, 1, NULL, 0 });
 	ck_assert_int_eq(dps_pool_size(NULL), 1);
+}
+END_TEST
+
+START_TEST(test_pool_more_threads_than_cores)
+{
+	/* 16 threads on this machine's cores: jobs still finish, and every chunk runs once. */
+	struct dps_pool *pool;
+	_Atomic int hits[1000] = { 0 };
+	struct count_job j = { 1000, 64, 16, hits, 0 };
+
+	ck_assert_int_eq(dps_pool_create(&pool, 16), 0);
+	for (int rep = 0; rep < 200; rep++)
+		dps_pool_run(pool, j.chunks, count_slice, &j);
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(hits[i], 200);
+	dps_pool_destroy(pool);
 }
 END_TEST
 
@@ -269,6 +289,33 @@ START_TEST(test_linear_threads_bit_identical)
 }
 END_TEST
 
+START_TEST(test_batch_invariant)
+{
+	/* Under auto, up to m = 128, a row's outputs do not depend on the other rows. */
+	enum { N = 203, K = 771, M = 128 };
+	float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K);
+	float *all = malloc(sizeof(float) * M * N), one[N];
+	char msg[256];
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f"))
+		return;
+	fill(x, M * K, 15, 1.0f);
+	fill(w, N * K, 16, 1.0f);
+	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
+	for (int m = 1; m <= M; m = m * 2 + 1) {
+		dps_linear_f32(all, x, w, m, N, K);
+		for (int i = 0; i < m; i += 3) {
+			dps_linear_f32(one, x + (size_t)i * K, w, 1, N, K);
+			ck_assert_msg(!memcmp(one, all + (size_t)i * N, sizeof(one)), "m=%d row %d", m, i);
+		}
+	}
+	free(x);
+	free(w);
+	free(all);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kernels");
@@ -285,8 +332,10 @@ int main(void)
 	tc = tcase_create("pool");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_pool_every_item_once);
+	tcase_add_test(tc, test_pool_more_threads_than_cores);
 	tcase_add_test(tc, test_pool_split);
 	tcase_add_test(tc, test_linear_threads_bit_identical);
+	tcase_add_test(tc, test_batch_invariant);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

@@ -81,6 +81,7 @@ static int cmp_double(const void *a, const void *b)
 struct read_job {
 	const float *buf;
 	size_t n;
+	int chunks;
 	float sink[64];
 };
 
@@ -109,15 +110,16 @@ static float read_plain(const float *p, size_t n)
 	return acc[0];
 }
 
-static void read_slice(void *arg, int tid, int nt)
+static void read_slice(void *arg, int chunk, int tid)
 {
 	struct read_job *j = arg;
 	int lo, hi;
 
+	(void)tid;
 	/* In units of 64 floats (one 256-byte block), so every slice stays aligned. */
-	dps_pool_split((int)(j->n / 64), 1, tid, nt, &lo, &hi);
+	dps_pool_split((int)(j->n / 64), 1, chunk, j->chunks, &lo, &hi);
 	__builtin_cpu_init();
-	j->sink[tid % 64] = __builtin_cpu_supports("avx512f")
+	j->sink[chunk % 64] += __builtin_cpu_supports("avx512f")
 				    ? read512(j->buf + (size_t)lo * 64, (size_t)(hi - lo) * 64)
 				    : read_plain(j->buf + (size_t)lo * 64, (size_t)(hi - lo) * 64);
 }
@@ -140,11 +142,12 @@ static double read_bandwidth(size_t bytes, int reps)
 	memset(p, 1, bytes);
 	j.buf = p;
 	j.n = bytes / sizeof(float);
-	dps_pool_run(dps_gemm_pool(), read_slice, &j); /* warm the TLB and the threads */
+	j.chunks = 4 * dps_pool_size(dps_gemm_pool());
+	dps_pool_run(dps_gemm_pool(), j.chunks, read_slice, &j); /* warm the TLB and the threads */
 	for (int r = 0; r < reps && r < 16; r++) {
 		const uint64_t t0 = dps_now_ns();
 
-		dps_pool_run(dps_gemm_pool(), read_slice, &j);
+		dps_pool_run(dps_gemm_pool(), j.chunks, read_slice, &j);
 		t[r] = (double)bytes / ((double)(dps_now_ns() - t0) / 1e9);
 	}
 	free(p);
