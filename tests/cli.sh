@@ -245,6 +245,36 @@ run bench decode --model "$tmp/nothing-here"
 expect_rc 1
 grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name config.json"
 
+# ---- generate stops at the model's EOS ---------------------------------------------------
+# A copy of the tiny preset whose config names as EOS the token greedy decoding produces
+# at some step of a seeded sampled run: the same run must end just before it.
+
+run mkmodel --preset tiny --out "$tmp/eos" --seed 3
+expect_rc 0
+run generate --model "$tmp/eos" -n 24 --prompt-ids "7" --temperature 1 --seed 4
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	cp "$tmp/out" "$tmp/eos-full"
+	if python3 -c '
+import json, sys
+ids = open(sys.argv[1]).read().split()
+# the first generated id (after the prompt 7) not seen before, as EOS; print where it stops
+for i in range(2, len(ids)):
+    if ids[i] not in ids[:i] and ids[i] not in ("0", "1"):
+        c = json.load(open(sys.argv[2]))
+        c["eos_token_id"] = int(ids[i])
+        json.dump(c, open(sys.argv[2], "w"))
+        print(" ".join(ids[:i]))
+        sys.exit(0)
+sys.exit(1)
+' "$tmp/eos-full" "$tmp/eos/config.json" >"$tmp/eos-want"; then
+		run generate --model "$tmp/eos" -n 24 --prompt-ids "7" --temperature 1 --seed 4
+		expect_rc 0
+		cmp -s "$tmp/out" "$tmp/eos-want" || { fail "$desc: did not stop before the EOS id"; show stdout "$tmp/out"; }
+	else
+		fail "$desc: no new id in the sampled output to make EOS"
+	fi
+fi
+
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 
 # ---- dpshard convert and generate: stories260K against the golden outputs ------------------

@@ -297,7 +297,9 @@ int dps_cmd_generate(int argc, char **argv)
 			}
 			next = p + 1 < n_prompt ? prompt[p + 1]
 						: dps_sample((float *)lg, m.cfg.vocab_size, &sp, &rng, scratch);
-			if (next == m.cfg.bos_token_id && p + 1 >= n_prompt)
+			/* BOS ends a story as in llama2.c; EOS ends it in Hugging Face models. */
+			if ((next == m.cfg.bos_token_id || next == m.cfg.eos_token_id) &&
+			    p + 1 >= n_prompt)
 				break;
 			if (ids_out || !have_tok) {
 				printf("%s%d", p ? " " : "", next);
