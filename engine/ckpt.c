@@ -14,6 +14,7 @@
 
 #define QUEUE_DEPTH 64
 #define MAX_READ (64u << 20) /* bytes per read request */
+#define PIECE (4u << 20)     /* a large contiguous range is read as pieces of this, in parallel */
 
 /* ---- f16 -------------------------------------------------------------------------------- */
 
@@ -337,7 +338,7 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 	uint64_t outer = 1, inner = 1, d, per, lo, hi, valid;
 	unsigned char *stage = NULL;
 	struct rd *reqs = NULL;
-	size_t esz;
+	size_t esz, nreq;
 	int file, rc = 0;
 
 	t = dps_ckpt_find(ck, name, &file);
@@ -387,19 +388,41 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 		if (!stage)
 			return -ENOMEM;
 	}
-	reqs = calloc(outer, sizeof(*reqs));
+	/*
+	 * One range per outer row; ranges that follow each other both in the file and in the
+	 * destination (a shard that is whole rows, or dimension 0) merge, and the result is cut
+	 * into PIECE-sized reads so that many are in flight.
+	 */
+	nreq = outer + (outer * valid * inner * esz) / PIECE + 1;
+	reqs = calloc(nreq, sizeof(*reqs));
 	if (!reqs) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (uint64_t o = 0; o < outer; o++) {
-		reqs[o].fd = ck->files[file].fd;
-		reqs[o].off = t->begin + ((o * d + lo) * inner) * esz;
-		reqs[o].len = valid * inner * esz;
-		reqs[o].dst = stage ? stage + o * valid * inner * esz
-				    : (unsigned char *)(dst + o * per * inner);
+	nreq = 0;
+	for (uint64_t o = 0; o < outer;) {
+		uint64_t off = t->begin + ((o * d + lo) * inner) * esz;
+		unsigned char *to = stage ? stage + o * valid * inner * esz
+					  : (unsigned char *)(dst + o * per * inner);
+		uint64_t len = valid * inner * esz;
+
+		/* Whole rows are contiguous in the file, and in the destination unless padded. */
+		for (o++; o < outer && valid == d && per == d; o++)
+			len += valid * inner * esz;
+		while (len) {
+			const uint64_t piece = len < PIECE ? len : PIECE;
+
+			reqs[nreq].fd = ck->files[file].fd;
+			reqs[nreq].off = off;
+			reqs[nreq].dst = to;
+			reqs[nreq].len = (size_t)piece;
+			nreq++;
+			off += piece;
+			to += piece;
+			len -= piece;
+		}
 	}
-	rc = uring_read_all(ck, reqs, outer, ck->files[file].path, err, errlen);
+	rc = uring_read_all(ck, reqs, nreq, ck->files[file].path, err, errlen);
 	if (rc || !stage)
 		goto out;
 	for (uint64_t o = 0; o < outer; o++) {
