@@ -334,8 +334,23 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 			const uint64_t *want_shape, int dim, int idx, int count, float *dst,
 			char *err, size_t errlen)
 {
+	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
+	uint64_t per;
+
+	if (!t || dim < 0 || dim >= t->ndim || count < 1 || idx < 0 || idx >= count)
+		return dps_ckpt_load_range(ck, name, want_ndim, want_shape, dim, t ? -1 : 0, 0, dst,
+					   err, errlen);
+	per = (t->shape[dim] + (uint64_t)count - 1) / (uint64_t)count;
+	return dps_ckpt_load_range(ck, name, want_ndim, want_shape, dim, (int64_t)(per * (uint64_t)idx),
+				   per, dst, err, errlen);
+}
+
+int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
+			char *err, size_t errlen)
+{
 	const struct dps_st_tensor *t;
-	uint64_t outer = 1, inner = 1, d, per, lo, hi, valid;
+	uint64_t outer = 1, inner = 1, d, lo, hi, valid;
 	unsigned char *stage = NULL;
 	struct rd *reqs = NULL;
 	size_t esz, nreq;
@@ -360,10 +375,10 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 			 ck->files[file].path, name, got, want);
 		return -EINVAL;
 	}
-	if (!dst || t->ndim < 1 || dim < 0 || dim >= t->ndim || count < 1 || idx < 0 ||
-	    idx >= count) {
-		snprintf(err, errlen, "tensor '%s': bad shard request (dim %d, shard %d of %d)", name,
-			 dim, idx, count);
+	if (!dst || t->ndim < 1 || dim < 0 || dim >= t->ndim || first < 0 || per < 1 ||
+	    per > ((uint64_t)1 << 40)) {
+		snprintf(err, errlen, "tensor '%s': bad shard request (dimension %d, %lld + %llu)",
+			 name, dim, (long long)first, (unsigned long long)per);
 		return -EINVAL;
 	}
 	for (int i = 0; i < dim; i++)
@@ -371,8 +386,7 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 	for (int i = dim + 1; i < t->ndim; i++)
 		inner *= t->shape[i];
 	d = t->shape[dim];
-	per = (d + (uint64_t)count - 1) / (uint64_t)count;
-	lo = per * (uint64_t)idx;
+	lo = (uint64_t)first < d ? (uint64_t)first : d;
 	hi = lo + per < d ? lo + per : d;
 	valid = hi > lo ? hi - lo : 0;
 	esz = dps_st_dtype_size(t->dtype);

@@ -53,6 +53,15 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 			const uint64_t *want_shape, int dim, int idx, int count, float *dst,
 			char *err, size_t errlen);
 
+/*
+ * Loads indices [first, first + per) of dimension dim of tensor name into dst, the shape of the
+ * tensor with dimension dim replaced by per; indices past the end of the dimension are zero.
+ * dps_ckpt_load_shard is this with first = idx * ceil(shape[dim] / count), per = that ceiling.
+ */
+int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
+			char *err, size_t errlen);
+
 /* ---- writing -------------------------------------------------------------------------- */
 
 struct dps_st_writer_tensor {
