@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/convert.c - the llama2.c importer (see convert.h).
+ * engine/convert.c - the llama2.c importer (see convert.h). Runs once per conversion, from
+ * `dpshard convert llama2c`. The checkpoint is outside input: its header is checked field by
+ * field, and against the file's size, before anything is sized from it (fuzzed by
+ * tests/fuzz/fuzz_llama2c.c through dps_convert_llama2c_mem).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/dps.h"
 #include "engine/ckpt.h"
@@ -51,69 +57,125 @@ static int copy_file(const char *from, const char *to)
 	return rc;
 }
 
-int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, const char *outdir,
-			enum dps_st_dtype dt, char *err, size_t errlen)
+/* The header and what follows from it. */
+struct llama2c_shape {
+	int dim, hidden, layers, heads, kv_heads, vocab, seq;
+	int tied; /* vocab_size was positive: the classifier is the embedding */
+	int hd, kv_dim;
+	size_t n_floats; /* float32 values after the header */
+};
+
+/* Checks one field against [lo, hi]; names it in the message. */
+static int check_field(const char *name, const char *field, long long v, long long lo,
+		       long long hi, char *err, size_t errlen)
+{
+	if (v >= lo && v <= hi)
+		return 0;
+	snprintf(err, errlen, "%s: implausible header: %s %lld is outside [%lld, %lld]", name, field,
+		 v, lo, hi);
+	return -EINVAL;
+}
+
+/*
+ * Parses the header at hdr (DPS_LLAMA2C_HEADER_BYTES) of a checkpoint of file_size bytes into
+ * s. The bounds keep every size below far from overflow (the largest, n_floats, stays under
+ * 2^50) and match what dps_model_config_parse accepts of the config written from them.
+ */
+static int parse_header(const unsigned char *hdr, uint64_t file_size, const char *name,
+			struct llama2c_shape *s, char *err, size_t errlen)
 {
 	int32_t h[7];
-	int dim, hidden, layers, heads, kv_heads, vocab, seq, tied, hd, kv_dim;
-	struct dps_model_config cfg = { 0 };
-	struct dps_st_writer_tensor *t = NULL;
-	float *w = NULL, *perm = NULL;
-	size_t expect, nt = 0;
-	char path[4096];
-	long size;
-	FILE *f;
-	int rc = -EINVAL;
 
-	f = fopen(model_path, "rb");
-	if (!f) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: %s", model_path, strerror(errno));
-		return rc;
+	memcpy(h, hdr, sizeof(h));
+	memset(s, 0, sizeof(*s));
+	s->dim = h[0], s->hidden = h[1], s->layers = h[2], s->heads = h[3], s->kv_heads = h[4];
+	s->seq = h[6];
+	if (check_field(name, "dim", h[0], 2, 65536, err, errlen) ||
+	    check_field(name, "hidden_dim", h[1], 1, 262144, err, errlen) ||
+	    check_field(name, "n_layers", h[2], 1, 1024, err, errlen) ||
+	    check_field(name, "n_heads", h[3], 1, h[0], err, errlen) ||
+	    check_field(name, "n_kv_heads", h[4], 1, h[3], err, errlen) ||
+	    check_field(name, "seq_len", h[6], 1, 1 << 24, err, errlen))
+		return -EINVAL;
+	/*
+	 * Negated for an untied classifier (-INT32_MIN does not exist: compare in 64 bits). At
+	 * least 3: llama2.c's ids 0, 1 and 2 are <unk>, BOS and EOS, and the config says so.
+	 */
+	if (h[5] == INT32_MIN || abs(h[5]) < 3 || abs(h[5]) > (1 << 24)) {
+		snprintf(err, errlen, "%s: implausible header: vocab_size %d (negative when the "
+			 "classifier is untied) must be 3 to %d tokens in size, <unk>, BOS and EOS "
+			 "included", name, h[5], 1 << 24);
+		return -EINVAL;
 	}
-	if (fread(h, sizeof(h), 1, f) != 1 || fseek(f, 0, SEEK_END) || (size = ftell(f)) < 28) {
-		snprintf(err, errlen, "%s: not a llama2.c checkpoint (no 28-byte header)", model_path);
-		goto out;
+	s->tied = h[5] > 0;
+	s->vocab = s->tied ? h[5] : -h[5];
+	if (s->dim % s->heads) {
+		snprintf(err, errlen, "%s: implausible header: n_heads %d does not divide dim %d",
+			 name, s->heads, s->dim);
+		return -EINVAL;
 	}
-	dim = h[0], hidden = h[1], layers = h[2], heads = h[3], kv_heads = h[4], seq = h[6];
-	tied = h[5] > 0;
-	vocab = tied ? h[5] : h[5] == INT32_MIN ? 0 : -h[5];
-	if (dim < 2 || dim > 65536 || hidden < 1 || hidden > 262144 || layers < 1 || layers > 1024 ||
-	    heads < 1 || kv_heads < 1 || heads % kv_heads || dim % heads || (dim / heads) % 2 ||
-	    vocab < 1 || vocab > (1 << 24) || seq < 1 || seq > (1 << 24)) {
-		snprintf(err, errlen, "%s: implausible header (dim %d, hidden %d, layers %d, heads %d, "
-			 "kv heads %d, vocab %d, seq %d)", model_path, dim, hidden, layers, heads,
-			 kv_heads, vocab, seq);
-		goto out;
+	if (s->heads % s->kv_heads) {
+		snprintf(err, errlen, "%s: implausible header: n_kv_heads %d does not divide n_heads "
+			 "%d", name, s->kv_heads, s->heads);
+		return -EINVAL;
 	}
-	hd = dim / heads;
-	kv_dim = kv_heads * hd;
+	s->hd = s->dim / s->heads;
+	if (s->hd % 2) {
+		snprintf(err, errlen, "%s: implausible header: the head size dim / n_heads = %d / %d "
+			 "= %d is odd (rotary embedding rotates pairs)", name, s->dim, s->heads, s->hd);
+		return -EINVAL;
+	}
+	s->kv_dim = s->kv_heads * s->hd;
 	/* Floats: embedding, per layer norms and projections, final norm, two rope tables. */
-	expect = (size_t)vocab * dim + (size_t)layers * ((size_t)2 * dim + (size_t)dim * dim * 2 +
-	       (size_t)kv_dim * dim * 2 + (size_t)hidden * dim * 3) + dim + (size_t)seq * hd;
-	if (!tied)
-		expect += (size_t)vocab * dim;
-	if ((size_t)size != 28 + expect * 4) {
-		snprintf(err, errlen, "%s: %ld bytes but the header implies %zu", model_path, size,
-			 28 + expect * 4);
-		goto out;
+	s->n_floats = (size_t)s->vocab * s->dim +
+		      (size_t)s->layers * ((size_t)2 * s->dim + (size_t)s->dim * s->dim * 2 +
+					   (size_t)s->kv_dim * s->dim * 2 +
+					   (size_t)s->hidden * s->dim * 3) +
+		      s->dim + (size_t)s->seq * s->hd;
+	if (!s->tied)
+		s->n_floats += (size_t)s->vocab * s->dim;
+	if (file_size != DPS_LLAMA2C_HEADER_BYTES + (uint64_t)s->n_floats * 4) {
+		snprintf(err, errlen, "%s: %llu bytes but the header (dim %d, hidden_dim %d, n_layers "
+			 "%d, n_heads %d, n_kv_heads %d, vocab_size %d, seq_len %d) implies %llu",
+			 name, (unsigned long long)file_size, s->dim, s->hidden, s->layers, s->heads,
+			 s->kv_heads, h[5], s->seq,
+			 (unsigned long long)(DPS_LLAMA2C_HEADER_BYTES + (uint64_t)s->n_floats * 4));
+		return -EINVAL;
 	}
-	w = malloc(expect * sizeof(float));
-	perm = malloc((size_t)dim * dim * sizeof(float));
-	t = calloc((size_t)layers * 9 + 3, sizeof(*t));
-	if (!w || !perm || !t) {
-		rc = -ENOMEM;
-		goto out;
+	return 0;
+}
+
+void dps_convert_model_free(struct dps_convert_model *m)
+{
+	free(m->tensors);
+	memset(m, 0, sizeof(*m));
+}
+
+int dps_convert_llama2c_mem(void *buf, size_t len, enum dps_st_dtype dt, const char *name,
+			    struct dps_convert_model *m, char *err, size_t errlen)
+{
+	struct dps_st_writer_tensor *t;
+	struct llama2c_shape s;
+	float *perm;
+	int rc, nt = 0;
+
+	memset(m, 0, sizeof(*m));
+	if (len < DPS_LLAMA2C_HEADER_BYTES) {
+		snprintf(err, errlen, "%s: not a llama2.c checkpoint (%zu bytes, no %d-byte header)",
+			 name, len, DPS_LLAMA2C_HEADER_BYTES);
+		return -EINVAL;
 	}
-	if (fseek(f, 28, SEEK_SET) || fread(w, sizeof(float), expect, f) != expect) {
-		snprintf(err, errlen, "%s: read failed", model_path);
-		rc = -EIO;
-		goto out;
-	}
-	if (mkdir(outdir, 0755) && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: %s", outdir, strerror(errno));
-		goto out;
+	DPS_ASSERT(((uintptr_t)buf & 3) == 0);
+	rc = parse_header(buf, len, name, &s, err, errlen);
+	if (rc)
+		return rc;
+	perm = malloc((size_t)s.dim * s.dim * sizeof(float));
+	t = calloc((size_t)s.layers * 9 + 3, sizeof(*t)); /* + embedding, norm, classifier */
+	if (!perm || !t) {
+		snprintf(err, errlen, "%s: out of memory for the tensor table", name);
+		free(perm);
+		free(t);
+		return -ENOMEM;
 	}
 
 #define TENSOR(nm, p, nd, d0, d1)                                                      \
@@ -127,8 +189,9 @@ int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, cons
 		nt++;                                                                  \
 	} while (0)
 	{
-		const float *emb = w;
-		const float *rms_att = emb + (size_t)vocab * dim;
+		const int dim = s.dim, hidden = s.hidden, layers = s.layers, kv_dim = s.kv_dim;
+		const float *emb = (const float *)((char *)buf + DPS_LLAMA2C_HEADER_BYTES);
+		const float *rms_att = emb + (size_t)s.vocab * dim;
 		float *wq = (float *)rms_att + (size_t)layers * dim;
 		float *wk = wq + (size_t)layers * dim * dim;
 		const float *wv = wk + (size_t)layers * kv_dim * dim;
@@ -138,17 +201,17 @@ int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, cons
 		const float *w2 = w1 + (size_t)layers * hidden * dim;
 		const float *w3 = w2 + (size_t)layers * dim * hidden;
 		const float *rms_final = w3 + (size_t)layers * hidden * dim;
-		const float *wcls = rms_final + dim + (size_t)seq * hd;
+		const float *wcls = rms_final + dim + (size_t)s.seq * s.hd;
 		char nm[128];
 
-		TENSOR("model.embed_tokens.weight", emb, 2, vocab, dim);
+		TENSOR("model.embed_tokens.weight", emb, 2, s.vocab, dim);
 		for (int l = 0; l < layers; l++) {
 			float *q = wq + (size_t)l * dim * dim, *k = wk + (size_t)l * kv_dim * dim;
 
 			/* Permute in place through the scratch buffer. */
-			permute_rows(perm, q, heads, hd, dim);
+			permute_rows(perm, q, s.heads, s.hd, dim);
 			memcpy(q, perm, (size_t)dim * dim * sizeof(float));
-			permute_rows(perm, k, kv_heads, hd, dim);
+			permute_rows(perm, k, s.kv_heads, s.hd, dim);
 			memcpy(k, perm, (size_t)kv_dim * dim * sizeof(float));
 #define LAYER(suffix, p, nd, d0, d1)                                                   \
 	do {                                                                           \
@@ -167,31 +230,89 @@ int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, cons
 #undef LAYER
 		}
 		TENSOR("model.norm.weight", rms_final, 1, dim, 0);
-		if (!tied)
-			TENSOR("lm_head.weight", wcls, 2, vocab, dim);
+		if (!s.tied)
+			TENSOR("lm_head.weight", wcls, 2, s.vocab, dim);
 	}
 #undef TENSOR
+	free(perm);
+	m->tensors = t;
+	m->n_tensors = nt;
+	m->cfg.hidden_size = s.dim;
+	m->cfg.intermediate_size = s.hidden;
+	m->cfg.num_hidden_layers = s.layers;
+	m->cfg.num_attention_heads = s.heads;
+	m->cfg.num_key_value_heads = s.kv_heads;
+	m->cfg.head_dim = s.hd;
+	m->cfg.vocab_size = s.vocab;
+	m->cfg.rms_norm_eps = 1e-5;
+	m->cfg.rope_theta = 10000.0;
+	m->cfg.max_position_embeddings = s.seq;
+	m->cfg.tie_word_embeddings = s.tied;
+	m->cfg.bos_token_id = 1; /* llama2.c's run.c; parse_header ensures vocab_size >= 3 */
+	m->cfg.eos_token_id = 2;
+	return 0;
+}
+
+int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, const char *outdir,
+			enum dps_st_dtype dt, char *err, size_t errlen)
+{
+	unsigned char hdr[DPS_LLAMA2C_HEADER_BYTES];
+	struct dps_convert_model m = { 0 };
+	struct llama2c_shape s;
+	void *map = MAP_FAILED;
+	char path[4096];
+	struct stat st;
+	int fd, rc;
+
+	fd = open(model_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", model_path, strerror(errno));
+		return rc;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "%s: not a regular file", model_path);
+		goto out;
+	}
+	if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "%s: not a llama2.c checkpoint (no %d-byte header)", model_path,
+			 DPS_LLAMA2C_HEADER_BYTES);
+		goto out;
+	}
+	/* Refuse a bad header before mapping anything it sizes. */
+	rc = parse_header(hdr, (uint64_t)st.st_size, model_path, &s, err, errlen);
+	if (rc)
+		goto out;
+	/*
+	 * A private writable mapping: the permutation of wq and wk copies only their pages, the
+	 * rest is read from the page cache as the writer streams it, so a checkpoint larger than
+	 * memory converts. The file must not shrink meanwhile (that would be SIGBUS).
+	 */
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: cannot map %llu bytes: %s", model_path,
+			 (unsigned long long)st.st_size, strerror(errno));
+		goto out;
+	}
+	rc = dps_convert_llama2c_mem(map, (size_t)st.st_size, dt, model_path, &m, err, errlen);
+	if (rc)
+		goto out;
+	if (mkdir(outdir, 0755) && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", outdir, strerror(errno));
+		goto out;
+	}
 	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
-	rc = dps_st_write(path, t, (int)nt);
+	rc = dps_st_write(path, m.tensors, m.n_tensors);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
 		goto out;
 	}
-	cfg.hidden_size = dim;
-	cfg.intermediate_size = hidden;
-	cfg.num_hidden_layers = layers;
-	cfg.num_attention_heads = heads;
-	cfg.num_key_value_heads = kv_heads;
-	cfg.head_dim = hd;
-	cfg.vocab_size = vocab;
-	cfg.rms_norm_eps = 1e-5;
-	cfg.rope_theta = 10000.0;
-	cfg.max_position_embeddings = seq;
-	cfg.tie_word_embeddings = tied;
-	cfg.bos_token_id = 1;
-	cfg.eos_token_id = vocab > 2 ? 2 : 0;
 	snprintf(path, sizeof(path), "%s/config.json", outdir);
-	rc = dps_model_config_save(&cfg, path);
+	rc = dps_model_config_save(&m.cfg, path);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
 		goto out;
@@ -204,9 +325,9 @@ int dps_convert_llama2c(const char *model_path, const char *tokenizer_path, cons
 				 dps_strerror(rc));
 	}
 out:
-	fclose(f);
-	free(w);
-	free(perm);
-	free(t);
+	dps_convert_model_free(&m);
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)st.st_size);
+	close(fd);
 	return rc;
 }
