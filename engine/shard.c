@@ -1,0 +1,911 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/shard.c - one rank's shards of the model and the sharded forward pass (see shard.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common/dps.h"
+#include "engine/ckpt.h"
+#include "engine/shard.h"
+#include "kernels/gemm.h"
+#include "kernels/kernels.h"
+#include "kernels/pool.h"
+
+struct dps_shard_layer {
+	float *attn_norm, *ffn_norm;
+	float *wqkv_p;   /* prefill (plain TP): q (hq_t heads), k and v (nkv_t heads) x hidden */
+	float *wo_p;     /* (hidden, hq_t * hd) */
+	float *wq_d;     /* decode, c_attn > 1: q of the effective rank's hq_e heads [+ k, v] */
+	float *wo_d;     /* (hidden, hq_e * hd) */
+	float *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
+	float *w_down;   /* (hidden, im_sh) */
+};
+
+static const char *const part_names[DPS_PART_COUNT] = {
+	"embedding (prefill, TP)", "embedding (decode, TP x c)", "attention (prefill, TP)",
+	"attention (decode, TP x c)", "MLP (TP x c)", "LM head (prefill, TP)",
+	"LM head (decode, TP x c)", "norms",
+};
+
+const char *dps_shard_part_name(enum dps_shard_part p)
+{
+	return p < DPS_PART_COUNT ? part_names[p] : "?";
+}
+
+static const char *const sg_names[DPS_SG_COUNT] = {
+	"attention group", "attention column", "embedding group", "embedding column", "MLP group",
+	"MLP column", "LM-head group", "LM-head column", "TP", "DP",
+};
+
+const char *dps_shard_group_name(int sg)
+{
+	return sg >= 0 && sg < DPS_SG_COUNT ? sg_names[sg] : "?";
+}
+
+static int round_up(int a, int b)
+{
+	return (a + b - 1) / b * b;
+}
+
+int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg *par, char *err,
+		    size_t errlen)
+{
+	if ((long)par->tp * par->attn_dp > cfg->num_attention_heads) {
+		snprintf(err, errlen, "--tensor-parallel-size %d x --attention-dp-size %d = %d is more "
+			 "than the model's %d query heads", par->tp, par->attn_dp,
+			 par->tp * par->attn_dp, cfg->num_attention_heads);
+		return -DPS_ECONFIG;
+	}
+	return 0;
+}
+
+/* ---- loading ---------------------------------------------------------------------------- */
+
+static void *big_alloc(size_t bytes)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *p = NULL;
+
+	if (bytes >= huge) {
+		const size_t r = (bytes + huge - 1) / huge * huge;
+
+		if (posix_memalign(&p, huge, r))
+			return NULL;
+		(void)madvise(p, r, MADV_HUGEPAGE);
+		memset(p, 0, bytes);
+		return p;
+	}
+	return calloc(1, bytes ? bytes : 1);
+}
+
+struct loader {
+	struct dps_ckpt ck;
+	struct dps_shard *s;
+	char *err;
+	size_t errlen;
+	int rc;
+};
+
+static float *alloc_part(struct loader *L, enum dps_shard_part part, size_t floats)
+{
+	float *p;
+
+	if (L->rc)
+		return NULL;
+	p = big_alloc(floats * sizeof(float));
+	if (!p) {
+		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of weights",
+			 L->s->w ? L->s->w->rank : 0, floats * sizeof(float));
+		L->rc = -ENOMEM;
+		return NULL;
+	}
+	L->s->bytes[part] += floats * sizeof(float);
+	return p;
+}
+
+/* Indices [first, first + n) of dimension dim of a 2-D tensor (d0 x d1) into dst. */
+static void range(struct loader *L, const char *name, uint64_t d0, uint64_t d1, int dim,
+		  int64_t first, uint64_t n, float *dst)
+{
+	const uint64_t shape[2] = { d0, d1 };
+
+	if (!L->rc)
+		L->rc = dps_ckpt_load_range(&L->ck, name, 2, shape, dim, first, n, dst, L->err,
+					    L->errlen);
+}
+
+static void whole1(struct loader *L, const char *name, uint64_t n, float *dst)
+{
+	const uint64_t shape[1] = { n };
+
+	if (!L->rc)
+		L->rc = dps_ckpt_load_range(&L->ck, name, 1, shape, 0, 0, n, dst, L->err, L->errlen);
+}
+
+/* Columns [c0, c0 + n) of a (rows x cols) tensor into dst (rows x ld) at column off. */
+static void columns(struct loader *L, const char *name, uint64_t rows, uint64_t cols, int64_t c0,
+		    int n, float *dst, int ld, int off)
+{
+	float *tmp;
+
+	if (L->rc)
+		return;
+	tmp = malloc(sizeof(float) * rows * (size_t)n);
+	if (!tmp) {
+		L->rc = -ENOMEM;
+		snprintf(L->err, L->errlen, "out of memory loading '%s'", name);
+		return;
+	}
+	range(L, name, rows, cols, 1, c0, (uint64_t)n, tmp);
+	for (uint64_t r = 0; r < rows && !L->rc; r++)
+		memcpy(dst + r * (size_t)ld + off, tmp + r * (size_t)n, sizeof(float) * (size_t)n);
+	free(tmp);
+}
+
+static void attention_geometry(struct dps_shard *s)
+{
+	const struct dps_model_config *c = &s->cfg;
+	const int ca = s->c[DPS_COMP_ATTN], tp = s->par.tp;
+	const int heads = c->num_attention_heads, kvh = c->num_key_value_heads;
+	const int group = heads / kvh;
+
+	s->hd = c->head_dim;
+	s->heads_p = round_up(heads, tp * ca);
+	s->hq_t = s->heads_p / tp;
+	s->hq_e = s->hq_t / ca;
+	s->kv_by_eff = ca > 1 && kvh % (tp * ca) == 0;
+	s->nkv_e = s->kv_by_eff ? kvh / (tp * ca) : 0;
+	s->kv_t = calloc((size_t)(s->hq_t + 1), sizeof(int));
+	s->q2kv = calloc((size_t)(s->hq_t + 1), sizeof(int));
+	s->nkv_t = 0;
+	if (!s->kv_t || !s->q2kv)
+		return;
+	/* The KV heads this TP position's query heads read, in order (padding heads read kv_t[0]). */
+	for (int i = 0; i < s->hq_t; i++) {
+		const int h = s->t * s->hq_t + i;
+		int g, k;
+
+		if (h >= heads)
+			continue;
+		g = h / group;
+		for (k = 0; k < s->nkv_t && s->kv_t[k] != g; k++)
+			;
+		if (k == s->nkv_t)
+			s->kv_t[s->nkv_t++] = g;
+		s->q2kv[i] = k;
+	}
+	if (!s->nkv_t)
+		s->kv_t[s->nkv_t++] = 0;
+}
+
+static void load_layer(struct loader *L, int l)
+{
+	struct dps_shard *s = L->s;
+	struct dps_shard_layer *w = &s->layers[l];
+	const struct dps_model_config *c = &s->cfg;
+	const uint64_t dim = (uint64_t)c->hidden_size, im = (uint64_t)c->intermediate_size;
+	const uint64_t qd = (uint64_t)c->num_attention_heads * (uint64_t)s->hd;
+	const uint64_t kvd = (uint64_t)c->num_key_value_heads * (uint64_t)s->hd;
+	const int hd = s->hd, t = s->t, ca = s->c[DPS_COMP_ATTN];
+	const int e = s->j[DPS_COMP_ATTN] + t * ca, gm = s->j[DPS_COMP_MLP] * s->par.tp + t;
+	const size_t rows_p = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
+	char nq[96], nk[96], nv[96], no[96], ng[96], nu[96], nd[96], n1[96], n2[96];
+
+	snprintf(nq, sizeof(nq), "model.layers.%d.self_attn.q_proj.weight", l);
+	snprintf(nk, sizeof(nk), "model.layers.%d.self_attn.k_proj.weight", l);
+	snprintf(nv, sizeof(nv), "model.layers.%d.self_attn.v_proj.weight", l);
+	snprintf(no, sizeof(no), "model.layers.%d.self_attn.o_proj.weight", l);
+	snprintf(ng, sizeof(ng), "model.layers.%d.mlp.gate_proj.weight", l);
+	snprintf(nu, sizeof(nu), "model.layers.%d.mlp.up_proj.weight", l);
+	snprintf(nd, sizeof(nd), "model.layers.%d.mlp.down_proj.weight", l);
+	snprintf(n1, sizeof(n1), "model.layers.%d.input_layernorm.weight", l);
+	snprintf(n2, sizeof(n2), "model.layers.%d.post_attention_layernorm.weight", l);
+
+	w->attn_norm = alloc_part(L, DPS_PART_NORMS, dim);
+	w->ffn_norm = alloc_part(L, DPS_PART_NORMS, dim);
+	if (w->attn_norm && w->ffn_norm) {
+		whole1(L, n1, dim, w->attn_norm);
+		whole1(L, n2, dim, w->ffn_norm);
+	}
+	/* Prefill (plain TP): this TP position's query heads, then the KV heads they read. */
+	w->wqkv_p = alloc_part(L, DPS_PART_ATTN_PREFILL, rows_p * dim);
+	w->wo_p = alloc_part(L, DPS_PART_ATTN_PREFILL, dim * (size_t)s->hq_t * (size_t)hd);
+	if (w->wqkv_p && w->wo_p) {
+		range(L, nq, qd, dim, 0, (int64_t)t * s->hq_t * hd, (uint64_t)s->hq_t * (uint64_t)hd,
+		      w->wqkv_p);
+		for (int k = 0; k < s->nkv_t; k++) {
+			float *kr = w->wqkv_p + ((size_t)s->hq_t + (size_t)k) * (size_t)hd * dim;
+			float *vr = kr + (size_t)s->nkv_t * (size_t)hd * dim;
+
+			range(L, nk, kvd, dim, 0, (int64_t)s->kv_t[k] * hd, (uint64_t)hd, kr);
+			range(L, nv, kvd, dim, 0, (int64_t)s->kv_t[k] * hd, (uint64_t)hd, vr);
+		}
+		columns(L, no, dim, qd, (int64_t)t * s->hq_t * hd, s->hq_t * hd, w->wo_p,
+			s->hq_t * hd, 0);
+	}
+	/* Decode with c_attn > 1: the effective rank's query heads [and KV heads]. */
+	if (ca > 1) {
+		const size_t rows_d = (size_t)(s->hq_e + 2 * s->nkv_e) * (size_t)hd;
+
+		w->wq_d = alloc_part(L, DPS_PART_ATTN_DECODE, rows_d * dim);
+		w->wo_d = alloc_part(L, DPS_PART_ATTN_DECODE, dim * (size_t)s->hq_e * (size_t)hd);
+		if (w->wq_d && w->wo_d) {
+			range(L, nq, qd, dim, 0, (int64_t)e * s->hq_e * hd,
+			      (uint64_t)s->hq_e * (uint64_t)hd, w->wq_d);
+			if (s->kv_by_eff) {
+				float *kr = w->wq_d + (size_t)s->hq_e * (size_t)hd * dim;
+				float *vr = kr + (size_t)s->nkv_e * (size_t)hd * dim;
+
+				range(L, nk, kvd, dim, 0, (int64_t)e * s->nkv_e * hd,
+				      (uint64_t)s->nkv_e * (uint64_t)hd, kr);
+				range(L, nv, kvd, dim, 0, (int64_t)e * s->nkv_e * hd,
+				      (uint64_t)s->nkv_e * (uint64_t)hd, vr);
+			}
+			columns(L, no, dim, qd, (int64_t)e * s->hq_e * hd, s->hq_e * hd, w->wo_d,
+				s->hq_e * hd, 0);
+		}
+	}
+	/* MLP over TP x c_mlp with the group rank j*TP + t: gate and up rows, down columns. */
+	w->w_gate_up = alloc_part(L, DPS_PART_MLP, 2 * (size_t)s->im_sh * dim);
+	w->w_down = alloc_part(L, DPS_PART_MLP, dim * (size_t)s->im_sh);
+	if (w->w_gate_up && w->w_down) {
+		range(L, ng, im, dim, 0, (int64_t)gm * s->im_sh, (uint64_t)s->im_sh, w->w_gate_up);
+		range(L, nu, im, dim, 0, (int64_t)gm * s->im_sh, (uint64_t)s->im_sh,
+		      w->w_gate_up + (size_t)s->im_sh * dim);
+		range(L, nd, dim, im, 1, (int64_t)gm * s->im_sh, (uint64_t)s->im_sh, w->w_down);
+	}
+}
+
+/* Vocabulary rows [idx * per, (idx + 1) * per) of an embedding-shaped tensor. */
+static float *vocab_shard(struct loader *L, enum dps_shard_part part, const char *name, int idx,
+			  int per)
+{
+	const struct dps_model_config *c = &L->s->cfg;
+	float *p = alloc_part(L, part, (size_t)per * (size_t)c->hidden_size);
+
+	if (p)
+		range(L, name, (uint64_t)c->vocab_size, (uint64_t)c->hidden_size, 0,
+		      (int64_t)idx * per, (uint64_t)per, p);
+	return p;
+}
+
+int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_par_cfg *par,
+		   const char *dir, const struct dps_shard_opts *opts, char *err, size_t errlen)
+{
+	struct loader L = { .s = s, .err = err, .errlen = errlen };
+	struct dps_model_config *c = &s->cfg;
+	const char *head;
+	int maxc = 1, tp = par->tp, rc;
+	size_t kv, cache, g, wide;
+
+	memset(s, 0, sizeof(*s));
+	s->w = w;
+	s->par = *par;
+	s->t = w ? w->tp_rank : 0;
+	s->d = w ? w->dp_rank : 0;
+	rc = dps_ckpt_open(&L.ck, dir, err, errlen);
+	if (rc)
+		return rc;
+	*c = L.ck.cfg;
+	rc = dps_shard_check(c, par, err, errlen);
+	if (rc)
+		goto out;
+	for (int k = 0; k < DPS_COMP_COUNT; k++) {
+		s->c[k] = dps_par_cfg_comp_size(par, (enum dps_comp)k);
+		s->j[k] = s->d % s->c[k];
+		if (s->c[k] > maxc)
+			maxc = s->c[k];
+		if (w) {
+			s->comp_c[k] = w->comp_tp_c[k];
+			s->col_c[k] = w->dp_col_c[k];
+		}
+	}
+	if (w) {
+		s->tp_c = w->tp_c;
+		s->dp_c = w->dp_c;
+	}
+	attention_geometry(s);
+	if (!s->kv_t || !s->q2kv) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	s->v_tp = (c->vocab_size + tp - 1) / tp;
+	s->v_emb = (c->vocab_size + tp * s->c[DPS_COMP_EMB] - 1) / (tp * s->c[DPS_COMP_EMB]);
+	s->v_lm = (c->vocab_size + tp * s->c[DPS_COMP_LM_HEAD] - 1) / (tp * s->c[DPS_COMP_LM_HEAD]);
+	s->im_sh = (c->intermediate_size + tp * s->c[DPS_COMP_MLP] - 1) / (tp * s->c[DPS_COMP_MLP]);
+
+	/* Embedding and LM head: plain TP for prefill, the component group for decode. */
+	s->emb_p = vocab_shard(&L, DPS_PART_EMB_PREFILL, "model.embed_tokens.weight", s->t, s->v_tp);
+	s->emb_d = s->c[DPS_COMP_EMB] > 1
+			   ? vocab_shard(&L, DPS_PART_EMB_DECODE, "model.embed_tokens.weight",
+					 s->j[DPS_COMP_EMB] * tp + s->t, s->v_emb)
+			   : s->emb_p;
+	head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+	s->lm_p = vocab_shard(&L, DPS_PART_LM_PREFILL, head, s->t, s->v_tp);
+	s->lm_d = s->c[DPS_COMP_LM_HEAD] > 1
+			  ? vocab_shard(&L, DPS_PART_LM_DECODE, head,
+					s->j[DPS_COMP_LM_HEAD] * tp + s->t, s->v_lm)
+			  : s->lm_p;
+	s->final_norm = alloc_part(&L, DPS_PART_NORMS, (size_t)c->hidden_size);
+	if (s->final_norm)
+		whole1(&L, "model.norm.weight", (uint64_t)c->hidden_size, s->final_norm);
+	s->layers = calloc((size_t)c->num_hidden_layers, sizeof(*s->layers));
+	if (!s->layers && !L.rc) {
+		L.rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+	}
+	for (int l = 0; l < c->num_hidden_layers && !L.rc; l++)
+		load_layer(&L, l);
+	rc = L.rc;
+	if (rc)
+		goto out;
+
+	/* The KV cache of this replica's sequences, for this TP position's KV heads. */
+	s->max_pos = opts && opts->max_pos > 0 && opts->max_pos < c->max_position_embeddings
+			     ? opts->max_pos : c->max_position_embeddings;
+	s->max_seqs = opts && opts->max_seqs > 0 ? opts->max_seqs : 1;
+	s->max_rows = opts && opts->max_rows > 0 ? opts->max_rows : 1;
+	s->max_gather = s->max_rows * maxc;
+	kv = (size_t)s->nkv_t * (size_t)s->hd;
+	cache = (size_t)c->num_hidden_layers * (size_t)s->max_seqs * (size_t)s->max_pos * kv;
+	s->cache_bytes = 2 * cache * sizeof(float);
+	s->key_cache = big_alloc(cache * sizeof(float));
+	s->value_cache = big_alloc(cache * sizeof(float));
+	g = (size_t)s->max_gather;
+	wide = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)s->hd;
+	if (wide < (size_t)c->hidden_size)
+		wide = (size_t)c->hidden_size;
+	s->x = calloc(g * (size_t)c->hidden_size, sizeof(float));
+	s->h = calloc(g * (size_t)c->hidden_size, sizeof(float));
+	s->o = calloc(g * (size_t)c->hidden_size, sizeof(float));
+	s->qkv = calloc(2 * g * wide, sizeof(float));
+	/* att and att2 also hold a replica's K/V projections and the all-to-all blocks. */
+	s->att = calloc(g * (size_t)(s->hq_t + 2 * s->nkv_t + s->hq_e + 2 * s->nkv_e) *
+				(size_t)s->hd, sizeof(float));
+	s->att2 = calloc(g * (size_t)(s->hq_t + 2 * s->nkv_t + s->hq_e + 2 * s->nkv_e) *
+				 (size_t)s->hd, sizeof(float));
+	s->gu = calloc(g * 2 * (size_t)s->im_sh, sizeof(float));
+	s->scores = calloc((size_t)dps_pool_size(dps_gemm_pool()) * (size_t)s->max_pos,
+			   sizeof(float));
+	s->cs = calloc((size_t)s->max_rows * (size_t)s->hd, sizeof(float));
+	s->lg = calloc(g * (size_t)(s->v_tp > s->v_lm ? s->v_tp : s->v_lm), sizeof(float));
+	s->lg2 = calloc(g * (size_t)tp * (size_t)maxc *
+				(size_t)(s->v_tp > s->v_lm ? s->v_tp : s->v_lm),
+			sizeof(float));
+	s->logits = calloc((size_t)s->max_rows * (size_t)c->vocab_size, sizeof(float));
+	s->ids = calloc(g + 1, sizeof(int) * 2);
+	if (!s->key_cache || !s->value_cache || !s->x || !s->h || !s->o || !s->qkv || !s->att ||
+	    !s->att2 || !s->gu || !s->scores || !s->cs || !s->lg || !s->lg2 || !s->logits ||
+	    !s->ids) {
+		snprintf(err, errlen, "rank %d: cannot allocate the KV cache (%zu bytes) and scratch",
+			 w ? w->rank : 0, s->cache_bytes);
+		rc = -ENOMEM;
+	}
+out:
+	dps_ckpt_close(&L.ck);
+	if (rc)
+		dps_shard_free(s);
+	return rc;
+}
+
+void dps_shard_free(struct dps_shard *s)
+{
+	if (s->layers)
+		for (int l = 0; l < s->cfg.num_hidden_layers; l++) {
+			struct dps_shard_layer *w = &s->layers[l];
+
+			free(w->attn_norm);
+			free(w->ffn_norm);
+			free(w->wqkv_p);
+			free(w->wo_p);
+			free(w->wq_d);
+			free(w->wo_d);
+			free(w->w_gate_up);
+			free(w->w_down);
+		}
+	free(s->layers);
+	if (s->emb_d != s->emb_p)
+		free(s->emb_d);
+	free(s->emb_p);
+	if (s->lm_d != s->lm_p)
+		free(s->lm_d);
+	free(s->lm_p);
+	free(s->final_norm);
+	free(s->kv_t);
+	free(s->q2kv);
+	free(s->key_cache);
+	free(s->value_cache);
+	free(s->x);
+	free(s->h);
+	free(s->o);
+	free(s->qkv);
+	free(s->att);
+	free(s->att2);
+	free(s->gu);
+	free(s->scores);
+	free(s->cs);
+	free(s->lg);
+	free(s->lg2);
+	free(s->logits);
+	free(s->ids);
+	memset(s, 0, sizeof(*s));
+}
+
+/* ---- collectives, counted ----------------------------------------------------------------- */
+
+static void count(struct dps_shard *s, enum dps_coll_kind k, int sg, size_t bytes)
+{
+	s->stats.calls[k][sg]++;
+	s->stats.bytes[k][sg] += bytes;
+	if (s->trace)
+		fprintf(stderr, "rank %d: %s over the %s, %zu bytes\n", s->w ? s->w->rank : 0,
+			dps_coll_kind_name(k), dps_shard_group_name(sg), bytes);
+}
+
+static int allreduce(struct dps_shard *s, struct dps_comm *c, int sg, float *buf, size_t n)
+{
+	if (!c || c->n == 1 || !n)
+		return 0;
+	count(s, DPS_COLL_ALLREDUCE, sg, n * sizeof(float));
+	return dps_coll_allreduce(c, buf, buf, n, DPS_F32);
+}
+
+static int allgather(struct dps_shard *s, struct dps_comm *c, int sg, const void *send, void *recv,
+		     size_t n, enum dps_dtype t)
+{
+	if (!c || c->n == 1) {
+		if (recv != send)
+			memcpy(recv, send, n * dps_dtype_size(t));
+		return 0;
+	}
+	if (!n) /* every member gives the same count */
+		return 0;
+	count(s, DPS_COLL_ALLGATHER, sg, n * dps_dtype_size(t) * (size_t)c->n);
+	return dps_coll_allgather(c, send, recv, n, t);
+}
+
+/* ---- _dp_transition ------------------------------------------------------------------------ */
+
+int dps_dp_transition(struct dps_shard *s, const float *x, float *out, int rows_local, int cols,
+		      int from, int to, struct dps_comm *to_col, int to_sg)
+{
+	const size_t row = (size_t)cols, per = (size_t)rows_local * row;
+
+	if (from == to) {
+		if (out != x)
+			memmove(out, x, per * (size_t)from * sizeof(float));
+		return 0;
+	}
+	if (from > to && from % to == 0) {
+		/* Down: keep this rank's target sub-group of batches (the seed's narrow). */
+		const size_t start = (size_t)((s->d % from) / to) * (size_t)to * per;
+
+		memmove(out, x + start, per * (size_t)to * sizeof(float));
+		return 0;
+	}
+	/*
+	 * Up (and down between sizes that do not nest, where the seed's slice would keep the wrong
+	 * replicas): through local, then all-gather over the target column.
+	 */
+	return allgather(s, to_col, to_sg, x + (size_t)(s->d % from) * per, out, per, DPS_F32);
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+struct attn_job {
+	struct dps_shard *s;
+	int n, layer;
+	const int *pos, *seq;
+	const float *q;  /* (n, q_stride): this TP position's hq_t heads, roped */
+	size_t q_stride;
+	float *out;      /* (n, hq_t * hd) */
+	int chunks;
+};
+
+static void attn_chunk(void *arg, int chunk, int tid)
+{
+	const struct attn_job *j = arg;
+	struct dps_shard *s = j->s;
+	const int hd = s->hd, hq = s->hq_t;
+	const size_t kv = (size_t)s->nkv_t * (size_t)hd;
+	float *scratch = s->scores + (size_t)tid * (size_t)s->max_pos;
+	int lo, hi;
+
+	dps_pool_split(j->n * hq, 1, chunk, j->chunks, &lo, &hi);
+	for (int item = lo; item < hi; item++) {
+		const int i = item / hq, h = item % hq;
+		float *out = j->out + (size_t)i * (size_t)hq * (size_t)hd + (size_t)h * (size_t)hd;
+		size_t base;
+
+		if (j->seq[i] < 0) { /* a padding row reads nothing */
+			memset(out, 0, sizeof(float) * (size_t)hd);
+			continue;
+		}
+		base = (((size_t)j->layer * (size_t)s->max_seqs + (size_t)j->seq[i]) *
+			(size_t)s->max_pos) * kv + (size_t)s->q2kv[h] * (size_t)hd;
+		dps_attention(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
+			      s->key_cache + base, s->value_cache + base, j->pos[i] + 1, hd, kv,
+			      scratch);
+	}
+}
+
+/*
+ * The attention of this replica's n rows with this TP position's heads: q (n, q_stride) holds
+ * hq_t heads, k and v (n, k_stride) nkv_t heads each, all before RoPE. Ropes, writes the cache
+ * (not for padding rows), and leaves (n, hq_t * hd) in out.
+ */
+static void attend(struct dps_shard *s, int layer, int n, const int *pos, const int *seq, float *q,
+		   size_t q_stride, float *k, float *v, size_t k_stride, float *out)
+{
+	const int hd = s->hd;
+	const size_t kv = (size_t)s->nkv_t * (size_t)hd;
+	struct attn_job j = { s, n, layer, pos, seq, q, q_stride, out, 1 };
+	const int items = n * s->hq_t, most = 8 * dps_pool_size(dps_gemm_pool());
+
+	for (int i = 0; i < n; i++) {
+		float *cs = s->cs + (size_t)i * (size_t)hd;
+
+		dps_rope_table(cs, hd, pos[i], (float)s->cfg.rope_theta);
+		dps_rope(q + (size_t)i * q_stride, s->hq_t, hd, cs);
+		dps_rope(k + (size_t)i * k_stride, s->nkv_t, hd, cs);
+		if (seq[i] >= 0) {
+			const size_t at = (((size_t)layer * (size_t)s->max_seqs + (size_t)seq[i]) *
+					   (size_t)s->max_pos + (size_t)pos[i]) * kv;
+
+			memcpy(s->key_cache + at, k + (size_t)i * k_stride, sizeof(float) * kv);
+			memcpy(s->value_cache + at, v + (size_t)i * k_stride, sizeof(float) * kv);
+		}
+	}
+	j.chunks = items < most ? items : most;
+	dps_pool_run(dps_gemm_pool(), j.chunks, attn_chunk, &j);
+}
+
+/* Prefill attention (plain TP) of n own rows h; the partial o (n, hidden) before the all-reduce. */
+static void attn_prefill(struct dps_shard *s, int l, int n, const int *pos, const int *seq,
+			 const float *h, float *o)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, hd = s->hd;
+	const size_t width = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
+	float *q = s->qkv;
+
+	dps_linear_f32(q, h, w->wqkv_p, n, (int)width, dim);
+	attend(s, l, n, pos, seq, q, width, q + (size_t)s->hq_t * hd,
+	       q + (size_t)(s->hq_t + s->nkv_t) * hd, width, s->att);
+	dps_linear_f32(o, s->att, w->wo_p, n, dim, s->hq_t * hd);
+}
+
+/*
+ * Decode attention with c_attn > 1 on R = B * c rows gathered over the attention column (block
+ * j' from replica j'). Each rank projects its effective rank's query heads (and, by effective
+ * rank, KV heads) for every row; an all-to-all over the column hands each replica's rows to its
+ * own rank, which holds their KV cache and computes attention for the heads of its TP position;
+ * a second all-to-all returns each head block to the rank whose O shard it meets.
+ */
+static int attn_decode(struct dps_shard *s, int l, int B, const int *pos, const int *seq,
+		       const float *h, float *o)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, hd = s->hd, ca = s->c[DPS_COMP_ATTN];
+	const int j = s->j[DPS_COMP_ATTN], R = B * ca;
+	const size_t we = (size_t)(s->hq_e + 2 * s->nkv_e) * (size_t)hd; /* per row, per rank */
+	const size_t wt = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd; /* per row, TP position */
+	const size_t qe = (size_t)s->hq_e * (size_t)hd;
+	float *proj = s->qkv, *mine = s->qkv + (size_t)s->max_gather * wt;
+	size_t sc[DPS_MAX_WORLD], rc_[DPS_MAX_WORLD];
+	int rc;
+
+	/* proj (R, we): q [k v] of the effective rank's heads for every gathered row. */
+	dps_linear_f32(proj, h, w->wq_d, R, (int)we, dim);
+	for (int q = 0; q < ca; q++)
+		sc[q] = rc_[q] = (size_t)B * we;
+	count(s, DPS_COLL_ALLTOALL, DPS_SG_ATTN_COL, (size_t)R * we * sizeof(float));
+	/* recv (c, B, we) into att2 as scratch: block j'' = rank j'''s heads for my rows. */
+	rc = dps_coll_alltoallv(s->col_c[DPS_COMP_ATTN], proj, sc, NULL, s->att2, rc_, NULL,
+				DPS_F32);
+	if (rc)
+		return rc;
+	/* mine (B, wt): this TP position's q heads in effective-rank order, then k, then v. */
+	for (int i = 0; i < B; i++) {
+		float *row = mine + (size_t)i * wt;
+
+		for (int q = 0; q < ca; q++) {
+			const float *src = s->att2 + ((size_t)q * (size_t)B + (size_t)i) * we;
+
+			memcpy(row + (size_t)q * qe, src, sizeof(float) * qe);
+			if (s->kv_by_eff) {
+				const size_t ke = (size_t)s->nkv_e * (size_t)hd;
+
+				memcpy(row + (size_t)s->hq_t * hd + (size_t)q * ke, src + qe,
+				       sizeof(float) * ke);
+				memcpy(row + (size_t)(s->hq_t + s->nkv_t) * hd + (size_t)q * ke,
+				       src + qe + ke, sizeof(float) * ke);
+			}
+		}
+	}
+	if (!s->kv_by_eff) {
+		/* K and V by TP rank: project this replica's own rows only. */
+		const size_t kvw = 2 * (size_t)s->nkv_t * (size_t)hd;
+		float *kvo = s->att; /* scratch (B, kvw) */
+
+		dps_linear_f32(kvo, h + (size_t)j * (size_t)B * (size_t)dim,
+			       w->wqkv_p + (size_t)s->hq_t * (size_t)hd * (size_t)dim, B, (int)kvw, dim);
+		for (int i = 0; i < B; i++)
+			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,
+			       sizeof(float) * kvw);
+	}
+	attend(s, l, B, pos, seq, mine, wt, mine + (size_t)s->hq_t * hd,
+	       mine + (size_t)(s->hq_t + s->nkv_t) * hd, wt, s->att);
+	/* Back: block j'' of my rows' outputs (its heads) goes to rank j''. */
+	for (int q = 0; q < ca; q++)
+		for (int i = 0; i < B; i++)
+			memcpy(s->att2 + ((size_t)q * (size_t)B + (size_t)i) * qe,
+			       s->att + (size_t)i * (size_t)s->hq_t * hd + (size_t)q * qe,
+			       sizeof(float) * qe);
+	for (int q = 0; q < ca; q++)
+		sc[q] = rc_[q] = (size_t)B * qe;
+	count(s, DPS_COLL_ALLTOALL, DPS_SG_ATTN_COL, (size_t)R * qe * sizeof(float));
+	rc = dps_coll_alltoallv(s->col_c[DPS_COMP_ATTN], s->att2, sc, NULL, s->att, rc_, NULL,
+				DPS_F32);
+	if (rc)
+		return rc;
+	/* att (R, qe): my heads for every gathered row, in gathered order. */
+	dps_linear_f32(o, s->att, w->wo_d, R, dim, (int)qe);
+	return 0;
+}
+
+/* ---- MLP ------------------------------------------------------------------------------------ */
+
+/* The partial MLP of R rows h (this rank's intermediate shard) into o (R, hidden). */
+static void mlp(struct dps_shard *s, int l, int R, const float *h, float *o)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, im = s->im_sh;
+
+	dps_linear_f32(s->gu, h, w->w_gate_up, R, 2 * im, dim);
+	for (int i = 0; i < R; i++) {
+		float *g = s->gu + (size_t)i * 2 * (size_t)im;
+
+		dps_swiglu(g, g + im, im);
+		memmove(s->gu + (size_t)i * (size_t)im, g, sizeof(float) * (size_t)im);
+	}
+	dps_linear_f32(o, s->gu, w->w_down, R, dim, im);
+}
+
+/* ---- embedding and LM head ------------------------------------------------------------------- */
+
+/* x (n, hidden) = rows of ids found in a vocabulary shard starting at lo (per rows), else 0. */
+static void lookup(struct dps_shard *s, const float *table, int lo, int per, const int *ids, int n,
+		   float *x)
+{
+	const int dim = s->cfg.hidden_size;
+
+	for (int i = 0; i < n; i++) {
+		const int v = ids[i] - lo;
+
+		if (v >= 0 && v < per)
+			dps_embedding(x + (size_t)i * dim, table, dim, v);
+		else
+			memset(x + (size_t)i * dim, 0, sizeof(float) * (size_t)dim);
+	}
+}
+
+/*
+ * Logits of rows h (m rows, normed) against a vocabulary shard table (per rows, shard index
+ * me of size n shards gathered over comm): lg2 gets every shard for every row; rows
+ * [first, first + keep) are assembled into out (keep, vocab).
+ */
+static int project(struct dps_shard *s, const float *h, int m, const float *table, int per,
+		   struct dps_comm *comm, int sg, int first, int keep, float *out)
+{
+	const int V = s->cfg.vocab_size, nsh = comm ? comm->n : 1;
+	int rc;
+
+	dps_linear_f32(s->lg, h, table, m, per, s->cfg.hidden_size);
+	rc = allgather(s, comm, sg, s->lg, s->lg2, (size_t)m * (size_t)per, DPS_F32);
+	if (rc)
+		return rc;
+	for (int i = 0; i < keep; i++)
+		for (int q = 0; q < nsh; q++) {
+			const int lo = q * per, n = lo + per <= V ? per : V - lo;
+
+			if (n > 0)
+				memcpy(out + (size_t)i * (size_t)V + lo,
+				       s->lg2 + ((size_t)q * (size_t)m + (size_t)(first + i)) * (size_t)per,
+				       sizeof(float) * (size_t)n);
+		}
+	return 0;
+}
+
+/* ---- the step -------------------------------------------------------------------------------- */
+
+static const float *step_prefill(struct dps_shard *s, int n, const int *tokens, const int *pos,
+				 const int *seq, const unsigned char *want, int *rcp)
+{
+	const struct dps_model_config *c = &s->cfg;
+	const int dim = c->hidden_size, cm = s->c[DPS_COMP_MLP];
+	const float eps = (float)c->rms_norm_eps;
+	struct dps_comm *col = s->col_c[DPS_COMP_MLP];
+	size_t counts[DPS_MAX_WORLD];
+	int R = n, first = 0, n_out = 0, rc;
+	int *cnt = s->ids;
+
+	/* The MLP column's row counts (replicas prefill different amounts). */
+	if (cm > 1) {
+		rc = allgather(s, col, DPS_SG_MLP_COL, &n, cnt, 1, DPS_I32);
+		if (rc)
+			goto fail;
+		R = 0;
+		for (int q = 0; q < cm; q++) {
+			counts[q] = (size_t)cnt[q] * (size_t)dim;
+			if (q < s->j[DPS_COMP_MLP])
+				first += cnt[q];
+			R += cnt[q];
+		}
+	}
+	lookup(s, s->emb_p, s->t * s->v_tp, s->v_tp, tokens, n, s->x);
+	rc = allreduce(s, s->tp_c, DPS_SG_TP, s->x, (size_t)n * dim);
+	if (rc)
+		goto fail;
+	for (int l = 0; l < c->num_hidden_layers; l++) {
+		const struct dps_shard_layer *w = &s->layers[l];
+
+		for (int i = 0; i < n; i++)
+			dps_rmsnorm(s->h + (size_t)i * dim, s->x + (size_t)i * dim, w->attn_norm, dim,
+				    eps);
+		if (n)
+			attn_prefill(s, l, n, pos, seq, s->h, s->o);
+		rc = allreduce(s, s->tp_c, DPS_SG_TP, s->o, (size_t)n * dim);
+		if (rc)
+			goto fail;
+		for (size_t i = 0; i < (size_t)n * dim; i++)
+			s->x[i] += s->o[i];
+		/* The MLP over TP x c_mlp: gather the column's rows, reduce, keep mine. */
+		for (int i = 0; i < n; i++)
+			dps_rmsnorm(s->o + (size_t)i * dim, s->x + (size_t)i * dim, w->ffn_norm, dim,
+				    eps);
+		if (cm > 1) {
+			count(s, DPS_COLL_ALLGATHER, DPS_SG_MLP_COL, (size_t)R * dim * sizeof(float));
+			rc = dps_coll_allgatherv(col, s->o, s->h, counts, NULL, DPS_F32);
+			if (rc)
+				goto fail;
+		} else {
+			memcpy(s->h, s->o, sizeof(float) * (size_t)n * dim);
+		}
+		if (R)
+			mlp(s, l, R, s->h, s->o);
+		rc = allreduce(s, s->comp_c[DPS_COMP_MLP], DPS_SG_MLP_COMP, s->o, (size_t)R * dim);
+		if (rc)
+			goto fail;
+		for (size_t i = 0; i < (size_t)n * dim; i++)
+			s->x[i] += s->o[(size_t)first * dim + i];
+	}
+	for (int i = 0; i < n; i++)
+		if (!want || want[i]) {
+			dps_rmsnorm(s->h + (size_t)n_out * dim, s->x + (size_t)i * dim, s->final_norm,
+				    dim, eps);
+			n_out++;
+		}
+	rc = project(s, s->h, n_out, s->lm_p, s->v_tp, s->tp_c, DPS_SG_TP, 0, n_out, s->logits);
+	if (rc)
+		goto fail;
+	return s->logits;
+fail:
+	*rcp = rc;
+	return NULL;
+}
+
+static const float *step_decode(struct dps_shard *s, int B, const int *tokens, const int *pos,
+				const int *seq, const unsigned char *want, int *rcp)
+{
+	const struct dps_model_config *c = &s->cfg;
+	const int dim = c->hidden_size;
+	const int ce = s->c[DPS_COMP_EMB], ca = s->c[DPS_COMP_ATTN], cm = s->c[DPS_COMP_MLP];
+	const int cl = s->c[DPS_COMP_LM_HEAD];
+	const float eps = (float)c->rms_norm_eps;
+	const int Ra = B * ca, Rm = B * cm;
+	int n_out = 0, rc;
+
+	/* Embedding bracket: gather the ids over the column, look up the shard, reduce. */
+	rc = allgather(s, s->col_c[DPS_COMP_EMB], DPS_SG_EMB_COL, tokens, s->ids, (size_t)B,
+		       DPS_I32);
+	if (rc)
+		goto fail;
+	lookup(s, s->emb_d, (s->j[DPS_COMP_EMB] * s->par.tp + s->t) * s->v_emb, s->v_emb, s->ids,
+	       B * ce, s->h);
+	rc = allreduce(s, s->comp_c[DPS_COMP_EMB], ce > 1 ? DPS_SG_EMB_COMP : DPS_SG_TP, s->h,
+		       (size_t)B * ce * dim);
+	if (rc)
+		goto fail;
+	rc = dps_dp_transition(s, s->h, s->x, B, dim, ce, cm, s->col_c[DPS_COMP_MLP],
+			       DPS_SG_MLP_COL);
+	if (rc)
+		goto fail;
+	for (int l = 0; l < c->num_hidden_layers; l++) {
+		const struct dps_shard_layer *w = &s->layers[l];
+		float *xa = s->o; /* x at the attention's size */
+
+		rc = dps_dp_transition(s, s->x, xa, B, dim, cm, ca, s->col_c[DPS_COMP_ATTN],
+				       DPS_SG_ATTN_COL);
+		if (rc)
+			goto fail;
+		for (int i = 0; i < Ra; i++)
+			dps_rmsnorm(s->h + (size_t)i * dim, xa + (size_t)i * dim, w->attn_norm, dim,
+				    eps);
+		if (ca > 1) {
+			/* xa is kept in s->o: the attention output goes to s->x as scratch. */
+			rc = attn_decode(s, l, B, pos, seq, s->h, s->x);
+			if (rc)
+				goto fail;
+		} else {
+			attn_prefill(s, l, B, pos, seq, s->h, s->x);
+		}
+		rc = allreduce(s, s->comp_c[DPS_COMP_ATTN], ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP,
+			       s->x, (size_t)Ra * dim);
+		if (rc)
+			goto fail;
+		for (size_t i = 0; i < (size_t)Ra * dim; i++)
+			xa[i] += s->x[i];
+		rc = dps_dp_transition(s, xa, s->x, B, dim, ca, cm, s->col_c[DPS_COMP_MLP],
+				       DPS_SG_MLP_COL);
+		if (rc)
+			goto fail;
+		for (int i = 0; i < Rm; i++)
+			dps_rmsnorm(s->h + (size_t)i * dim, s->x + (size_t)i * dim, w->ffn_norm, dim,
+				    eps);
+		mlp(s, l, Rm, s->h, s->o);
+		rc = allreduce(s, s->comp_c[DPS_COMP_MLP], cm > 1 ? DPS_SG_MLP_COMP : DPS_SG_TP, s->o,
+			       (size_t)Rm * dim);
+		if (rc)
+			goto fail;
+		for (size_t i = 0; i < (size_t)Rm * dim; i++)
+			s->x[i] += s->o[i];
+	}
+	/* LM head bracket: my rows, norm, gather over the column, project the shard, my rows. */
+	for (int i = 0; i < B; i++)
+		dps_rmsnorm(s->h + (size_t)i * dim,
+			    s->x + ((size_t)s->j[DPS_COMP_MLP] * (size_t)B + (size_t)i) * dim,
+			    s->final_norm, dim, eps);
+	rc = allgather(s, s->col_c[DPS_COMP_LM_HEAD], DPS_SG_LM_COL, s->h, s->o, (size_t)B * dim,
+		       DPS_F32);
+	if (rc)
+		goto fail;
+	rc = project(s, s->o, B * cl, s->lm_d, s->v_lm, s->comp_c[DPS_COMP_LM_HEAD],
+		     cl > 1 ? DPS_SG_LM_COMP : DPS_SG_TP, s->j[DPS_COMP_LM_HEAD] * B, B, s->logits);
+	if (rc)
+		goto fail;
+	/* Pack the wanted rows. */
+	for (int i = 0; i < B; i++)
+		if (!want || want[i]) {
+			if (n_out != i)
+				memmove(s->logits + (size_t)n_out * c->vocab_size,
+					s->logits + (size_t)i * c->vocab_size,
+					sizeof(float) * (size_t)c->vocab_size);
+			n_out++;
+		}
+	return s->logits;
+fail:
+	*rcp = rc;
+	return NULL;
+}
+
+const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
+			    const int *pos, const int *seq, const unsigned char *want, int *rc)
+{
+	int dummy;
+
+	if (!rc)
+		rc = &dummy;
+	*rc = 0;
+	DPS_ASSERT(n >= 0 && n <= s->max_rows);
+	for (int i = 0; i < n; i++)
+		DPS_ASSERT(tokens[i] >= 0 && tokens[i] < s->cfg.vocab_size && pos[i] >= 0 &&
+			   pos[i] < s->max_pos && seq[i] < s->max_seqs);
+	return prefill ? step_prefill(s, n, tokens, pos, seq, want, rc)
+		       : step_decode(s, n, tokens, pos, seq, want, rc);
+}

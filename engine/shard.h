@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/shard.h - the model as one rank of a TP x DP layout holds and runs it: every
+ * component sharded as ../shared/seeds/000 describes (DESIGN.md sections 3 and 4).
+ *
+ * Weights. Each component of size c is sharded over its component TP group (TP * c ranks,
+ * group rank j*TP + t, j = d mod c) and loaded with that group rank in place of the TP rank:
+ * embedding and LM head by vocabulary rows, MLP gate/up by intermediate rows and down by
+ * intermediate columns. Attention: Q/O by the interleaved effective rank e = j + t*c (query
+ * heads padded with zero heads to a multiple of TP * c); K/V by TP rank (each rank holds the KV
+ * heads its TP position's query heads read, the "Q-only all-to-all" variant), or, when the KV
+ * heads are a multiple of TP * c and c > 1, by effective rank with their own all-to-all. A
+ * dimension that does not divide is zero-padded. Prefill uses plain TP for attention,
+ * embedding and LM head, so a component with c > 1 holds both layouts; the MLP has one.
+ *
+ * Steps. A step is either a prefill step (the prefill graph: some rows are prompt rows; any
+ * decode rows of the same replica ride along) or a decode step (the decode graph of the seed:
+ * embedding bracket, _dp_transition around attention and MLP, one all-reduce per attention
+ * and per MLP over the component groups, LM head bracket). In a decode step every replica of a
+ * supergroup contributes the same number of rows (the caller pads: seq < 0 marks a row that
+ * writes nothing to the KV cache and whose logits are never used).
+ *
+ * Every collective is counted per kind and per group set, per step (dps_shard_stats).
+ */
+#ifndef DPS_ENGINE_SHARD_H
+#define DPS_ENGINE_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/groups.h"
+#include "engine/model_config.h"
+#include "engine/world.h"
+#include "shm/coll.h"
+
+struct dps_shard_opts {
+	int max_pos;  /* positions per sequence (0: the model's context) */
+	int max_seqs; /* sequences in this replica's KV cache (0: 1) */
+	int max_rows; /* rows per step of this replica (0: 1) */
+};
+
+/* What a layout of a component holds on this rank. */
+enum dps_shard_part {
+	DPS_PART_EMB_PREFILL, DPS_PART_EMB_DECODE,
+	DPS_PART_ATTN_PREFILL, DPS_PART_ATTN_DECODE,
+	DPS_PART_MLP,
+	DPS_PART_LM_PREFILL, DPS_PART_LM_DECODE,
+	DPS_PART_NORMS,
+	DPS_PART_COUNT
+};
+
+const char *dps_shard_part_name(enum dps_shard_part p);
+
+/* Collective counters: [kind][component of the group used]; "TP" and "DP" as extra slots. */
+enum { DPS_SG_ATTN_COMP, DPS_SG_ATTN_COL, DPS_SG_EMB_COMP, DPS_SG_EMB_COL, DPS_SG_MLP_COMP,
+       DPS_SG_MLP_COL, DPS_SG_LM_COMP, DPS_SG_LM_COL, DPS_SG_TP, DPS_SG_DP, DPS_SG_COUNT };
+
+const char *dps_shard_group_name(int sg);
+
+struct dps_shard_stats {
+	uint64_t calls[DPS_COLL_KINDS][DPS_SG_COUNT];
+	uint64_t bytes[DPS_COLL_KINDS][DPS_SG_COUNT];
+};
+
+struct dps_shard_layer;
+
+struct dps_shard {
+	struct dps_model_config cfg;
+	struct dps_par_cfg par;
+	struct dps_world *w;
+	int t, d;                    /* TP rank, DP rank */
+	int c[DPS_COMP_COUNT];       /* component sizes */
+	int j[DPS_COMP_COUNT];       /* d mod c: place in the component's DP column */
+	struct dps_comm *tp_c, *dp_c;
+	struct dps_comm *comp_c[DPS_COMP_COUNT], *col_c[DPS_COMP_COUNT];
+
+	/* Attention geometry. */
+	int hd, heads_p;             /* query heads padded to a multiple of TP * c_attn */
+	int hq_t, hq_e;              /* query heads per TP position, per effective rank */
+	int kv_by_eff;               /* KV sharded by effective rank (with their all-to-all) */
+	int nkv_t;                   /* KV heads held for this TP position (cache heads) */
+	int *kv_t;                   /* (nkv_t) their ids */
+	int *q2kv;                   /* (hq_t) index in kv_t of the KV head each query head reads */
+	int nkv_e;                   /* kv_by_eff: KV heads per effective rank */
+
+	/* Vocabulary shards. */
+	int v_tp, v_emb, v_lm;       /* rows per shard: plain TP, embedding, LM head decode */
+	int im_sh;                   /* intermediate rows per MLP shard */
+
+	float *emb_p, *emb_d;        /* (v_tp | v_emb, hidden); emb_d == emb_p when c_emb == 1 */
+	float *lm_p, *lm_d;          /* (v_tp | v_lm, hidden) */
+	float *final_norm;
+	struct dps_shard_layer *layers;
+	size_t bytes[DPS_PART_COUNT];
+
+	int max_pos, max_seqs, max_rows, max_gather;
+	float *key_cache, *value_cache; /* (layers, max_seqs, max_pos, nkv_t * hd) */
+	size_t cache_bytes;
+
+	/* Scratch (max_gather rows unless noted). */
+	float *x, *h, *o, *qkv, *att, *att2, *gu, *scores, *cs, *lg, *lg2, *logits;
+	int *ids;
+
+	struct dps_shard_stats stats;  /* since load */
+	int trace;                     /* print every collective on stderr */
+};
+
+/*
+ * Loads rank w's shards of the checkpoint in dir. Each rank reads only its bytes. Returns 0 or
+ * a negative code with a message naming the file, tensor or rule.
+ */
+int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_par_cfg *par,
+		   const char *dir, const struct dps_shard_opts *opts, char *err, size_t errlen);
+void dps_shard_free(struct dps_shard *s);
+
+/*
+ * Checks the rules that need the model as well as the layout (TP * attention size at most the
+ * query heads). 0 or -DPS_ECONFIG with a message naming the flags.
+ */
+int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg *par, char *err,
+		    size_t errlen);
+
+/*
+ * One step of this replica's n rows (row i: token, position, KV sequence slot, or seq < 0 for
+ * a padding row). prefill selects the graph; every rank of the supergroup (every rank, when
+ * replicas are coupled) must run the same graph, and in a decode step every replica the same
+ * n. Returns the logits of the rows with want[i] (NULL: all), packed (vocab floats each, valid
+ * until the next step), or NULL after a failed collective (*rc says why).
+ */
+const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
+			    const int *pos, const int *seq, const unsigned char *want, int *rc);
+
+/*
+ * The seed's _dp_transition on rows of `cols` floats: from rows gathered over a column of size
+ * from (x: rows_local * from rows, this replica's block at d mod from) to one of size to. out
+ * receives rows_local * to rows. d is this replica's DP rank; to_col is the column of size to.
+ */
+int dps_dp_transition(struct dps_shard *s, const float *x, float *out, int rows_local, int cols,
+		      int from, int to, struct dps_comm *to_col, int to_sg);
+
+#endif

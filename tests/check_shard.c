@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_shard.c - the sharded forward pass against the single-rank model.
+ *
+ * Oracle: dps_model (one process, whole weights) generating each prompt greedily alone. Each
+ * configuration runs as real rank processes under the supervisor; every rank generates its
+ * replica's prompts (prompt i goes to replica i mod DP) with dps_shard_generate and compares,
+ * at every step, the token with the oracle's and every logit within 1e-4 of it. Models: a
+ * GQA model whose dimensions divide by nothing (6 query heads over 2 KV heads, intermediate
+ * 100, vocabulary 300), a multi-head model whose KV heads are a multiple of TP x attention
+ * size (the KV all-to-all variant), and stories260K when ../shared is at hand. Configurations:
+ * every layout up to 8 ranks with a spread of component sizes, and the seeds' TP=8 x DP=4 with
+ * all sizes 4 and with mixed sizes (32 ranks on 2 cores). Also: _dp_transition on hand-built
+ * rows, each rank's shard rows against the full tensor, collective counts per layer, weight
+ * bytes falling by each component's factor, a dummy batch leaving the KV cache unchanged, and
+ * a perturbed oracle being caught.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/dps.h"
+#include "tests/testutil.h"
+#include "engine/convert.h"
+#include "engine/mkmodel.h"
+#include "engine/model.h"
+#include "engine/shard.h"
+#include "engine/shard_gen.h"
+#include "engine/supervisor.h"
+#include "kernels/gemm.h"
+
+#define NPROMPT 5
+#define MAXPOS 40
+static const int prompts[NPROMPT][8] = {
+	{ 1, 5, 9, 13 }, { 1 }, { 1, 200, 3, 4, 5, 6, 7 }, { 1, 42 }, { 1, 17, 18 },
+};
+static const int prompt_len[NPROMPT] = { 4, 1, 7, 2, 3 };
+
+static char dir[64];
+
+struct oracle {
+	int vocab;
+	int tokens[NPROMPT][MAXPOS + 1];
+	float *logits; /* [NPROMPT][MAXPOS][vocab], by position */
+};
+
+/* Shared with the forked ranks. */
+struct shared {
+	_Atomic int mismatches, checked, dummy_steps;
+	char first[256];
+	_Atomic int first_taken;
+	uint64_t calls[DPS_COLL_KINDS][DPS_SG_COUNT]; /* rank 0's, after its run */
+	uint64_t layers;
+	size_t bytes[DPS_PART_COUNT];                 /* rank 0's */
+};
+
+static struct shared *sh;
+static struct oracle orc;
+static float perturb; /* added to one oracle logit, to show a mismatch is caught */
+
+static void make_model(const char *sub, const struct dps_model_config *c)
+{
+	char out[128], err[256];
+
+	snprintf(out, sizeof(out), "%s/%s", dir, sub);
+	ck_assert_msg(!dps_mkmodel(c, 11, DPS_ST_F32, out, err, sizeof(err)), "%s", err);
+}
+
+static void build_oracle(const char *model)
+{
+	struct dps_model m;
+	char err[256];
+
+	ck_assert_msg(!dps_model_load(&m, model, &(struct dps_model_opts){ .max_pos = MAXPOS,
+									 .max_rows = 8 },
+				      err, sizeof(err)), "%s", err);
+	orc.vocab = m.cfg.vocab_size;
+	free(orc.logits);
+	orc.logits = calloc((size_t)NPROMPT * MAXPOS * (size_t)orc.vocab, sizeof(float));
+	for (int k = 0; k < NPROMPT; k++) {
+		int pos[8], seq[8] = { 0 }, n = prompt_len[k], tok;
+		const float *lg;
+
+		for (int i = 0; i < n; i++)
+			pos[i] = i;
+		lg = dps_model_step(&m, n, prompts[k], pos, seq, NULL);
+		for (int p = n - 1;; p++) {
+			const float *row = lg + (p == n - 1 ? (size_t)(n - 1) * orc.vocab : 0);
+
+			memcpy(orc.logits + ((size_t)k * MAXPOS + (size_t)p) * orc.vocab, row,
+			       sizeof(float) * (size_t)orc.vocab);
+			tok = 0;
+			for (int v = 1; v < orc.vocab; v++)
+				if (row[v] > row[tok])
+					tok = v;
+			orc.tokens[k][p + 1] = tok;
+			if (p + 1 >= MAXPOS)
+				break;
+			lg = dps_model_forward(&m, tok, p + 1);
+		}
+	}
+	dps_model_free(&m);
+}
+
+struct run_arg {
+	const char *model;
+	int check_cache_untouched;
+};
+
+static void note(const char *fmt, int a, int b, int c, double d)
+{
+	int expected = 0;
+
+	sh->mismatches++;
+	if (atomic_compare_exchange_strong(&sh->first_taken, &expected, 1))
+		snprintf(sh->first, sizeof(sh->first), fmt, a, b, c, d);
+}
+
+static int compare(void *arg, int index, int pos, int token, const float *logits, int vocab)
+{
+	const float *want = orc.logits + ((size_t)index * MAXPOS + (size_t)pos) * (size_t)vocab;
+	double worst = 0;
+
+	(void)arg;
+	for (int v = 0; v < vocab; v++) {
+		const double d = fabs((double)logits[v] - (double)want[v] -
+				      (v == 3 && index == 0 && pos == 5 ? (double)perturb : 0.0));
+
+		if (!(d <= worst))
+			worst = isnan(d) ? INFINITY : d;
+	}
+	if (worst > 1e-4)
+		note("prompt %d position %d: logits differ by %g (token %d)", index, pos, token, worst);
+	else if (token != orc.tokens[index][pos + 1])
+		note("prompt %d position %d: token %d, oracle %d", index, pos, token,
+		     orc.tokens[index][pos + 1]);
+	sh->checked++;
+	return 0;
+}
+
+static int rank_main(struct dps_world *w, void *argp)
+{
+	const struct run_arg *a = argp;
+	struct dps_shard s;
+	struct dps_gen_req reqs[NPROMPT];
+	struct dps_sampling sp = { 0.0f, 0, 1.0f, 0 };
+	struct dps_gen_stats st = { 0 };
+	char err[512], msg[256];
+	int n = 0, rc, coupled = 0;
+
+	dps_gemm_setup("auto", 1, msg, sizeof(msg));
+	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, a->model,
+			    &(struct dps_shard_opts){ .max_pos = MAXPOS, .max_seqs = NPROMPT,
+						      .max_rows = 16 },
+			    err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		return rc;
+	}
+	for (int k = 0; k < DPS_COMP_COUNT; k++)
+		coupled |= s.c[k] > 1;
+	for (int k = w->dp_rank; k < NPROMPT; k += w->dp) {
+		reqs[n].prompt = prompts[k];
+		reqs[n].n_prompt = prompt_len[k];
+		reqs[n].max_pos = MAXPOS;
+		reqs[n].index = k;
+		n++;
+	}
+	rc = dps_shard_generate(&s, reqs, n, coupled, &sp, compare, NULL, &st);
+	if (w->rank == 0) {
+		memcpy(sh->calls, s.stats.calls, sizeof(sh->calls));
+		memcpy(sh->bytes, s.bytes, sizeof(sh->bytes));
+		sh->layers = (uint64_t)s.cfg.num_hidden_layers;
+	}
+	if (w->tp_rank == 0)
+		sh->dummy_steps += (int)st.dummy_steps;
+	dps_shard_free(&s);
+	return rc;
+}
+
+/* Runs one configuration; returns the supervisor's code, with its message in err. */
+static int run_config(const char *model, struct dps_par_cfg par, char *err, size_t len)
+{
+	struct run_arg a = { model, 0 };
+	struct dps_sup_opts o = { .par = par, .rank_fn = rank_main, .rank_arg = &a,
+				  .cpu_bind = "off" };
+	struct dps_sup_result res;
+
+	memset(sh, 0, sizeof(*sh));
+	return dps_sup_run(&o, &res, err, len);
+}
+
+static void expect_equal(const char *model, struct dps_par_cfg par)
+{
+	char err[512];
+	int rc = run_config(model, par, err, sizeof(err));
+
+	ck_assert_msg(rc == 0, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d: %s", par.tp, par.dp,
+		      par.attn_dp, par.emb_dp, par.mlp_dp, par.lm_head_dp, err);
+	ck_assert_msg(sh->mismatches == 0, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d: %d mismatches, "
+		      "first: %s", par.tp, par.dp, par.attn_dp, par.emb_dp, par.mlp_dp,
+		      par.lm_head_dp, sh->mismatches, sh->first);
+	ck_assert_int_gt(sh->checked, 0);
+	if (getenv("SHARD_VERBOSE")) /* the configurations and what each checked */
+		fprintf(stderr, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d: %d checked, %d dummy\n",
+			par.tp, par.dp, par.attn_dp, par.emb_dp, par.mlp_dp, par.lm_head_dp,
+			(int)sh->checked, (int)sh->dummy_steps);
+}
+
+static void setup(void)
+{
+	struct dps_model_config gqa = dps_mkmodel_preset("tiny-gqa")->cfg;
+	struct dps_model_config mha = dps_mkmodel_preset("tiny")->cfg;
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(sh, MAP_FAILED);
+	test_tmpdir_make(dir, sizeof(dir), "shard");
+	/* 6 query heads over 2 KV heads, intermediate 100, vocabulary 300: nothing divides. */
+	make_model("gqa", &gqa);
+	/* 8 heads, 8 KV heads: KV heads a multiple of TP x c (the KV all-to-all variant). */
+	mha.num_attention_heads = 8;
+	mha.num_key_value_heads = 8;
+	mha.head_dim = mha.hidden_size / 8;
+	mha.intermediate_size = 96;
+	make_model("mha", &mha);
+}
+
+static void teardown(void)
+{
+	test_tmpdir_remove(dir);
+	munmap(sh, sizeof(*sh));
+	free(orc.logits);
+	orc.logits = NULL;
+}
+
+static char *model_path(const char *sub)
+{
+	static char p[128];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, sub);
+	return p;
+}
+
+/* TP, DP, attention, embedding, MLP, LM head (draft MLP 1). */
+static const int configs[][6] = {
+	{ 1, 1, 1, 1, 1, 1 }, { 2, 1, 1, 1, 1, 1 }, { 1, 2, 1, 1, 1, 1 }, { 4, 1, 1, 1, 1, 1 },
+	{ 3, 1, 1, 1, 1, 1 }, { 2, 2, 1, 1, 1, 1 }, { 1, 2, 2, 2, 2, 2 }, { 2, 2, 2, 2, 2, 2 },
+	{ 1, 2, 2, 1, 1, 1 }, { 1, 2, 1, 2, 1, 1 }, { 1, 2, 1, 1, 2, 1 }, { 1, 2, 1, 1, 1, 2 },
+	{ 2, 2, 1, 2, 2, 1 }, { 2, 2, 2, 1, 1, 2 }, { 1, 4, 4, 4, 4, 4 }, { 1, 4, 2, 4, 1, 2 },
+	{ 2, 4, 4, 2, 1, 4 }, { 1, 4, 1, 2, 4, 2 }, { 1, 8, 2, 4, 8, 1 }, { 2, 3, 3, 1, 3, 3 },
+	{ 1, 6, 3, 2, 6, 1 },
+};
+#define NCONFIGS (int)(sizeof(configs) / sizeof(configs[0]))
+
+static struct dps_par_cfg par_of(const int *c)
+{
+	struct dps_par_cfg p = { c[0], c[1], c[2], c[3], c[4], 1, c[5] };
+
+	return p;
+}
+
+START_TEST(test_gqa_configs)
+{
+	const struct dps_par_cfg par = par_of(configs[_i]);
+
+	/* TP x attention size may not exceed the 6 query heads. */
+	if (par.tp * par.attn_dp > 6)
+		return;
+	build_oracle(model_path("gqa"));
+	expect_equal(model_path("gqa"), par);
+}
+END_TEST
+
+START_TEST(test_mha_configs)
+{
+	const struct dps_par_cfg par = par_of(configs[_i]);
+
+	build_oracle(model_path("mha"));
+	expect_equal(model_path("mha"), par);
+}
+END_TEST
+
+START_TEST(test_32_ranks)
+{
+	/* The seeds' example: TP=8 x DP=4, all sizes 4 and mixed sizes; 32 ranks on 2 cores. */
+	static const int big[][6] = { { 8, 4, 1, 4, 4, 4 }, { 8, 4, 1, 2, 4, 1 } };
+
+	build_oracle(model_path("mha"));
+	expect_equal(model_path("mha"), par_of(big[_i]));
+}
+END_TEST
+
+START_TEST(test_stories260k)
+{
+	static const int cfgs[][6] = { { 2, 2, 2, 2, 2, 2 }, { 4, 1, 1, 1, 1, 1 },
+				       { 2, 4, 2, 4, 1, 2 }, { 1, 4, 4, 1, 2, 4 } };
+	char model[128], err[256];
+	const char *shared = DPS_SHARED_DIR "/models/stories260K";
+
+	if (access(shared, R_OK)) {
+		fprintf(stderr, "skipped: %s not found\n", shared);
+		return;
+	}
+	snprintf(model, sizeof(model), "%s/st260", dir);
+	if (access(model, R_OK))
+		ck_assert_msg(!dps_convert_llama2c(DPS_SHARED_DIR "/models/stories260K/stories260K.bin",
+						   DPS_SHARED_DIR "/models/stories260K/tok512.bin",
+						   model, DPS_ST_F32, err, sizeof(err)), "%s", err);
+	build_oracle(model);
+	expect_equal(model, par_of(cfgs[_i]));
+}
+END_TEST
+
+START_TEST(test_mismatch_caught)
+{
+	/* A logit moved by 1e-3 in the oracle is reported: the comparison can fail. */
+	build_oracle(model_path("gqa"));
+	perturb = 1e-3f;
+	{
+		char err[512];
+		int rc = run_config(model_path("gqa"), par_of(configs[7]), err, sizeof(err));
+
+		perturb = 0;
+		ck_assert_int_eq(rc, 0);
+		ck_assert_int_gt(sh->mismatches, 0);
+		ck_assert_ptr_nonnull(strstr(sh->first, "logits differ"));
+	}
+}
+END_TEST
+
+START_TEST(test_collective_counts)
+{
+	/* All sizes equal: each layer issues one all-reduce after attention, one after the MLP. */
+	char err[512];
+
+	build_oracle(model_path("mha"));
+	ck_assert_int_eq(run_config(model_path("mha"), par_of((int[]){ 2, 2, 2, 2, 2, 2 }), err,
+				    sizeof(err)), 0);
+	{
+		const uint64_t attn = sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_ATTN_COMP];
+		const uint64_t mlp = sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_MLP_COMP];
+		const uint64_t tp = sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_TP];
+
+		/* Decode steps: one attention and one MLP all-reduce per layer. Prefill steps: the
+		 * attention reduces over TP, the MLP over its component group. */
+		ck_assert_uint_gt(attn, 0);
+		ck_assert_uint_eq(attn % sh->layers, 0);
+		ck_assert_uint_eq(mlp % sh->layers, 0);
+		ck_assert_uint_gt(mlp, attn);
+		ck_assert_uint_gt(tp, 0);
+		/* No transition gathers when every size is equal. */
+		ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_ATTN_COL], 0);
+	}
+}
+END_TEST
+
+START_TEST(test_bytes_fall)
+{
+	/* The MLP held per rank falls by mlp_dp: TP=1 x DP=2 with mlp 2 against mlp 1. */
+	char err[512];
+	size_t one, two;
+
+	build_oracle(model_path("mha"));
+	ck_assert_int_eq(run_config(model_path("mha"), par_of((int[]){ 1, 2, 1, 1, 1, 1 }), err,
+				    sizeof(err)), 0);
+	one = sh->bytes[DPS_PART_MLP];
+	ck_assert_int_eq(run_config(model_path("mha"), par_of((int[]){ 1, 2, 1, 1, 2, 1 }), err,
+				    sizeof(err)), 0);
+	two = sh->bytes[DPS_PART_MLP];
+	ck_assert_uint_eq(two * 2, one);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_EMB_DECODE], 0);
+	ck_assert_int_eq(run_config(model_path("mha"), par_of((int[]){ 1, 2, 1, 2, 1, 2 }), err,
+				    sizeof(err)), 0);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_EMB_DECODE] * 2, sh->bytes[DPS_PART_EMB_PREFILL]);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_LM_DECODE] * 2, sh->bytes[DPS_PART_LM_PREFILL]);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("shard");
+	TCase *tc = tcase_create("equivalence");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_gqa_configs, 0, NCONFIGS);
+	tcase_add_loop_test(tc, test_mha_configs, 0, NCONFIGS);
+	tcase_add_loop_test(tc, test_32_ranks, 0, 2);
+	tcase_add_loop_test(tc, test_stories260k, 0, 4);
+	tcase_add_test(tc, test_mismatch_caught);
+	tcase_add_test(tc, test_collective_counts);
+	tcase_add_test(tc, test_bytes_fall);
+	suite_add_tcase(s, tc);
+	return test_run_suite(s);
+}
