@@ -747,6 +747,8 @@ static const float *step_prefill(struct dps_shard *s, int n, const int *tokens, 
 				first += cnt[q];
 			R += cnt[q];
 		}
+		/* Every replica must be loaded with the same max_rows (shard.h). */
+		DPS_ASSERT(R <= s->max_gather);
 	}
 	lookup(s, s->emb_p, s->t * s->v_tp, s->v_tp, tokens, n, s->x);
 	rc = allreduce(s, s->tp_c, DPS_SG_TP, s->x, (size_t)n * dim);
@@ -811,6 +813,8 @@ static const float *step_decode(struct dps_shard *s, int B, const int *tokens, c
 	const int Ra = B * ca, Rm = B * cm;
 	int n_out = 0, rc;
 
+	DPS_ASSERT(B * ce <= s->max_gather && Ra <= s->max_gather && Rm <= s->max_gather &&
+		   B * cl <= s->max_gather);
 	/* Embedding bracket: gather the ids over the column, look up the shard, reduce. */
 	rc = allgather(s, s->col_c[DPS_COMP_EMB], DPS_SG_EMB_COL, tokens, s->ids, (size_t)B,
 		       DPS_I32);

@@ -36,7 +36,8 @@
 struct dps_shard_opts {
 	int max_pos;  /* positions per sequence (0: the model's context) */
 	int max_seqs; /* sequences in this replica's KV cache (0: 1) */
-	int max_rows; /* rows per step of this replica (0: 1) */
+	int max_rows; /* rows per step of any replica (0: 1); the same on every rank, since a
+		       * rank gathers the rows of other replicas */
 };
 
 /* What a layout of a component holds on this rank. */

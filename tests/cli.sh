@@ -289,13 +289,42 @@ if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/s
 	run generate --model "$tmp/st260"
 	expect_rc 0
 	cmp -s "$tmp/out" "$shared/golden/stories260K/empty_prompt_n256.stdout.txt" ||
-		{ fail "$desc: output differs from the golden text"; show "$tmp/out"; }
+		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
 	desc="generate -n 64 \"Once upon a time\""
 	run generate --model "$tmp/st260" -n 64 "Once upon a time"
 	expect_rc 0
 	cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
-		{ fail "$desc: output differs from the golden text"; show "$tmp/out"; }
+		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
 	desc="generate --ids"
+	# Across ranks: every layout prints the golden text (TP, DP with the MLP sharded, mixed
+	# component sizes, and the seeds' 32-rank example on these 2 cores).
+	for layout in "--tensor-parallel-size 2" \
+		"--data-parallel-size 2 --mlp-dp-size 2 --attention-dp-size 2" \
+		"--tensor-parallel-size 2 --data-parallel-size 4 --attention-dp-size 2 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 2" \
+		"--tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4"; do
+		# shellcheck disable=SC2086 # the layout is a list of flags
+		run generate --model "$tmp/st260" -n 64 $layout "Once upon a time"
+		expect_rc 0
+		cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
+			{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; show stderr "$tmp/err"; }
+	done
+	run generate --model "$tmp/st260" --tensor-parallel-size 2 --data-parallel-size 2 --mlp-dp-size 2
+	expect_rc 0
+	cmp -s "$tmp/out" "$shared/golden/stories260K/empty_prompt_n256.stdout.txt" ||
+		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+	# Two prompts on two replicas: each completion under its prompt.
+	run generate --model "$tmp/st260" -n 64 --data-parallel-size 2 --verbose "Once upon a time" "Lily"
+	if expect_rc 0; then
+		grep -q '^\[prompt 2\] Lily$' "$tmp/out" || fail "$desc: no heading for prompt 2"
+		head -n 1 "$tmp/out" | grep -q '^\[prompt 1\] Once upon a time$' || fail "$desc: no heading for prompt 1"
+		grep -q "rank 1 (DP 1, TP 0): .* MB of weights" "$tmp/err" || fail "$desc: --verbose does not report the shard bytes"
+	fi
+	run generate --model "$tmp/st260" --data-parallel-size 4 --attention-dp-size 3
+	expect_rc 2
+	grep -q -- "--attention-dp-size 3" "$tmp/err" || fail "$desc: the message does not name the flag"
+	run generate --model "$tmp/st260" --tensor-parallel-size 4 --data-parallel-size 4 --attention-dp-size 4
+	expect_rc 2
+	grep -q "query heads" "$tmp/err" || fail "$desc: the message does not explain the heads rule"
 	run generate --model "$tmp/st260" -n 64 --ids "Once upon a time"
 	expect_rc 0
 	want=$(sed -n 's/^all_ids[^:]*: //p' "$shared/golden/stories260K/once_upon_a_time.ids.txt" |

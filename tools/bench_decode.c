@@ -291,7 +291,7 @@ int dps_bench_decode(int argc, char **argv)
 		  'b' },
 		{ "repetitions", DPS_FLAG_INT, &reps, "R", "runs of each test", 1, 100, 'r' },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
-		  "threads of the rank (default: the CPUs this process may run on)", 1, 1024 },
+		  "threads of the rank; 0: the CPUs this process may run on", 0, 1024 },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },

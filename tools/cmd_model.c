@@ -14,14 +14,18 @@
 #include "engine/convert.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/shard.h"
 #include "engine/tokenizer.h"
 #include "kernels/gemm.h"
 #include "kernels/sample.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
+#include "tools/gen_ranks.h"
 
 /* Rows per prefill step of generate (a longer prompt goes through in several). */
 #define PREFILL_ROWS 512
+/* Prompts one generate takes (each a positional argument). */
+#define MAX_PROMPTS 64
 
 /* The --dtype of convert and mkmodel. Returns 0, or -1 after printing the message. */
 static int parse_dtype(const char *cmd, const char *s, enum dps_st_dtype *dt)
@@ -137,6 +141,109 @@ int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len
 	return rc;
 }
 
+/*
+ * generate across ranks: checks the layout against the model, encodes every prompt here in
+ * the supervisor, and hands over to dps_generate_ranks.
+ */
+static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int prompt_ids)
+{
+	struct dps_model_config cfg;
+	struct dps_tokenizer tok = { 0 };
+	char err[512], path[4200];
+	int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
+	int *lens = calloc((size_t)(n ? n : 1), sizeof(int)), rc, have_tok;
+	const char *empty = "";
+
+	if (!ids || !lens) {
+		free(ids);
+		free(lens);
+		return 1;
+	}
+	rc = dps_model_config_load(o->model, &cfg, err, sizeof(err));
+	if (!rc)
+		rc = dps_par_cfg_check(&o->par, err, sizeof(err));
+	if (!rc)
+		rc = dps_shard_check(&cfg, &o->par, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		free(ids);
+		free(lens);
+		return rc == -DPS_ECONFIG ? 2 : 1;
+	}
+	if (o->steps > cfg.max_position_embeddings)
+		o->steps = cfg.max_position_embeddings;
+	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
+	rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
+	have_tok = rc == 0;
+	if (rc && rc != -ENOENT) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		goto out;
+	}
+	rc = 0;
+	if (!n) { /* no prompt: one generation from BOS, as on one rank */
+		texts = (char **)&empty;
+		n = 1;
+	}
+	for (int k = 0; k < n && !rc; k++) {
+		const size_t cap = (size_t)o->steps + 8 + strlen(texts[k]) * 2;
+		size_t got = 0;
+
+		ids[k] = calloc(cap, sizeof(int));
+		if (!ids[k]) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (prompt_ids || !have_tok) {
+			int m;
+
+			if (!prompt_ids && *texts[k]) {
+				fprintf(stderr, "dpshard generate: %s has no tokenizer.bin; give the "
+						"prompts as token ids with --prompt-ids\n", o->model);
+				rc = -EINVAL;
+				break;
+			}
+			ids[k][0] = cfg.bos_token_id;
+			m = parse_ids(texts[k], ids[k] + 1, (int)cap - 1, cfg.vocab_size);
+			if (m < 0) {
+				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of ids "
+						"below %d\n", texts[k], cfg.vocab_size);
+				rc = -EINVAL;
+				break;
+			}
+			got = (size_t)m + 1;
+		} else {
+			rc = dps_tokenizer_encode(&tok, texts[k], strlen(texts[k]), DPS_TOKENIZER_BOS,
+						  ids[k], cap, &got);
+			if (rc)
+				fprintf(stderr, "dpshard generate: cannot encode prompt %d: %s\n", k + 1,
+					dps_strerror(rc));
+		}
+		if (!rc && (int)got >= o->steps) {
+			fprintf(stderr, "dpshard generate: prompt %d has %zu tokens; -n %d leaves no room "
+					"to generate\n", k + 1, got, o->steps);
+			rc = -EINVAL;
+		}
+		lens[k] = (int)got;
+	}
+	if (rc)
+		goto out;
+	o->n_prompts = n;
+	o->prompts = (const int *const *)ids;
+	o->n_prompt = lens;
+	o->texts = (const char *const *)texts;
+	o->bos = cfg.bos_token_id;
+	o->eos = cfg.eos_token_id;
+	o->tok = have_tok ? &tok : NULL;
+	rc = dps_generate_ranks(o);
+out:
+	for (int k = 0; k < n; k++)
+		free(ids[k]);
+	free(ids);
+	free(lens);
+	dps_tokenizer_free(&tok);
+	return rc ? 1 : 0;
+}
+
 int dps_cmd_generate(int argc, char **argv)
 {
 	struct dps_sampling sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0 };
@@ -147,11 +254,13 @@ int dps_cmd_generate(int argc, char **argv)
 	struct dps_model m;
 	struct dps_rng rng;
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
-	const char *blis_arch = "auto";
-	int threads = 0, reference = 0, verbose = 0;
+	const char *blis_arch = "auto", *cpu_bind = "auto";
+	int threads = 0, reference = 0, verbose = 0, trace = 0;
+	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	uint64_t t0;
-	char *pos[1], err[512], path[4200], demo[4096];
-	const struct dps_flag flags[] = {
+	char *pos[MAX_PROMPTS], err[512], path[4200], demo[4096];
+	struct dps_flag flags[32];
+	const struct dps_flag base[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
 		  "checkpoint directory (config.json + *.safetensors); default: the demo model" },
 		{ "steps", DPS_FLAG_INT, &steps, "N",
@@ -166,16 +275,26 @@ int dps_cmd_generate(int argc, char **argv)
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL (skx:zen3)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
-		  "threads of the rank, for BLIS and dpshard's kernels (default: the CPUs this "
-		  "process may run on)", 1, 1024 },
+		  "threads of each rank, for BLIS and dpshard's kernels; 0: the CPUs the process may "
+		  "run on (across ranks: the CPUs its placement gave it)", 0, 1024 },
 		{ "reference", DPS_FLAG_BOOL, &reference, NULL,
 		  "use the plain-C reference kernels instead of BLIS" },
-		{ "verbose", DPS_FLAG_BOOL, &verbose, NULL, "print the kernels chosen and the speed" },
-		DPS_FLAGS_END
+		{ "verbose", DPS_FLAG_BOOL, &verbose, NULL,
+		  "print the kernels chosen, the speed, and across ranks each rank's shard bytes "
+		  "and collectives" },
+		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
+		  "across ranks: where ranks run (auto, off, or lists; see dpshard groups --help)" },
+		{ "trace-collectives", DPS_FLAG_BOOL, &trace, NULL,
+		  "across ranks: print every collective of every rank on stderr" },
 	};
+	size_t nf = sizeof(base) / sizeof(base[0]);
 
-	rc = dps_flags_parse(flags, argc, argv, "generate", "[--model DIR] [-n N] [OPTIONS] [PROMPT]",
-			     pos, 1, &npos);
+	memcpy(flags, base, sizeof(base));
+	dps_flags_parallel(&par, flags + nf);
+	nf += DPS_PAR_FLAGS;
+	flags[nf] = (struct dps_flag)DPS_FLAGS_END;
+	rc = dps_flags_parse(flags, argc, argv, "generate",
+			     "[--model DIR] [-n N] [OPTIONS] [PROMPT ...]", pos, MAX_PROMPTS, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	if (!model_dir) {
@@ -189,6 +308,22 @@ int dps_cmd_generate(int argc, char **argv)
 		fprintf(stderr, "dpshard generate: need --temperature >= 0, 0 < --top-p <= 1, "
 				"--top-k >= 0\n");
 		return 2;
+	}
+	if (npos > 1 || par.tp * par.dp > 1 || par.attn_dp > 1 || par.emb_dp > 1 ||
+	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1) {
+		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
+						.blis_arch = blis_arch, .threads = threads,
+						.steps = steps, .ids_out = ids_out,
+						.verbose = verbose, .trace = trace };
+
+		if (reference) {
+			fprintf(stderr, "dpshard generate: --reference runs on one rank only, with one "
+					"prompt\n");
+			return 2;
+		}
+		o.sampling = (struct dps_sampling){ (float)temperature, top_k, (float)top_p,
+						    (uint64_t)seed };
+		return generate_ranks(&o, pos, npos, prompt_ids);
 	}
 	if (!threads)
 		threads = dps_cpus_allowed();

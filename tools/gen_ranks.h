@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/gen_ranks.h - `dpshard generate` across TP x DP rank processes (see gen_ranks.c).
+ */
+#ifndef DPS_TOOLS_GEN_RANKS_H
+#define DPS_TOOLS_GEN_RANKS_H
+
+#include "engine/groups.h"
+#include "engine/tokenizer.h"
+#include "kernels/sample.h"
+
+struct dps_gen_ranks_opts {
+	struct dps_par_cfg par;
+	const char *model, *cpu_bind, *blis_arch;
+	int threads;               /* per rank; 0 = the CPUs the placement gave it */
+	int n_prompts;
+	const int *const *prompts; /* (n_prompts) token ids, BOS first */
+	const int *n_prompt;
+	const char *const *texts;  /* (n_prompts) the prompts as given, for the headings */
+	int steps;                 /* positions per prompt, prompt included */
+	struct dps_sampling sampling;
+	int bos, eos;
+	const struct dps_tokenizer *tok; /* NULL: print ids */
+	int ids_out, verbose, trace;
+};
+
+/* Runs the instance and prints every completion under its prompt. 0 or a negative code. */
+int dps_generate_ranks(const struct dps_gen_ranks_opts *o);
+
+#endif
