@@ -436,6 +436,16 @@ void dps_shard_free(struct dps_shard *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* A product through dps_linear_f32, counted in s->linear_ns and s->linear_flops. */
+static void lin(struct dps_shard *s, float *out, const float *x, const float *W, int m, int n, int k)
+{
+	const uint64_t t0 = dps_now_ns();
+
+	dps_linear_f32(out, x, W, m, n, k);
+	s->linear_ns += dps_now_ns() - t0;
+	s->linear_flops += 2.0 * m * n * k;
+}
+
 /* ---- collectives, counted ----------------------------------------------------------------- */
 
 static void count(struct dps_shard *s, enum dps_coll_kind k, int sg, size_t bytes)
@@ -574,10 +584,10 @@ static void attn_prefill(struct dps_shard *s, int l, int n, const int *pos, cons
 	const size_t width = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
 	float *q = s->qkv;
 
-	dps_linear_f32(q, h, w->wqkv_p, n, (int)width, dim);
+	lin(s, q, h, w->wqkv_p, n, (int)width, dim);
 	attend(s, l, n, pos, seq, q, width, q + (size_t)s->hq_t * hd,
 	       q + (size_t)(s->hq_t + s->nkv_t) * hd, width, s->att);
-	dps_linear_f32(o, s->att, w->wo_p, n, dim, s->hq_t * hd);
+	lin(s, o, s->att, w->wo_p, n, dim, s->hq_t * hd);
 }
 
 /*
@@ -601,7 +611,7 @@ static int attn_decode(struct dps_shard *s, int l, int B, const int *pos, const 
 	int rc;
 
 	/* proj (R, we): q [k v] of the effective rank's heads for every gathered row. */
-	dps_linear_f32(proj, h, w->wq_d, R, (int)we, dim);
+	lin(s, proj, h, w->wq_d, R, (int)we, dim);
 	for (int q = 0; q < ca; q++)
 		sc[q] = rc_[q] = (size_t)B * we;
 	count(s, DPS_COLL_ALLTOALL, DPS_SG_ATTN_COL, (size_t)R * we * sizeof(float));
@@ -633,7 +643,7 @@ static int attn_decode(struct dps_shard *s, int l, int B, const int *pos, const 
 		const size_t kvw = 2 * (size_t)s->nkv_t * (size_t)hd;
 		float *kvo = s->att; /* scratch (B, kvw) */
 
-		dps_linear_f32(kvo, h + (size_t)j * (size_t)B * (size_t)dim,
+		lin(s, kvo, h + (size_t)j * (size_t)B * (size_t)dim,
 			       w->wqkv_p + (size_t)s->hq_t * (size_t)hd * (size_t)dim, B, (int)kvw, dim);
 		for (int i = 0; i < B; i++)
 			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,
@@ -655,7 +665,7 @@ static int attn_decode(struct dps_shard *s, int l, int B, const int *pos, const 
 	if (rc)
 		return rc;
 	/* att (R, qe): my heads for every gathered row, in gathered order. */
-	dps_linear_f32(o, s->att, w->wo_d, R, dim, (int)qe);
+	lin(s, o, s->att, w->wo_d, R, dim, (int)qe);
 	return 0;
 }
 
@@ -667,14 +677,14 @@ static void mlp(struct dps_shard *s, int l, int R, const float *h, float *o)
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, im = s->im_sh;
 
-	dps_linear_f32(s->gu, h, w->w_gate_up, R, 2 * im, dim);
+	lin(s, s->gu, h, w->w_gate_up, R, 2 * im, dim);
 	for (int i = 0; i < R; i++) {
 		float *g = s->gu + (size_t)i * 2 * (size_t)im;
 
 		dps_swiglu(g, g + im, im);
 		memmove(s->gu + (size_t)i * (size_t)im, g, sizeof(float) * (size_t)im);
 	}
-	dps_linear_f32(o, s->gu, w->w_down, R, dim, im);
+	lin(s, o, s->gu, w->w_down, R, dim, im);
 }
 
 /* ---- embedding and LM head ------------------------------------------------------------------- */
@@ -706,7 +716,7 @@ static int project(struct dps_shard *s, const float *h, int m, const float *tabl
 	const int V = s->cfg.vocab_size, nsh = comm ? comm->n : 1;
 	int rc;
 
-	dps_linear_f32(s->lg, h, table, m, per, s->cfg.hidden_size);
+	lin(s, s->lg, h, table, m, per, s->cfg.hidden_size);
 	rc = allgather(s, comm, sg, s->lg, s->lg2, (size_t)m * (size_t)per, DPS_F32);
 	if (rc)
 		return rc;

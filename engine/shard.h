@@ -103,6 +103,8 @@ struct dps_shard {
 	int *ids;
 
 	struct dps_shard_stats stats;  /* since load */
+	uint64_t linear_ns;            /* time in the matrix products, since load */
+	double linear_flops;
 	int trace;                     /* print every collective on stderr */
 };
 

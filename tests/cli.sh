@@ -223,7 +223,7 @@ export XDG_CACHE_HOME
 run bench decode --preset tiny -p 8,16 -n 4 -b 1,3 -r 2 --threads-per-rank 2
 if expect_rc 0; then
 	[ "$(grep -c '^| tiny-seed0 ' "$tmp/out")" -eq 4 ] || { fail "$desc: want 4 result rows"; show stdout "$tmp/out"; }
-	grep -q "memory read [0-9.]* GB/s, sgemm [0-9]* GFLOP/s" "$tmp/out" ||
+	grep -q "memory read [0-9.]* GB/s (.*), sgemm [0-9]* GFLOP/s" "$tmp/out" ||
 		fail "$desc: the measured limits are missing"
 fi
 run bench decode --preset tiny -p 8 -n 4 -b 2 -r 1 --json
@@ -236,6 +236,21 @@ assert [x["test"] for x in r] == ["pp8", "tg4"], r
 assert all(x["tokens_per_s"] > 0 for x in r), r
 assert d["read_bandwidth_gbs"] > 0 and d["sgemm_gflops"] > 0, d
 assert r[1]["batch"] == 2 and r[1]["bytes_per_step"] > 0, r
+' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
+fi
+# Across ranks: TP=1 x DP=2 with every component size 2 (the decode graph's collectives).
+run bench decode --preset tiny -p 8 -n 4 -b 2 -r 1 --json --data-parallel-size 2 \
+	--attention-dp-size 2 --embedding-dp-size 2 --mlp-dp-size 2 --lm-head-dp-size 2
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+r = d["results"]
+assert d["ranks"] == 2 and d["layout"].startswith("TP=1 DP=2"), d
+t = r[1]
+# tiny has 2 layers: 2 all-reduces per layer plus the embedding one; 2 all-to-alls per layer
+assert abs(t["allreduce_per_layer"] - 2.5) < 1e-9 and abs(t["alltoall_per_layer"] - 2) < 1e-9, t
+assert 0 <= t["collective_ms"] <= t["step_ms"], t
 ' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
 fi
 unset XDG_CACHE_HOME

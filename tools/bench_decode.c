@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/bench_decode.c - `dpshard bench decode`: prefill (ppP) and decode (tgN at batch B)
- * throughput of one rank, llama-bench style (tokens/s, mean and sd over repetitions), each
- * beside this machine's limits measured in the same run:
+ * throughput of one TP x DP layout on real rank processes, llama-bench style (tokens/s, mean
+ * and sd over repetitions), each beside this machine's limits measured in the same run:
  *
- * - decode reads every weight once per step plus each row's KV cache: bytes per step over the
- *   memory read bandwidth measured here (same threads) is the bandwidth-bound step time, and
- *   the result shows the fraction of that bound reached;
- * - prefill is matrix products: their GFLOP/s (timed inside the step) beside the sgemm rate
- *   of a large square product measured here with the same kernels and threads.
+ * - decode reads every weight of the decode layouts once per step on every rank, plus each
+ *   row's KV cache: those bytes over the memory read bandwidth (measured with as many threads
+ *   as the ranks use) give the bandwidth-bound step time, and the result shows the fraction of
+ *   that bound reached;
+ * - prefill is matrix products: rank 0's GFLOP/s in them (timed inside the step) beside the
+ *   sgemm rate of a large square product with the same kernels and threads per rank.
  *
- * The sharded configurations of the engine join this suite with the sharded forward pass.
+ * Per layout it also reports the step time split into compute and collectives, the
+ * collectives per layer of a decode step, and the weight and KV bytes per rank. Every replica
+ * runs the same tests at once (pp: one prompt each; tg: B sequences each), so tokens/s count
+ * all replicas. The limits are measured after the ranks have exited, in the same run.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,7 +27,8 @@
 
 #include "common/dps.h"
 #include "engine/mkmodel.h"
-#include "engine/model.h"
+#include "engine/shard.h"
+#include "engine/supervisor.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
@@ -36,9 +41,11 @@ struct result {
 	char test[32];
 	int batch, prompt, gen;
 	double mean, sd;       /* tokens/s */
-	double bytes_per_step; /* decode: weights + KV read per step */
+	double step_ms, coll_ms; /* per step (decode) or per prefill, and its collective part */
+	double bytes_per_step; /* decode: weights + KV read per step, every rank */
 	double gbs;            /* decode: achieved read rate; prefill: product GFLOP/s */
 	double bound;          /* decode: fraction of the bandwidth bound; prefill: of the sgemm rate */
+	double calls_per_layer[DPS_COLL_KINDS]; /* decode steps, rank 0 */
 };
 
 static int parse_list(const char *s, int *out, int lo, int hi)
@@ -220,66 +227,243 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
-/* ---- the runs -------------------------------------------------------------------------- */
+/* ---- the ranks ------------------------------------------------------------------------- */
 
-/* One prefill of p rows of sequence 0; returns seconds, adds the products' time and flops. */
-static double run_prefill(struct dps_model *m, int p, int *tok, int *pos, int *seq,
-			  unsigned char *want, double *flops, double *ns)
+enum { MSG_RESULT = 1, MSG_BYTES = 2 };
+
+struct bmsg {
+	int32_t type, rank, test, p, b, g, rep, pad;
+	double secs, coll_s, lin_s, lin_flops, steps;
+	double decode_bytes, all_bytes, kv_bytes;
+	double calls_per_layer[DPS_COLL_KINDS];
+};
+
+struct bench {
+	const char *model, *blis_arch;
+	int threads, reps, np, ng, nb;
+	const int *prompts, *gens, *batches;
+	int max_p, max_g, max_b;
+	/* collected by the supervisor */
+	struct bmsg *rows;
+	int nrows, cap;
+	double decode_bytes, all_bytes, kv_bytes, rank0_bytes, rank0_kv;
+	struct dps_model_config cfg;
+	int failed;
+};
+
+static uint64_t coll_ns(struct dps_world *w)
 {
-	const uint64_t ln0 = m->linear_ns;
-	const double lf0 = m->linear_flops;
-	uint64_t t0;
+	uint64_t ns = 0;
 
-	for (int i = 0; i < p; i++) {
-		tok[i] = (i * 131 + 7) % m->cfg.vocab_size;
-		pos[i] = i;
-		seq[i] = 0;
-		want[i] = i == p - 1;
-	}
-	t0 = dps_now_ns();
-	dps_model_step(m, p, tok, pos, seq, want);
-	*ns += (double)(m->linear_ns - ln0);
-	*flops += m->linear_flops - lf0;
-	return (double)(dps_now_ns() - t0) / 1e9;
+	for (int i = 0; i < w->lay->n_comms; i++)
+		if (w->comms[i].n > 1 && w->comms[i].post)
+			for (int k = 0; k < DPS_COLL_KINDS; k++)
+				ns += w->comms[i].stats.ns[k];
+	return ns;
 }
 
-/* b sequences: a one-token prompt each, then g decode steps of b rows; returns seconds. */
-static double run_decode(struct dps_model *m, int b, int g, int *tok, int *pos, int *seq)
+static int barrier(struct dps_world *w)
 {
-	const float *lg;
-	uint64_t t0;
+	return w->world > 1 ? dps_coll_barrier(w->world_c) : 0;
+}
 
-	for (int i = 0; i < b; i++) {
-		tok[i] = m->cfg.bos_token_id;
-		pos[i] = 0;
-		seq[i] = i;
+static int rank_main(struct dps_world *w, void *arg)
+{
+	struct bench *b = arg;
+	const int R = b->max_p > b->max_b ? b->max_p : b->max_b;
+	int *tok = calloc((size_t)R, sizeof(int)), *pos = calloc((size_t)R, sizeof(int));
+	int *seq = calloc((size_t)R, sizeof(int));
+	unsigned char *want = calloc((size_t)R, 1);
+	struct dps_shard s;
+	struct bmsg m = { 0 };
+	char err[512];
+	int rc;
+
+	if (!tok || !pos || !seq || !want) {
+		rc = -ENOMEM;
+		goto out0;
 	}
-	lg = dps_model_step(m, b, tok, pos, seq, NULL);
-	t0 = dps_now_ns();
-	for (int s = 1; s <= g; s++) {
-		for (int i = 0; i < b; i++) {
-			tok[i] = dps_argmax_ref(lg + (size_t)i * (size_t)m->cfg.vocab_size,
-						m->cfg.vocab_size);
-			pos[i] = s;
+	rc = dps_gemm_setup(b->blis_arch, b->threads ? b->threads : (int)w->ncpus, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		goto out0;
+	}
+	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, b->model,
+			    &(struct dps_shard_opts){ .max_pos = b->max_p > b->max_g + 1 ? b->max_p
+											 : b->max_g + 1,
+						      .max_seqs = b->max_b, .max_rows = R },
+			    err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		goto out0;
+	}
+	if (s.max_pos < (b->max_p > b->max_g + 1 ? b->max_p : b->max_g + 1)) {
+		if (w->rank == 0)
+			fprintf(stderr, "dpshard bench decode: the model's context is %d positions; -p "
+					"and -n + 1 must fit in it\n", s.max_pos);
+		rc = -EINVAL;
+		goto out;
+	}
+	for (int i = 0; i < w->lay->n_comms; i++)
+		w->comms[i].timing = 1;
+	m.type = MSG_BYTES;
+	m.rank = w->rank;
+	for (int p = 0; p < DPS_PART_COUNT; p++)
+		m.all_bytes += (double)s.bytes[p];
+	m.decode_bytes = (double)(s.bytes[s.c[DPS_COMP_ATTN] > 1 ? DPS_PART_ATTN_DECODE
+								 : DPS_PART_ATTN_PREFILL] +
+				  s.bytes[DPS_PART_MLP] + s.bytes[DPS_PART_NORMS] +
+				  s.bytes[s.c[DPS_COMP_LM_HEAD] > 1 ? DPS_PART_LM_DECODE
+								    : DPS_PART_LM_PREFILL]);
+	m.kv_bytes = (double)s.cache_bytes;
+	rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
+	m.type = MSG_RESULT;
+	for (int pi = 0; pi < b->np && !rc; pi++)
+		for (int r = 0; r < b->reps && !rc; r++) {
+			const int P = b->prompts[pi];
+			const uint64_t c0 = coll_ns(w), l0 = s.linear_ns;
+			const double f0 = s.linear_flops;
+			uint64_t t0;
+
+			for (int i = 0; i < P; i++) {
+				tok[i] = (i * 131 + 7 + w->dp_rank) % s.cfg.vocab_size;
+				pos[i] = i;
+				seq[i] = 0;
+				want[i] = i == P - 1;
+			}
+			rc = barrier(w);
+			t0 = dps_now_ns();
+			if (!rc && !dps_shard_step(&s, 1, P, tok, pos, seq, want, &rc))
+				break;
+			if (!rc)
+				rc = barrier(w);
+			m.secs = (double)(dps_now_ns() - t0) / 1e9;
+			m.coll_s = (double)(coll_ns(w) - c0) / 1e9;
+			m.lin_s = (double)(s.linear_ns - l0) / 1e9;
+			m.lin_flops = s.linear_flops - f0;
+			m.test = 0;
+			m.p = P;
+			m.b = 1;
+			m.rep = r;
+			m.steps = 1;
+			if (!rc && w->rank == 0)
+				rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
 		}
-		lg = dps_model_step(m, b, tok, pos, seq, NULL);
+	for (int gi = 0; gi < b->ng && !rc; gi++)
+		for (int bi = 0; bi < b->nb && !rc; bi++)
+			for (int r = 0; r < b->reps && !rc; r++) {
+				const int G = b->gens[gi], B = b->batches[bi], V = s.cfg.vocab_size;
+				struct dps_shard_stats st0;
+				uint64_t t0, c0;
+				const float *lg;
+
+				for (int i = 0; i < B; i++) {
+					tok[i] = s.cfg.bos_token_id;
+					pos[i] = 0;
+					seq[i] = i;
+				}
+				/* Position 0 of every sequence, then G decode steps, timed. */
+				lg = dps_shard_step(&s, 0, B, tok, pos, seq, NULL, &rc);
+				if (!rc)
+					rc = barrier(w);
+				st0 = s.stats;
+				c0 = coll_ns(w);
+				t0 = dps_now_ns();
+				for (int g = 1; g <= G && lg && !rc; g++) {
+					for (int i = 0; i < B; i++) {
+						tok[i] = dps_argmax_ref(lg + (size_t)i * (size_t)V, V);
+						pos[i] = g;
+					}
+					lg = dps_shard_step(&s, 0, B, tok, pos, seq, NULL, &rc);
+				}
+				if (!rc)
+					rc = barrier(w);
+				m.secs = (double)(dps_now_ns() - t0) / 1e9;
+				m.coll_s = (double)(coll_ns(w) - c0) / 1e9;
+				for (int k = 0; k < DPS_COLL_KINDS; k++) {
+					uint64_t calls = 0;
+
+					for (int gr = 0; gr < DPS_SG_COUNT; gr++)
+						calls += s.stats.calls[k][gr] - st0.calls[k][gr];
+					m.calls_per_layer[k] = (double)calls / G / s.cfg.num_hidden_layers;
+				}
+				m.test = 1;
+				m.p = 0;
+				m.b = B;
+				m.g = G;
+				m.rep = r;
+				m.steps = G;
+				if (!rc && w->rank == 0)
+					rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
+			}
+out:
+	dps_shard_free(&s);
+out0:
+	free(tok);
+	free(pos);
+	free(seq);
+	free(want);
+	return rc;
+}
+
+static void on_msg(int rank, const void *msg, size_t len, void *arg)
+{
+	struct bench *b = arg;
+	struct bmsg m;
+
+	(void)rank;
+	if (len != sizeof(m))
+		return;
+	memcpy(&m, msg, sizeof(m));
+	if (m.type == MSG_BYTES) {
+		b->decode_bytes += m.decode_bytes;
+		b->all_bytes += m.all_bytes;
+		b->kv_bytes += m.kv_bytes;
+		if (m.rank == 0) {
+			b->rank0_bytes = m.all_bytes;
+			b->rank0_kv = m.kv_bytes;
+		}
+		return;
 	}
-	return (double)(dps_now_ns() - t0) / 1e9;
+	if (b->nrows == b->cap) {
+		struct bmsg *n = realloc(b->rows, sizeof(*n) * (size_t)(b->cap ? 2 * b->cap : 64));
+
+		if (!n) {
+			b->failed = 1;
+			return;
+		}
+		b->rows = n;
+		b->cap = b->cap ? 2 * b->cap : 64;
+	}
+	b->rows[b->nrows++] = m;
+	fprintf(stderr, "\rdpshard bench decode: %s%d%s%.0d, run %d of %d done ...     ",
+		m.test ? "tg" : "pp", m.test ? m.g : m.p, m.test ? " at batch " : "",
+		m.test ? m.b : 0, m.rep + 1, b->reps);
+}
+
+static void layout_name(const struct dps_par_cfg *p, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "TP=%d DP=%d", p->tp, p->dp);
+
+	if (p->attn_dp > 1 || p->emb_dp > 1 || p->mlp_dp > 1 || p->lm_head_dp > 1)
+		snprintf(buf + n, len - (size_t)n, " a%d e%d m%d l%d", p->attn_dp, p->emb_dp,
+			 p->mlp_dp, p->lm_head_dp);
 }
 
 int dps_bench_decode(int argc, char **argv)
 {
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
-	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8";
-	int reps = 3, threads = 0, json = 0, npos, rc;
+	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
+	int reps = 3, threads = 0, json = 0, npos, rc, world, ncpu;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], np, ng, nb;
-	int max_b = 1, max_p = 1, max_g = 1, nres = 0, *tok = NULL, *pos = NULL, *seq = NULL;
-	unsigned char *want = NULL;
 	struct result res[3 * MAX_LIST * MAX_LIST];
-	char *positional[1], err[512], dir[4096], cpu[256];
-	struct dps_model m;
-	double bw, peak, weights_read;
-	const struct dps_flag flags[] = {
+	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
+	struct bench b = { 0 };
+	char *positional[1], err[512], dir[4096], cpu[256], lname[96];
+	double bw, peak;
+	int nres = 0;
+	struct dps_flag flags[32];
+	const struct dps_flag base[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR", "checkpoint directory (default: --preset)" },
 		{ "preset", DPS_FLAG_STR, &preset, "NAME",
 		  "mkmodel preset written to the cache on first use, when no --model" },
@@ -287,19 +471,26 @@ int dps_bench_decode(int argc, char **argv)
 		  'p' },
 		{ "n-gen", DPS_FLAG_STR, &gens_s, "N,...", "decode tests: tokens per sequence", 0, 0,
 		  'n' },
-		{ "batch", DPS_FLAG_STR, &batches_s, "B,...", "decode tests: sequences per step", 0, 0,
-		  'b' },
+		{ "batch", DPS_FLAG_STR, &batches_s, "B,...",
+		  "decode tests: sequences per step, per replica", 0, 0, 'b' },
 		{ "repetitions", DPS_FLAG_INT, &reps, "R", "runs of each test", 1, 100, 'r' },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
-		  "threads of the rank; 0: the CPUs this process may run on", 0, 1024 },
+		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
+		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
+		  "where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },
-		DPS_FLAGS_END
 	};
+	size_t nf = sizeof(base) / sizeof(base[0]);
 
+	memcpy(flags, base, sizeof(base));
+	dps_flags_parallel(&par, flags + nf);
+	nf += DPS_PAR_FLAGS;
+	flags[nf] = (struct dps_flag)DPS_FLAGS_END;
 	rc = dps_flags_parse(flags, argc, argv, "bench decode", "[--model DIR | --preset NAME] "
-			     "[-p P,...] [-n N,...] [-b B,...] [OPTIONS]", positional, 0, &npos);
+			     "[-p P,...] [-n N,...] [-b B,...] [LAYOUT FLAGS] [OPTIONS]", positional,
+			     0, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	np = parse_list(prompts_s, prompts, 1, 1 << 16);
@@ -310,102 +501,125 @@ int dps_bench_decode(int argc, char **argv)
 				"numbers (at most %d each)\n", MAX_LIST);
 		return 2;
 	}
+	b.max_p = b.max_g = b.max_b = 1;
 	for (int i = 0; i < np; i++)
-		max_p = prompts[i] > max_p ? prompts[i] : max_p;
+		b.max_p = prompts[i] > b.max_p ? prompts[i] : b.max_p;
 	for (int i = 0; i < ng; i++)
-		max_g = gens[i] > max_g ? gens[i] : max_g;
+		b.max_g = gens[i] > b.max_g ? gens[i] : b.max_g;
 	for (int i = 0; i < nb; i++)
-		max_b = batches[i] > max_b ? batches[i] : max_b;
-	if (!threads)
-		threads = dps_cpus_allowed();
-	rc = dps_gemm_setup(blis_arch, threads, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "dpshard bench decode: %s\n", err);
-		return 2;
-	}
+		b.max_b = batches[i] > b.max_b ? batches[i] : b.max_b;
 	if (!model_dir) {
 		if (dps_cached_preset(preset, "bench decode", dir, sizeof(dir)))
 			return 1;
 		model_dir = dir;
 	}
-	fprintf(stderr, "dpshard bench decode: loading %s ...\n", model_dir);
-	rc = dps_model_load(&m, model_dir,
-			    &(struct dps_model_opts){ .max_pos = max_p > max_g + 1 ? max_p : max_g + 1,
-						      .max_seqs = max_b,
-						      .max_rows = max_p > max_b ? max_p : max_b,
-						      .max_out = max_b },
-			    err, sizeof(err));
+	rc = dps_model_config_load(model_dir, &b.cfg, err, sizeof(err));
+	if (!rc)
+		rc = dps_par_cfg_check(&par, err, sizeof(err));
+	if (!rc)
+		rc = dps_shard_check(&b.cfg, &par, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard bench decode: %s\n", err);
+		return rc == -DPS_ECONFIG ? 2 : 1;
+	}
+	b.model = model_dir;
+	b.blis_arch = blis_arch;
+	b.threads = threads;
+	b.reps = reps;
+	b.np = np;
+	b.ng = ng;
+	b.nb = nb;
+	b.prompts = prompts;
+	b.gens = gens;
+	b.batches = batches;
+	world = par.tp * par.dp;
+	layout_name(&par, lname, sizeof(lname));
+	fprintf(stderr, "dpshard bench decode: %s on %d rank(s), model %s ...\n", lname, world,
+		model_dir);
+	{
+		struct dps_sup_opts so = { .par = par, .cpu_bind = cpu_bind, .rank_fn = rank_main,
+					   .rank_arg = &b, .msg_fn = on_msg, .msg_arg = &b };
+		struct dps_sup_result sr;
+
+		rc = dps_sup_run(&so, &sr, err, sizeof(err));
+	}
+	fprintf(stderr, "\r%*s\r", 70, "");
+	if (rc || b.failed) {
+		fprintf(stderr, "dpshard bench decode: %s\n", rc ? err : "out of memory");
+		free(b.rows);
 		return 1;
 	}
-	if (m.max_pos < (max_p > max_g + 1 ? max_p : max_g + 1)) {
-		fprintf(stderr, "dpshard bench decode: the model's context is %d positions; -p and "
-				"-n + 1 must fit in it\n", m.max_pos);
-		dps_model_free(&m);
-		return 2;
-	}
-	tok = calloc((size_t)m.max_rows, sizeof(int));
-	pos = calloc((size_t)m.max_rows, sizeof(int));
-	seq = calloc((size_t)m.max_rows, sizeof(int));
-	want = calloc((size_t)m.max_rows, 1);
-	if (!tok || !pos || !seq || !want) {
-		fprintf(stderr, "dpshard bench decode: out of memory\n");
-		rc = 1;
-		goto out;
-	}
+	/* The machine's limits, now that the ranks are gone: as many threads as they used. */
+	ncpu = dps_cpus_allowed();
 	fprintf(stderr, "dpshard bench decode: measuring read bandwidth and the sgemm rate ...\n");
-	bw = read_bandwidth((size_t)1 << 30, 7);
-	peak = sgemm_rate(1536, 5);
-	/* Each decode step reads every weight but the embedding, of which only b rows (unless tied,
-	 * when the LM head reads it whole). */
-	weights_read = (double)m.weight_bytes;
-	if (!m.cfg.tie_word_embeddings)
-		weights_read -= (double)m.cfg.vocab_size * m.cfg.hidden_size * sizeof(float);
+	{
+		const int per = threads ? threads : (ncpu / world > 0 ? ncpu / world : 1);
+		const int all = world * per < ncpu ? world * per : ncpu;
+		char msg[256];
+
+		if (dps_gemm_setup(blis_arch, all, msg, sizeof(msg))) {
+			fprintf(stderr, "dpshard bench decode: %s\n", msg);
+			free(b.rows);
+			return 1;
+		}
+		bw = read_bandwidth((size_t)1 << 30, 7);
+		dps_gemm_setup(blis_arch, per, msg, sizeof(msg));
+		peak = sgemm_rate(1536, 5);
+		threads = per;
+	}
 	for (int pi = 0; pi < np; pi++) {
 		struct result *r = &res[nres++];
-		double v[100], flops = 0, ns = 0;
+		double v[100], flops = 0, lin = 0, secs = 0, coll = 0;
+		int k = 0;
 
-		for (int k = 0; k < reps; k++) {
-			fprintf(stderr, "\rdpshard bench decode: pp%d, run %d of %d ...", prompts[pi],
-				k + 1, reps);
-			v[k] = prompts[pi] / run_prefill(&m, prompts[pi], tok, pos, seq, want, &flops,
-							 &ns);
-		}
+		for (int i = 0; i < b.nrows; i++)
+			if (b.rows[i].test == 0 && b.rows[i].p == prompts[pi] && k < 100) {
+				v[k++] = (double)par.dp * prompts[pi] / b.rows[i].secs;
+				flops += b.rows[i].lin_flops;
+				lin += b.rows[i].lin_s;
+				secs += b.rows[i].secs;
+				coll += b.rows[i].coll_s;
+			}
 		snprintf(r->test, sizeof(r->test), "pp%d", prompts[pi]);
 		r->prompt = prompts[pi];
 		r->batch = 1;
-		stats(v, reps, &r->mean, &r->sd);
-		r->gbs = ns > 0 ? flops / ns : 0;
+		stats(v, k ? k : 1, &r->mean, &r->sd);
+		r->step_ms = k ? secs / k * 1e3 : 0;
+		r->coll_ms = k ? coll / k * 1e3 : 0;
+		r->gbs = lin > 0 ? flops / lin / 1e9 : 0;
 		r->bound = peak > 0 ? r->gbs / peak : 0;
 	}
 	for (int gi = 0; gi < ng; gi++)
 		for (int bi = 0; bi < nb; bi++) {
 			struct result *r = &res[nres++];
-			const int b = batches[bi], g = gens[gi];
-			const double kv_row = 2.0 * m.cfg.num_hidden_layers * m.cfg.num_key_value_heads *
-					      m.cfg.head_dim * sizeof(float);
-			double v[100], secs = 0;
+			const int B = batches[bi], G = gens[gi];
+			const double kv_row = 2.0 * b.cfg.num_hidden_layers *
+					      b.cfg.num_key_value_heads * b.cfg.head_dim * sizeof(float);
+			double v[100], secs = 0, coll = 0;
+			int k = 0;
 
-			for (int k = 0; k < reps; k++) {
-				double t;
-
-				fprintf(stderr, "\rdpshard bench decode: tg%d at batch %d, run %d of %d ...",
-					g, b, k + 1, reps);
-				t = run_decode(&m, b, g, tok, pos, seq);
-				v[k] = (double)b * g / t;
-				secs += t;
-			}
-			snprintf(r->test, sizeof(r->test), "tg%d", g);
-			r->gen = g;
-			r->batch = b;
-			stats(v, reps, &r->mean, &r->sd);
-			/* Step s reads positions 0..s of b sequences: (s + 1) rows of KV each. */
-			r->bytes_per_step = weights_read + b * kv_row * (g + 3) / 2.0;
-			r->gbs = r->bytes_per_step * g * reps / secs / 1e9;
+			memset(r, 0, sizeof(*r));
+			for (int i = 0; i < b.nrows; i++)
+				if (b.rows[i].test == 1 && b.rows[i].b == B && b.rows[i].g == G &&
+				    k < 100) {
+					v[k++] = (double)par.dp * B * G / b.rows[i].secs;
+					secs += b.rows[i].secs;
+					coll += b.rows[i].coll_s;
+					memcpy(r->calls_per_layer, b.rows[i].calls_per_layer,
+					       sizeof(r->calls_per_layer));
+				}
+			snprintf(r->test, sizeof(r->test), "tg%d", G);
+			r->gen = G;
+			r->batch = B;
+			stats(v, k ? k : 1, &r->mean, &r->sd);
+			r->step_ms = k ? secs / k / G * 1e3 : 0;
+			r->coll_ms = k ? coll / k / G * 1e3 : 0;
+			/* Every rank reads its decode weights; step s reads s + 1 positions of KV for each
+			 * of the DP x B sequences (over the TP ranks, which split the KV heads). */
+			r->bytes_per_step = b.decode_bytes + (double)par.dp * B * kv_row * (G + 3) / 2.0;
+			r->gbs = r->step_ms > 0 ? r->bytes_per_step / (r->step_ms / 1e3) / 1e9 : 0;
 			r->bound = bw > 0 ? r->gbs * 1e9 / bw : 0;
 		}
-	fprintf(stderr, "\r%*s\r", 70, "");
 	cpu_model(cpu, sizeof(cpu));
 	if (json) {
 		printf("{\"version\": ");
@@ -414,41 +628,57 @@ int dps_bench_decode(int argc, char **argv)
 		json_str(cpu);
 		printf(", \"blis\": ");
 		json_str(dps_gemm_describe());
-		printf(", \"threads\": %d,\n \"model\": ", threads);
+		printf(", \"layout\": ");
+		json_str(lname);
+		printf(", \"ranks\": %d, \"threads_per_rank\": %d,\n \"model\": ", world, threads);
 		json_str(model_dir);
-		printf(", \"weight_bytes\": %zu, \"params\": %llu,\n"
-		       " \"read_bandwidth_gbs\": %.2f, \"sgemm_gflops\": %.1f,\n \"results\": [\n",
-		       m.weight_bytes, (unsigned long long)dps_model_config_params(&m.cfg), bw / 1e9,
-		       peak);
+		printf(", \"weight_bytes_per_rank\": %.0f, \"kv_bytes_per_rank\": %.0f, "
+		       "\"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, \"sgemm_gflops\": %.1f,\n"
+		       " \"results\": [\n", b.rank0_bytes, b.rank0_kv,
+		       (unsigned long long)dps_model_config_params(&b.cfg), bw / 1e9, peak);
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
 
 			if (r->prompt)
 				printf("  {\"test\": \"%s\", \"batch\": 1, \"tokens_per_s\": %.2f, "
-				       "\"sd\": %.2f, \"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n",
-				       r->test, r->mean, r->sd, r->gbs, r->bound, i + 1 < nres ? "," : "");
+				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
+				       "\"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n", r->test, r->mean,
+				       r->sd, r->step_ms, r->coll_ms, r->gbs, r->bound,
+				       i + 1 < nres ? "," : "");
 			else
 				printf("  {\"test\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.2f, "
-				       "\"sd\": %.2f, \"bytes_per_step\": %.0f, \"read_gbs\": %.2f, "
-				       "\"of_bandwidth_bound\": %.3f}%s\n", r->test, r->batch, r->mean,
-				       r->sd, r->bytes_per_step, r->gbs, r->bound, i + 1 < nres ? "," : "");
+				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
+				       "\"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
+				       "\"alltoall_per_layer\": %.2f, \"bytes_per_step\": %.0f, "
+				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f}%s\n", r->test,
+				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
+				       r->calls_per_layer[DPS_COLL_ALLREDUCE],
+				       r->calls_per_layer[DPS_COLL_ALLGATHER],
+				       r->calls_per_layer[DPS_COLL_ALLTOALL], r->bytes_per_step, r->gbs,
+				       r->bound, i + 1 < nres ? "," : "");
 		}
 		printf(" ]}\n");
 	} else {
-		printf("dpshard %s on %s, %d thread(s)\n%s\n", PACKAGE_VERSION, cpu, threads,
-		       dps_gemm_describe());
-		printf("measured in this run: memory read %.1f GB/s, sgemm %.0f GFLOP/s (1536^3)\n\n",
-		       bw / 1e9, peak);
-		printf("| %-12s | %10s | %8s | %-9s | %5s | %-10s | %16s | %-32s |\n", "model", "size",
-		       "params", "config", "ranks", "test", "t/s", "limit");
-		printf("|--------------|------------|----------|-----------|-------|------------|"
-		       "------------------|----------------------------------|\n");
+		const char *base_name = strrchr(model_dir, '/');
+		char name[64];
+
+		snprintf(name, sizeof(name), "%s", base_name && base_name[1] ? base_name + 1 : model_dir);
+		printf("dpshard %s on %s: %s, %d rank(s) x %d thread(s)\n%s\n", PACKAGE_VERSION, cpu,
+		       lname, world, threads, dps_gemm_describe());
+		printf("measured in this run: memory read %.1f GB/s (%d threads), sgemm %.0f GFLOP/s "
+		       "(1536^3, %d thread(s))\n", bw / 1e9, world * threads < ncpu ? world * threads
+									 : ncpu, peak, threads);
+		printf("per rank (rank 0): %.1f MB of weights, %.1f MB of KV cache\n\n",
+		       b.rank0_bytes / 1e6, b.rank0_kv / 1e6);
+		printf("| %-16s | %-22s | %5s | %-9s | %16s | %9s | %9s | %-11s | %-34s |\n", "model",
+		       "layout", "ranks", "test", "t/s", "step ms", "coll ms", "AR/AG/A2A", "limit");
+		printf("|------------------|------------------------|-------|-----------|"
+		       "------------------|-----------|-----------|-------------|"
+		       "------------------------------------|\n");
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
-			char test[48], lim[64], name[64];
-			const char *base = strrchr(model_dir, '/');
+			char test[48], lim[64], calls[32] = "";
 
-			snprintf(name, sizeof(name), "%s", base && base[1] ? base + 1 : model_dir);
 			if (r->prompt) {
 				snprintf(test, sizeof(test), "%.31s", r->test);
 				snprintf(lim, sizeof(lim), "products %.0f GFLOP/s = %.0f%% sgemm", r->gbs,
@@ -457,19 +687,18 @@ int dps_bench_decode(int argc, char **argv)
 				snprintf(test, sizeof(test), "%.31s b%d", r->test, r->batch);
 				snprintf(lim, sizeof(lim), "read %.1f GB/s = %.0f%% of bound", r->gbs,
 					 100 * r->bound);
+				snprintf(calls, sizeof(calls), "%.1f/%.1f/%.1f",
+					 r->calls_per_layer[DPS_COLL_ALLREDUCE],
+					 r->calls_per_layer[DPS_COLL_ALLGATHER],
+					 r->calls_per_layer[DPS_COLL_ALLTOALL]);
 			}
-			printf("| %-12.12s | %7.1f MB | %6.1f M | TP=1 DP=1 | %5d | %-10s | %7.1f ± %6.1f "
-			       "| %-32s |\n", name, (double)m.weight_bytes / 1e6,
-			       (double)dps_model_config_params(&m.cfg) / 1e6, 1, test, r->mean, r->sd,
-			       lim);
+			printf("| %-16.16s | %-22.22s | %5d | %-9s | %7.1f ± %6.1f | %9.3f | %9.3f | "
+			       "%-11s | %-34s |\n", name, lname, world, test, r->mean, r->sd, r->step_ms,
+			       r->coll_ms, calls, lim);
 		}
+		printf("\nAR/AG/A2A: all-reduces, all-gathers and all-to-alls per layer of a decode "
+		       "step on rank 0\n");
 	}
-	rc = 0;
-out:
-	free(tok);
-	free(pos);
-	free(seq);
-	free(want);
-	dps_model_free(&m);
-	return rc;
+	free(b.rows);
+	return 0;
 }
