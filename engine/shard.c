@@ -452,9 +452,16 @@ static void count(struct dps_shard *s, enum dps_coll_kind k, int sg, size_t byte
 {
 	s->stats.calls[k][sg]++;
 	s->stats.bytes[k][sg] += bytes;
-	if (s->trace)
-		fprintf(stderr, "rank %d: %s over the %s, %zu bytes\n", s->w ? s->w->rank : 0,
-			dps_coll_kind_name(k), dps_shard_group_name(sg), bytes);
+	if (s->trace) {
+		char where[32] = "outside the layers";
+
+		if (s->cur_layer >= 0)
+			snprintf(where, sizeof(where), "layer %d", s->cur_layer);
+		fprintf(stderr, "rank %d step %llu (%s) %s: %s over the %s, %zu bytes\n",
+			s->w ? s->w->rank : 0, (unsigned long long)s->steps,
+			s->cur_prefill ? "prefill" : "decode", where, dps_coll_kind_name(k),
+			dps_shard_group_name(sg), bytes);
+	}
 }
 
 static int allreduce(struct dps_shard *s, struct dps_comm *c, int sg, float *buf, size_t n)
@@ -767,6 +774,7 @@ static const float *step_prefill(struct dps_shard *s, int n, const int *tokens, 
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const struct dps_shard_layer *w = &s->layers[l];
 
+		s->cur_layer = l;
 		for (int i = 0; i < n; i++)
 			dps_rmsnorm(s->h + (size_t)i * dim, s->x + (size_t)i * dim, w->attn_norm, dim,
 				    eps);
@@ -797,6 +805,7 @@ static const float *step_prefill(struct dps_shard *s, int n, const int *tokens, 
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[(size_t)first * dim + i];
 	}
+	s->cur_layer = -1;
 	for (int i = 0; i < n; i++)
 		if (!want || want[i]) {
 			dps_rmsnorm(s->h + (size_t)n_out * dim, s->x + (size_t)i * dim, s->final_norm,
@@ -844,6 +853,7 @@ static const float *step_decode(struct dps_shard *s, int B, const int *tokens, c
 		const struct dps_shard_layer *w = &s->layers[l];
 		float *xa = s->o; /* x at the attention's size */
 
+		s->cur_layer = l;
 		rc = dps_dp_transition(s, s->x, xa, B, dim, cm, ca, s->col_c[DPS_COMP_ATTN],
 				       DPS_SG_ATTN_COL);
 		if (rc)
@@ -880,6 +890,7 @@ static const float *step_decode(struct dps_shard *s, int B, const int *tokens, c
 		for (size_t i = 0; i < (size_t)Rm * dim; i++)
 			s->x[i] += s->o[i];
 	}
+	s->cur_layer = -1;
 	/* LM head bracket: my rows, norm, gather over the column, project the shard, my rows. */
 	for (int i = 0; i < B; i++)
 		dps_rmsnorm(s->h + (size_t)i * dim,
@@ -920,6 +931,9 @@ const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *
 	for (int i = 0; i < n; i++)
 		DPS_ASSERT(tokens[i] >= 0 && tokens[i] < s->cfg.vocab_size && pos[i] >= 0 &&
 			   pos[i] < s->max_pos && seq[i] < s->max_seqs);
+	s->steps++;
+	s->cur_prefill = prefill;
+	s->cur_layer = -1;
 	return prefill ? step_prefill(s, n, tokens, pos, seq, want, rc)
 		       : step_decode(s, n, tokens, pos, seq, want, rc);
 }

@@ -106,6 +106,8 @@ struct dps_shard {
 	uint64_t linear_ns;            /* time in the matrix products, since load */
 	double linear_flops;
 	int trace;                     /* print every collective on stderr */
+	uint64_t steps;                /* steps run since load */
+	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
 };
 
 /*

@@ -5,6 +5,7 @@
  * with the lockstep of coupled replicas.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,11 @@ int dps_shard_generate(struct dps_shard *s, const struct dps_gen_req *reqs, int 
 			if (s->dp_c && s->dp_c->n > 1) {
 				s->stats.calls[DPS_COLL_ALLREDUCE][DPS_SG_DP]++;
 				s->stats.bytes[DPS_COLL_ALLREDUCE][DPS_SG_DP] += 3 * (size_t)DP * 4;
+				if (s->trace)
+					fprintf(stderr, "rank %d before step %llu: all-reduce over the DP "
+							"(_get_dp_padding), %zu bytes\n",
+						s->w ? s->w->rank : 0, (unsigned long long)s->steps + 1,
+						3 * (size_t)DP * 4);
 				rc = dps_coll_allreduce(s->dp_c, agree, agree, 3 * (size_t)DP, DPS_I32);
 				if (rc)
 					goto out;
