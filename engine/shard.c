@@ -351,6 +351,28 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->max_seqs = opts && opts->max_seqs > 0 ? opts->max_seqs : 1;
 	s->max_rows = opts && opts->max_rows > 0 ? opts->max_rows : 1;
 	s->max_gather = s->max_rows * maxc;
+	/* A rank gathers other replicas' rows: every replica must size for the same max_rows. */
+	if (w && w->dp > 1) {
+		int *all = calloc((size_t)w->dp, sizeof(int));
+
+		if (!all) {
+			rc = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		all[s->d] = s->max_rows;
+		rc = dps_coll_allreduce(w->dp_c, all, all, (size_t)w->dp, DPS_I32);
+		for (int r = 0; r < w->dp && !rc; r++)
+			if (all[r] != s->max_rows) {
+				snprintf(err, errlen, "replica %d was loaded for %d rows per step and "
+					 "replica %d for %d: every replica must use the same max_rows",
+					 s->d, s->max_rows, r, all[r]);
+				rc = -EINVAL;
+			}
+		free(all);
+		if (rc)
+			goto out;
+	}
 	kv = (size_t)s->nkv_t * (size_t)s->hd;
 	cache = (size_t)c->num_hidden_layers * (size_t)s->max_seqs * (size_t)s->max_pos * kv;
 	s->cache_bytes = 2 * cache * sizeof(float);
@@ -370,8 +392,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->att2 = calloc(g * (size_t)(s->hq_t + 2 * s->nkv_t + s->hq_e + 2 * s->nkv_e) *
 				 (size_t)s->hd, sizeof(float));
 	s->gu = calloc(g * 2 * (size_t)s->im_sh, sizeof(float));
-	s->scores = calloc((size_t)dps_pool_size(dps_gemm_pool()) * (size_t)s->max_pos,
-			   sizeof(float));
+	s->score_threads = dps_pool_size(dps_gemm_pool());
+	s->scores = calloc((size_t)s->score_threads * (size_t)s->max_pos, sizeof(float));
 	s->cs = calloc((size_t)s->max_rows * (size_t)s->hd, sizeof(float));
 	s->lg = calloc(g * (size_t)(s->v_tp > s->v_lm ? s->v_tp : s->v_lm), sizeof(float));
 	s->lg2 = calloc(g * (size_t)tp * (size_t)maxc *
@@ -579,7 +601,12 @@ static void attend(struct dps_shard *s, int layer, int n, const int *pos, const 
 		}
 	}
 	j.chunks = items < most ? items : most;
-	dps_pool_run(dps_gemm_pool(), j.chunks, attn_chunk, &j);
+	if (dps_pool_size(dps_gemm_pool()) <= s->score_threads) {
+		dps_pool_run(dps_gemm_pool(), j.chunks, attn_chunk, &j);
+	} else { /* more threads than at load: one scratch row, one thread */
+		for (int c = 0; c < j.chunks; c++)
+			attn_chunk(&j, c, 0);
+	}
 }
 
 /* Prefill attention (plain TP) of n own rows h; the partial o (n, hidden) before the all-reduce. */

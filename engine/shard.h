@@ -95,6 +95,7 @@ struct dps_shard {
 	size_t bytes[DPS_PART_COUNT];
 
 	int max_pos, max_seqs, max_rows, max_gather;
+	int score_threads;           /* threads the attention scratch was sized for */
 	float *key_cache, *value_cache; /* (layers, max_seqs, max_pos, nkv_t * hd) */
 	size_t cache_bytes;
 

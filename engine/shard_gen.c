@@ -39,6 +39,16 @@ int dps_shard_generate(struct dps_shard *s, const struct dps_gen_req *reqs, int 
 		goto out;
 	}
 	DPS_ASSERT(n <= s->max_seqs);
+	/* Replicas that share any collective must step together, whatever the caller says. */
+	for (int k = 0; k < DPS_COMP_COUNT; k++)
+		coupled |= s->c[k] > 1;
+	for (int k = 0; k < n; k++)
+		if (reqs[k].n_prompt < 1 || reqs[k].n_prompt > reqs[k].max_pos ||
+		    reqs[k].n_prompt > s->max_pos) {
+			/* (A replica that stops here makes its peers' collectives fail, not hang.) */
+			rc = -EINVAL;
+			goto out;
+		}
 	for (int k = 0; k < n; k++) {
 		q[k].ids = calloc((size_t)reqs[k].max_pos + 1, sizeof(int));
 		if (!q[k].ids) {
@@ -113,6 +123,10 @@ int dps_shard_generate(struct dps_shard *s, const struct dps_gen_req *reqs, int 
 				break;
 			prefill = any_prefill;
 			if (!prefill) {
+				if (max_b > R) { /* cannot happen: replicas agree on max_rows at load */
+					rc = -EINVAL;
+					goto out;
+				}
 				/* Pad to the agreed batch: token 0 at position 0, writing nothing. */
 				if (!rows && st)
 					st->dummy_steps++;

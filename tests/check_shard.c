@@ -10,10 +10,12 @@
  * 100, vocabulary 300), a multi-head model whose KV heads are a multiple of TP x attention
  * size (the KV all-to-all variant), and stories260K when ../shared is at hand. Configurations:
  * every layout up to 8 ranks with a spread of component sizes, and the seeds' TP=8 x DP=4 with
- * all sizes 4 and with mixed sizes (32 ranks on 2 cores). Also: _dp_transition on hand-built
- * rows, each rank's shard rows against the full tensor, collective counts per layer, weight
- * bytes falling by each component's factor, a dummy batch leaving the KV cache unchanged, and
- * a perturbed oracle being caught.
+ * all sizes 4 (on a model with 32 query heads) and with mixed sizes (32 ranks on 2 cores).
+ * Every rank of a replica must also produce bit-identical logits (a hash per step, compared
+ * across ranks). Also: the exact collective counts of the graphs, weight bytes falling by
+ * each component's factor, and a perturbed oracle being caught. _dp_transition on
+ * hand-built rows, the shard rows against the full tensors and dummy batches are in
+ * tests/check_shard_units.c.
  */
 #include <check.h>
 #include <math.h>
@@ -50,7 +52,8 @@ struct oracle {
 
 /* Shared with the forked ranks. */
 struct shared {
-	_Atomic int mismatches, checked, dummy_steps;
+	_Atomic uint64_t hash[NPROMPT][MAXPOS]; /* of each step's logits, first rank to get there */
+	_Atomic int mismatches, checked, dummy_steps, steps;
 	char first[256];
 	_Atomic int first_taken;
 	uint64_t calls[DPS_COLL_KINDS][DPS_SG_COUNT]; /* rank 0's, after its run */
@@ -133,6 +136,19 @@ static int compare(void *arg, int index, int pos, int token, const float *logits
 		if (!(d <= worst))
 			worst = isnan(d) ? INFINITY : d;
 	}
+	{
+		/* Every rank holding this row must have the very same logits. */
+		uint64_t h = 1469598103934665603ull, expected = 0;
+		const unsigned char *b = (const unsigned char *)logits;
+
+		for (size_t i = 0; i < sizeof(float) * (size_t)vocab; i++)
+			h = (h ^ b[i]) * 1099511628211ull;
+		h |= 1;
+		if (!atomic_compare_exchange_strong(&sh->hash[index][pos], &expected, h) &&
+		    expected != h)
+			note("prompt %d position %d: ranks disagree (token %d) %g", index, pos, token,
+			     0.0);
+	}
 	if (worst > 1e-4)
 		note("prompt %d position %d: logits differ by %g (token %d)", index, pos, token, worst);
 	else if (token != orc.tokens[index][pos + 1])
@@ -178,6 +194,8 @@ static int rank_main(struct dps_world *w, void *argp)
 	}
 	if (w->tp_rank == 0)
 		sh->dummy_steps += (int)st.dummy_steps;
+	if (w->rank == 0)
+		sh->steps = (int)st.steps;
 	dps_shard_free(&s);
 	return rc;
 }
@@ -215,6 +233,7 @@ static void setup(void)
 {
 	struct dps_model_config gqa = dps_mkmodel_preset("tiny-gqa")->cfg;
 	struct dps_model_config mha = dps_mkmodel_preset("tiny")->cfg;
+	struct dps_model_config wide = dps_mkmodel_preset("tiny-gqa")->cfg;
 
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(sh, MAP_FAILED);
@@ -227,6 +246,12 @@ static void setup(void)
 	mha.head_dim = mha.hidden_size / 8;
 	mha.intermediate_size = 96;
 	make_model("mha", &mha);
+	/* 32 query heads over 8 KV heads: TP=8 x attention size 4 fits. */
+	wide.hidden_size = 128;
+	wide.num_attention_heads = 32;
+	wide.num_key_value_heads = 8;
+	wide.head_dim = 4;
+	make_model("wide", &wide);
 }
 
 static void teardown(void)
@@ -287,10 +312,10 @@ END_TEST
 START_TEST(test_32_ranks)
 {
 	/* The seeds' example: TP=8 x DP=4, all sizes 4 and mixed sizes; 32 ranks on 2 cores. */
-	static const int big[][6] = { { 8, 4, 1, 4, 4, 4 }, { 8, 4, 1, 2, 4, 1 } };
+	static const int big[][6] = { { 8, 4, 4, 4, 4, 4 }, { 8, 4, 2, 1, 4, 2 } };
 
-	build_oracle(model_path("mha"));
-	expect_equal(model_path("mha"), par_of(big[_i]));
+	build_oracle(model_path("wide"));
+	expect_equal(model_path("wide"), par_of(big[_i]));
 }
 END_TEST
 
@@ -315,6 +340,17 @@ START_TEST(test_stories260k)
 }
 END_TEST
 
+START_TEST(test_draft_mlp_size_changes_nothing)
+{
+	/* --draft-mlp-dp-size shards only the Eagle3 draft: the target is unchanged. */
+	struct dps_par_cfg par = par_of((int[]){ 1, 4, 2, 1, 2, 1 });
+
+	par.draft_mlp_dp = 4;
+	build_oracle(model_path("gqa"));
+	expect_equal(model_path("gqa"), par);
+}
+END_TEST
+
 START_TEST(test_mismatch_caught)
 {
 	/* A logit moved by 1e-3 in the oracle is reported: the comparison can fail. */
@@ -334,27 +370,42 @@ END_TEST
 
 START_TEST(test_collective_counts)
 {
-	/* All sizes equal: each layer issues one all-reduce after attention, one after the MLP. */
+	/*
+	 * All sizes 2 on TP=2 x DP=2, one prefill step then decode steps: each decode layer issues
+	 * one all-reduce over the attention group, one over the MLP group and the two attention
+	 * all-to-alls, and no transition gathers; the prefill layers reduce attention over TP and
+	 * gather the MLP column's rows once.
+	 */
 	char err[512];
+	uint64_t L, steps, decode;
 
 	build_oracle(model_path("mha"));
 	ck_assert_int_eq(run_config(model_path("mha"), par_of((int[]){ 2, 2, 2, 2, 2, 2 }), err,
 				    sizeof(err)), 0);
-	{
-		const uint64_t attn = sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_ATTN_COMP];
-		const uint64_t mlp = sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_MLP_COMP];
-		const uint64_t tp = sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_TP];
-
-		/* Decode steps: one attention and one MLP all-reduce per layer. Prefill steps: the
-		 * attention reduces over TP, the MLP over its component group. */
-		ck_assert_uint_gt(attn, 0);
-		ck_assert_uint_eq(attn % sh->layers, 0);
-		ck_assert_uint_eq(mlp % sh->layers, 0);
-		ck_assert_uint_gt(mlp, attn);
-		ck_assert_uint_gt(tp, 0);
-		/* No transition gathers when every size is equal. */
-		ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_ATTN_COL], 0);
-	}
+	L = sh->layers;
+	steps = (uint64_t)sh->steps;
+	decode = steps - 1;
+	ck_assert_uint_gt(decode, 30);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_ATTN_COMP], L * decode);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_MLP_COMP], L * steps);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLTOALL][DPS_SG_ATTN_COL], 2 * L * decode);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_ATTN_COL], 0);
+	/* prefill: one all-reduce per layer over TP (attention) plus the embedding's */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_TP], L + 1);
+	/* prefill: the row counts once, then the rows once per layer */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_MLP_COL], L + 1);
+	/* decode: the embedding's ids and reduction, the LM head's rows and logits, per step */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EMB_COL], decode);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_EMB_COMP], decode);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_LM_COL], decode);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_LM_COMP], decode);
+	/* the _get_dp_padding agreement before every step, and once more to end */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLREDUCE][DPS_SG_DP], steps + 1);
+	/* Mixed sizes: attention 1, MLP 2: two transitions per layer, one of them a gather. */
+	ck_assert_int_eq(run_config(model_path("mha"), par_of((int[]){ 2, 2, 1, 2, 2, 2 }), err,
+				    sizeof(err)), 0);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_MLP_COL],
+			  L * (uint64_t)(sh->steps - 1) + L + 1);
 }
 END_TEST
 
@@ -391,6 +442,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_mha_configs, 0, NCONFIGS);
 	tcase_add_loop_test(tc, test_32_ranks, 0, 2);
 	tcase_add_loop_test(tc, test_stories260k, 0, 4);
+	tcase_add_test(tc, test_draft_mlp_size_changes_nothing);
 	tcase_add_test(tc, test_mismatch_caught);
 	tcase_add_test(tc, test_collective_counts);
 	tcase_add_test(tc, test_bytes_fall);
