@@ -6,9 +6,11 @@
  * that an independent re-parse agrees with.
  */
 #include <check.h>
+#include <errno.h>
 #include <limits.h>
 #include <string.h>
 
+#include "common/conf.h"
 #include "common/dps.h"
 #include "engine/groups.h"
 #include "tools/flags.h"
@@ -190,6 +192,69 @@ START_TEST(test_strerror)
 }
 END_TEST
 
+struct conf_seen {
+	char text[1024];
+	int lines[16], n;
+};
+
+static int conf_collect(void *arg, const char *key, const char *value, int line)
+{
+	struct conf_seen *c = arg;
+	size_t l = strlen(c->text);
+
+	snprintf(c->text + l, sizeof(c->text) - l, "%s=%s;", key, value);
+	if (c->n < 16)
+		c->lines[c->n++] = line;
+	return 0;
+}
+
+START_TEST(test_conf_parse)
+{
+	static const char good[] = "# a config\n\ntensor_parallel_size: 2\n  data-parallel-size:4  "
+				   "# replicas\nmodel: \"/srv/a b # c\"\nname: 'x'\nempty: \"\"\n"
+				   "trailing: value with spaces   \r\n";
+	static const struct { const char *text; const char *msg; } bad[] = {
+		{ "key value\n", "line 1: expected 'key: value'" },
+		{ "ok: 1\n: x\n", "line 2: expected" },
+		{ "k:\n", "line 1: 'k' has no value" },
+		{ "k: \"open\n", "line 1: unterminated \" quote" },
+		{ "k: 'a' b\n", "line 1: text after the closing quote" },
+		{ "ke y: 1\n", "line 1: expected" },
+		{ "k.x: 1\n", "line 1: expected" },
+		{ "- item\n", "line 1: expected" },
+	};
+	struct conf_seen c = { "", { 0 }, 0 };
+	char err[256], nul[] = "a: 1\nb: 2\0\n", big[DPS_CONF_MAX_LINE + 8];
+
+	ck_assert_int_eq(dps_conf_parse(good, strlen(good), conf_collect, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.text, "tensor-parallel-size=2;data-parallel-size=4;model=/srv/a b # c;"
+				 "name=x;empty=;trailing=value with spaces;");
+	ck_assert_int_eq(c.n, 6);
+	ck_assert_int_eq(c.lines[0], 3);
+	ck_assert_int_eq(c.lines[5], 8);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&c, 0, sizeof(c));
+		err[0] = 0;
+		ck_assert_int_eq(dps_conf_parse(bad[i].text, strlen(bad[i].text), conf_collect, &c,
+						err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, bad[i].msg), "'%s': got '%s', want '%s'", bad[i].text, err,
+			      bad[i].msg);
+	}
+	ck_assert_int_eq(dps_conf_parse(nul, sizeof(nul) - 1, conf_collect, &c, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "line 2: a NUL byte"));
+	memset(big, 'a', sizeof(big));
+	big[1] = ':';
+	ck_assert_int_eq(dps_conf_parse(big, sizeof(big), conf_collect, &c, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "longer than"));
+	/* Without a trailing newline the last line still counts. */
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(dps_conf_parse("a: 1\nb: 2", 9, conf_collect, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.text, "a=1;b=2;");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("util");
@@ -201,6 +266,7 @@ int main(void)
 	tcase_add_test(tc, test_flags_parse);
 	tcase_add_test(tc, test_flags_fuzz);
 	tcase_add_test(tc, test_strerror);
+	tcase_add_test(tc, test_conf_parse);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

@@ -290,6 +290,38 @@ sys.exit(1)
 	fi
 fi
 
+# ---- --config FILE ---------------------------------------------------------------------
+# Flags from a YAML-style file; the command line overrides them; bad files name the line.
+
+cat >"$tmp/gen.yaml" <<EOF
+# generate across two ranks
+tensor_parallel_size: 2
+steps: 12      # -n
+prompt-ids: true
+ids: "true"
+EOF
+run generate --config "$tmp/gen.yaml" --verbose "5 9"
+if expect_rc 0; then
+	[ "$(wc -w <"$tmp/out")" -eq 12 ] || { fail "$desc: want 12 ids (steps: 12)"; show stdout "$tmp/out"; }
+	grep -q "rank 1 (DP 0, TP 1)" "$tmp/err" || fail "$desc: tensor_parallel_size: 2 was not applied"
+fi
+run generate --config "$tmp/gen.yaml" -n 6 --tensor-parallel-size 1 "5 9"
+if expect_rc 0; then
+	[ "$(wc -w <"$tmp/out")" -eq 6 ] || { fail "$desc: -n 6 did not override steps: 12"; show stdout "$tmp/out"; }
+fi
+printf 'steps: 12\nbogus: 1\n' >"$tmp/bad.yaml"
+run generate --config "$tmp/bad.yaml"
+expect_rc 2
+grep -q "bad.yaml line 2: unknown key 'bogus'" "$tmp/err" || fail "$desc: the message does not name the line and key"
+printf 'steps: many\n' >"$tmp/bad.yaml"
+run generate --config "$tmp/bad.yaml"
+expect_rc 2
+grep -q "line 1" "$tmp/err" || fail "$desc: the message does not name the line"
+run generate --config "$tmp/nothing.yaml"
+expect_rc 2
+run generate --help
+grep -q -- "--config FILE" "$tmp/out" || fail "$desc: --help does not describe --config"
+
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 
 # ---- dpshard convert and generate: stories260K against the golden outputs ------------------

@@ -4,10 +4,12 @@
  * flags.h). Reads user input, so every value is range-checked and every message names the
  * flag and the value it refused.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/conf.h"
 #include "common/dps.h"
 #include "engine/groups.h"
 #include "tools/flags.h"
@@ -96,12 +98,107 @@ static int flag_set(const struct dps_flag *f, const char *cmd, const char *val)
 	}
 }
 
+struct conf_ctx {
+	const struct dps_flag *flags;
+	const char *cmd, *path;
+};
+
+static int conf_entry(void *arg, const char *key, const char *value, int line)
+{
+	const struct conf_ctx *c = arg;
+	const struct dps_flag *f = flag_find(c->flags, key, strlen(key));
+	char *copy;
+
+	if (!f) {
+		fprintf(stderr, "dpshard %s: %s line %d: unknown key '%s' (dpshard %s --help lists "
+				"them)\n", c->cmd, c->path, line, key, c->cmd);
+		return -EINVAL;
+	}
+	if (f->type == DPS_FLAG_BOOL) {
+		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "on") ||
+		    !strcmp(value, "1"))
+			*(int *)f->ptr = 1;
+		else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "off") ||
+			 !strcmp(value, "0"))
+			*(int *)f->ptr = 0;
+		else {
+			fprintf(stderr, "dpshard %s: %s line %d: '%s' takes true or false, not '%s'\n",
+				c->cmd, c->path, line, key, value);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	/* String flags borrow their value for the life of the process: keep a copy. */
+	copy = strdup(value);
+	if (!copy)
+		return -ENOMEM;
+	if (flag_set(f, c->cmd, copy)) {
+		fprintf(stderr, "dpshard %s: (from %s line %d)\n", c->cmd, c->path, line);
+		free(copy);
+		return -EINVAL;
+	}
+	if (f->type != DPS_FLAG_STR)
+		free(copy);
+	return 0;
+}
+
+/* Applies the entries of config file path as flags (the command line then overrides them). */
+static int load_config(const struct dps_flag *flags, const char *cmd, const char *path)
+{
+	struct conf_ctx c = { flags, cmd, path };
+	FILE *f = fopen(path, "rb");
+	char *buf, err[256];
+	size_t n;
+	int rc;
+
+	if (!f) {
+		fprintf(stderr, "dpshard %s: --config %s: %s\n", cmd, path, strerror(errno));
+		return -1;
+	}
+	buf = malloc(DPS_CONF_MAX_BYTES + 1);
+	if (!buf) {
+		fclose(f);
+		fprintf(stderr, "dpshard %s: out of memory\n", cmd);
+		return -1;
+	}
+	n = fread(buf, 1, DPS_CONF_MAX_BYTES + 1, f);
+	rc = ferror(f) ? -EIO : 0;
+	fclose(f);
+	if (rc) {
+		fprintf(stderr, "dpshard %s: --config %s: cannot read it\n", cmd, path);
+	} else {
+		rc = dps_conf_parse(buf, n, conf_entry, &c, err, sizeof(err));
+		if (rc == -EINVAL && err[0])
+			fprintf(stderr, "dpshard %s: --config %s: %s\n", cmd, path, err);
+	}
+	free(buf);
+	return rc ? -1 : 0;
+}
+
 int dps_flags_parse(const struct dps_flag *flags, int argc, char **argv, const char *cmd,
 		    const char *synopsis, char **pos, int max_pos, int *npos)
 {
 	int i, only_pos = 0;
 
 	*npos = 0;
+	/* --config FILE first, wherever it is: the other flags override what it sets. */
+	for (i = 0; i < argc && strcmp(argv[i], "--"); i++) {
+		const char *path = NULL;
+
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			break;
+		if (!strcmp(argv[i], "--config")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "dpshard %s: --config needs a value\n", cmd);
+				return -1;
+			}
+			path = argv[i + 1];
+		} else if (!strncmp(argv[i], "--config=", 9)) {
+			path = argv[i] + 9;
+		}
+		if (path && load_config(flags, cmd, path))
+			return -1;
+	}
 	for (i = 0; i < argc; i++) {
 		const char *a = argv[i], *name, *eq, *val;
 		const struct dps_flag *f;
@@ -124,6 +221,12 @@ int dps_flags_parse(const struct dps_flag *flags, int argc, char **argv, const c
 			dps_flags_usage(stdout, cmd, synopsis, flags);
 			return 1;
 		}
+		if (!strcmp(a, "--config")) { /* applied above */
+			i++;
+			continue;
+		}
+		if (!strncmp(a, "--config=", 9))
+			continue;
 		if (a[1] != '-') {
 			f = NULL;
 			if (a[2] == '\0')
@@ -215,5 +318,8 @@ void dps_flags_usage(FILE *out, const char *cmd, const char *synopsis,
 		else
 			fprintf(out, "  %-28s %s\n", left, f->help);
 	}
+	fprintf(out, "  %-28s %s\n", "--config FILE",
+		"read flags from FILE, one 'flag: value' per line (YAML; '#' comments); flags on "
+		"the command line override it");
 	fprintf(out, "  %-28s %s\n", "--help", "show this help and exit");
 }
