@@ -374,7 +374,10 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			goto out;
 	}
 	kv = (size_t)s->nkv_t * (size_t)s->hd;
-	cache = (size_t)c->num_hidden_layers * (size_t)s->max_seqs * (size_t)s->max_pos * kv;
+	s->block_size = opts && opts->block_size > 0 ? opts->block_size : DPS_BLOCK_SIZE_DEFAULT;
+	s->bps = (s->max_pos + s->block_size - 1) / s->block_size;
+	s->num_blocks = opts && opts->num_blocks > 0 ? opts->num_blocks : s->max_seqs * s->bps;
+	cache = (size_t)c->num_hidden_layers * (size_t)s->num_blocks * (size_t)s->block_size * kv;
 	s->cache_bytes = 2 * cache * sizeof(float);
 	s->key_cache = big_alloc(cache * sizeof(float));
 	s->value_cache = big_alloc(cache * sizeof(float));
@@ -401,9 +404,15 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			sizeof(float));
 	s->logits = calloc((size_t)s->max_rows * (size_t)c->vocab_size, sizeof(float));
 	s->ids = calloc(g + 1, sizeof(int) * 2);
+	s->rows_slot = calloc((size_t)s->max_rows, sizeof(int));
+	s->rows_table = calloc((size_t)s->max_rows, sizeof(int *));
+	s->seq_tables = calloc((size_t)s->max_seqs * (size_t)s->bps, sizeof(int));
+	if (s->seq_tables)
+		for (int b = 0; b < s->max_seqs * s->bps; b++)
+			s->seq_tables[b] = b < s->num_blocks ? b : 0;
 	if (!s->key_cache || !s->value_cache || !s->x || !s->h || !s->o || !s->qkv || !s->att ||
 	    !s->att2 || !s->gu || !s->scores || !s->cs || !s->lg || !s->lg2 || !s->logits ||
-	    !s->ids) {
+	    !s->ids || !s->rows_slot || !s->rows_table || !s->seq_tables) {
 		snprintf(err, errlen, "rank %d: cannot allocate the KV cache (%zu bytes) and scratch",
 			 w ? w->rank : 0, s->cache_bytes);
 		rc = -ENOMEM;
@@ -455,6 +464,9 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->lg2);
 	free(s->logits);
 	free(s->ids);
+	free(s->rows_slot);
+	free(s->rows_table);
+	free(s->seq_tables);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -539,7 +551,8 @@ int dps_dp_transition(struct dps_shard *s, const float *x, float *out, int rows_
 struct attn_job {
 	struct dps_shard *s;
 	int n, layer;
-	const int *pos, *seq;
+	const int *pos;
+	const int *const *table;
 	const float *q;  /* (n, q_stride): this TP position's hq_t heads, roped */
 	size_t q_stride;
 	float *out;      /* (n, hq_t * hd) */
@@ -551,7 +564,7 @@ static void attn_chunk(void *arg, int chunk, int tid)
 	const struct attn_job *j = arg;
 	struct dps_shard *s = j->s;
 	const int hd = s->hd, hq = s->hq_t;
-	const size_t kv = (size_t)s->nkv_t * (size_t)hd;
+	const size_t kv = (size_t)s->nkv_t * (size_t)hd, bstride = (size_t)s->block_size * kv;
 	float *scratch = s->scores + (size_t)tid * (size_t)s->max_pos;
 	int lo, hi;
 
@@ -561,15 +574,15 @@ static void attn_chunk(void *arg, int chunk, int tid)
 		float *out = j->out + (size_t)i * (size_t)hq * (size_t)hd + (size_t)h * (size_t)hd;
 		size_t base;
 
-		if (j->seq[i] < 0) { /* a padding row reads nothing */
+		if (!j->table[i]) { /* a padding row reads nothing */
 			memset(out, 0, sizeof(float) * (size_t)hd);
 			continue;
 		}
-		base = (((size_t)j->layer * (size_t)s->max_seqs + (size_t)j->seq[i]) *
-			(size_t)s->max_pos) * kv + (size_t)s->q2kv[h] * (size_t)hd;
-		dps_attention(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
-			      s->key_cache + base, s->value_cache + base, j->pos[i] + 1, hd, kv,
-			      scratch);
+		base = (size_t)j->layer * (size_t)s->num_blocks * bstride +
+		       (size_t)s->q2kv[h] * (size_t)hd;
+		dps_attention_paged(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
+				    s->key_cache + base, s->value_cache + base, j->table[i],
+				    s->block_size, bstride, j->pos[i] + 1, hd, kv, scratch);
 	}
 }
 
@@ -578,12 +591,13 @@ static void attn_chunk(void *arg, int chunk, int tid)
  * hq_t heads, k and v (n, k_stride) nkv_t heads each, all before RoPE. Ropes, writes the cache
  * (not for padding rows), and leaves (n, hq_t * hd) in out.
  */
-static void attend(struct dps_shard *s, int layer, int n, const int *pos, const int *seq, float *q,
+static void attend(struct dps_shard *s, int layer, const struct dps_rows *r, float *q,
 		   size_t q_stride, float *k, float *v, size_t k_stride, float *out)
 {
-	const int hd = s->hd;
+	const int hd = s->hd, n = r->n;
+	const int *pos = r->pos;
 	const size_t kv = (size_t)s->nkv_t * (size_t)hd;
-	struct attn_job j = { s, n, layer, pos, seq, q, q_stride, out, 1 };
+	struct attn_job j = { s, n, layer, pos, r->table, q, q_stride, out, 1 };
 	const int items = n * s->hq_t, most = 8 * dps_pool_size(dps_gemm_pool());
 
 	for (int i = 0; i < n; i++) {
@@ -592,9 +606,9 @@ static void attend(struct dps_shard *s, int layer, int n, const int *pos, const 
 		dps_rope_table(cs, hd, pos[i], (float)s->cfg.rope_theta);
 		dps_rope(q + (size_t)i * q_stride, s->hq_t, hd, cs);
 		dps_rope(k + (size_t)i * k_stride, s->nkv_t, hd, cs);
-		if (seq[i] >= 0) {
-			const size_t at = (((size_t)layer * (size_t)s->max_seqs + (size_t)seq[i]) *
-					   (size_t)s->max_pos + (size_t)pos[i]) * kv;
+		if (r->slot[i] >= 0) { /* DPS_PAD_SLOT writes nothing */
+			const size_t at = ((size_t)layer * (size_t)s->num_blocks *
+						   (size_t)s->block_size + (size_t)r->slot[i]) * kv;
 
 			memcpy(s->key_cache + at, k + (size_t)i * k_stride, sizeof(float) * kv);
 			memcpy(s->value_cache + at, v + (size_t)i * k_stride, sizeof(float) * kv);
@@ -610,16 +624,17 @@ static void attend(struct dps_shard *s, int layer, int n, const int *pos, const 
 }
 
 /* Prefill attention (plain TP) of n own rows h; the partial o (n, hidden) before the all-reduce. */
-static void attn_prefill(struct dps_shard *s, int l, int n, const int *pos, const int *seq,
-			 const float *h, float *o)
+static void attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r, const float *h,
+			 float *o)
 {
+	const int n = r->n;
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, hd = s->hd;
 	const size_t width = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
 	float *q = s->qkv;
 
 	lin(s, q, h, w->wqkv_p, n, (int)width, dim);
-	attend(s, l, n, pos, seq, q, width, q + (size_t)s->hq_t * hd,
+	attend(s, l, r, q, width, q + (size_t)s->hq_t * hd,
 	       q + (size_t)(s->hq_t + s->nkv_t) * hd, width, s->att);
 	lin(s, o, s->att, w->wo_p, n, dim, s->hq_t * hd);
 }
@@ -631,9 +646,10 @@ static void attn_prefill(struct dps_shard *s, int l, int n, const int *pos, cons
  * own rank, which holds their KV cache and computes attention for the heads of its TP position;
  * a second all-to-all returns each head block to the rank whose O shard it meets.
  */
-static int attn_decode(struct dps_shard *s, int l, int B, const int *pos, const int *seq,
-		       const float *h, float *o)
+static int attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, const float *h,
+		       float *o)
 {
+	const int B = r->n;
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, hd = s->hd, ca = s->c[DPS_COMP_ATTN];
 	const int j = s->j[DPS_COMP_ATTN], R = B * ca;
@@ -683,7 +699,7 @@ static int attn_decode(struct dps_shard *s, int l, int B, const int *pos, const 
 			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,
 			       sizeof(float) * kvw);
 	}
-	attend(s, l, B, pos, seq, mine, wt, mine + (size_t)s->hq_t * hd,
+	attend(s, l, r, mine, wt, mine + (size_t)s->hq_t * hd,
 	       mine + (size_t)(s->hq_t + s->nkv_t) * hd, wt, s->att);
 	/* Back: block j'' of my rows' outputs (its heads) goes to rank j''. */
 	for (int q = 0; q < ca; q++)
@@ -768,9 +784,10 @@ static int project(struct dps_shard *s, const float *h, int m, const float *tabl
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
-static const float *step_prefill(struct dps_shard *s, int n, const int *tokens, const int *pos,
-				 const int *seq, const unsigned char *want, int *rcp)
+static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, int *rcp)
 {
+	const int n = r->n, *tokens = r->tokens;
+	const unsigned char *want = r->want;
 	const struct dps_model_config *c = &s->cfg;
 	const int dim = c->hidden_size, cm = s->c[DPS_COMP_MLP];
 	const float eps = (float)c->rms_norm_eps;
@@ -806,7 +823,7 @@ static const float *step_prefill(struct dps_shard *s, int n, const int *tokens, 
 			dps_rmsnorm(s->h + (size_t)i * dim, s->x + (size_t)i * dim, w->attn_norm, dim,
 				    eps);
 		if (n)
-			attn_prefill(s, l, n, pos, seq, s->h, s->o);
+			attn_prefill(s, l, r, s->h, s->o);
 		rc = allreduce(s, s->tp_c, DPS_SG_TP, s->o, (size_t)n * dim);
 		if (rc)
 			goto fail;
@@ -848,9 +865,10 @@ fail:
 	return NULL;
 }
 
-static const float *step_decode(struct dps_shard *s, int B, const int *tokens, const int *pos,
-				const int *seq, const unsigned char *want, int *rcp)
+static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, int *rcp)
 {
+	const int B = r->n, *tokens = r->tokens;
+	const unsigned char *want = r->want;
 	const struct dps_model_config *c = &s->cfg;
 	const int dim = c->hidden_size;
 	const int ce = s->c[DPS_COMP_EMB], ca = s->c[DPS_COMP_ATTN], cm = s->c[DPS_COMP_MLP];
@@ -890,11 +908,11 @@ static const float *step_decode(struct dps_shard *s, int B, const int *tokens, c
 				    eps);
 		if (ca > 1) {
 			/* xa is kept in s->o: the attention output goes to s->x as scratch. */
-			rc = attn_decode(s, l, B, pos, seq, s->h, s->x);
+			rc = attn_decode(s, l, r, s->h, s->x);
 			if (rc)
 				goto fail;
 		} else {
-			attn_prefill(s, l, B, pos, seq, s->h, s->x);
+			attn_prefill(s, l, r, s->h, s->x);
 		}
 		rc = allreduce(s, s->comp_c[DPS_COMP_ATTN], ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP,
 			       s->x, (size_t)Ra * dim);
@@ -946,21 +964,37 @@ fail:
 	return NULL;
 }
 
-const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
-			    const int *pos, const int *seq, const unsigned char *want, int *rc)
+const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct dps_rows *r,
+				 int *rc)
 {
 	int dummy;
 
 	if (!rc)
 		rc = &dummy;
 	*rc = 0;
-	DPS_ASSERT(n >= 0 && n <= s->max_rows);
-	for (int i = 0; i < n; i++)
-		DPS_ASSERT(tokens[i] >= 0 && tokens[i] < s->cfg.vocab_size && pos[i] >= 0 &&
-			   pos[i] < s->max_pos && seq[i] < s->max_seqs);
+	DPS_ASSERT(r->n >= 0 && r->n <= s->max_rows);
+	for (int i = 0; i < r->n; i++)
+		DPS_ASSERT(r->tokens[i] >= 0 && r->tokens[i] < s->cfg.vocab_size && r->pos[i] >= 0 &&
+			   r->pos[i] < s->max_pos &&
+			   r->slot[i] < s->num_blocks * s->block_size &&
+			   (r->table[i] || r->slot[i] < 0));
 	s->steps++;
 	s->cur_prefill = prefill;
 	s->cur_layer = -1;
-	return prefill ? step_prefill(s, n, tokens, pos, seq, want, rc)
-		       : step_decode(s, n, tokens, pos, seq, want, rc);
+	return prefill ? step_prefill(s, r, rc) : step_decode(s, r, rc);
+}
+
+const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
+			    const int *pos, const int *seq, const unsigned char *want, int *rc)
+{
+	struct dps_rows r = { n, tokens, pos, s->rows_slot, (const int *const *)s->rows_table, want };
+
+	/* Sequence k owns blocks [k * bps, (k + 1) * bps): its table is that run. */
+	DPS_ASSERT(n >= 0 && n <= s->max_rows);
+	for (int i = 0; i < n; i++) {
+		DPS_ASSERT(seq[i] < s->max_seqs && pos[i] >= 0 && pos[i] < s->max_pos);
+		s->rows_table[i] = seq[i] >= 0 ? s->seq_tables + (size_t)seq[i] * (size_t)s->bps : NULL;
+		s->rows_slot[i] = seq[i] >= 0 ? seq[i] * s->bps * s->block_size + pos[i] : DPS_PAD_SLOT;
+	}
+	return dps_shard_step_rows(s, prefill, &r, rc);
 }

@@ -33,9 +33,14 @@
 #include "engine/world.h"
 #include "shm/coll.h"
 
+#define DPS_PAD_SLOT (-1)          /* the KV slot of a row that writes nothing */
+#define DPS_BLOCK_SIZE_DEFAULT 32
+
 struct dps_shard_opts {
 	int max_pos;  /* positions per sequence (0: the model's context) */
-	int max_seqs; /* sequences in this replica's KV cache (0: 1) */
+	int max_seqs; /* sequences of dps_shard_step's seq numbering (0: 1) */
+	int block_size; /* positions per KV block (0: DPS_BLOCK_SIZE_DEFAULT) */
+	int num_blocks; /* KV blocks (0: enough for max_seqs sequences of max_pos) */
 	int max_rows; /* rows per step of any replica (0: 1); the same on every rank, since a
 		       * rank gathers the rows of other replicas */
 };
@@ -95,13 +100,15 @@ struct dps_shard {
 	size_t bytes[DPS_PART_COUNT];
 
 	int max_pos, max_seqs, max_rows, max_gather;
+	int block_size, num_blocks, bps; /* bps: blocks of a max_pos sequence */
 	int score_threads;           /* threads the attention scratch was sized for */
-	float *key_cache, *value_cache; /* (layers, max_seqs, max_pos, nkv_t * hd) */
+	float *key_cache, *value_cache; /* (layers, num_blocks, block_size, nkv_t * hd) */
 	size_t cache_bytes;
 
 	/* Scratch (max_gather rows unless noted). */
 	float *x, *h, *o, *qkv, *att, *att2, *gu, *scores, *cs, *lg, *lg2, *logits;
 	int *ids;
+	int *rows_slot, **rows_table, *seq_tables; /* dps_shard_step's seq -> blocks mapping */
 
 	struct dps_shard_stats stats;  /* since load */
 	uint64_t linear_ns;            /* time in the matrix products, since load */
@@ -127,8 +134,25 @@ int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg
 		    size_t errlen);
 
 /*
- * One step of this replica's n rows (row i: token, position, KV sequence slot, or seq < 0 for
- * a padding row). prefill selects the graph; every rank of the supergroup (every rank, when
+ * The rows of one step of this replica: row i feeds tokens[i] at position pos[i], writes its
+ * K and V to KV slot slot[i] (block * block_size + offset; DPS_PAD_SLOT writes nothing) and
+ * attends to positions 0..pos[i] through the block table table[i] (NULL for a padding row,
+ * whose attention output is zero and whose logits mean nothing).
+ */
+struct dps_rows {
+	int n;
+	const int *tokens, *pos, *slot;
+	const int *const *table;
+	const unsigned char *want;  /* logits of the rows with want[i] (NULL: all) */
+};
+
+const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct dps_rows *r,
+				 int *rc);
+
+/*
+ * The same with a fixed block table per sequence (sequence k owns blocks [k * bps, (k + 1) *
+ * bps)): one step of this replica's n rows (row i: token, position, KV sequence slot, or
+ * seq < 0 for a padding row). prefill selects the graph; every rank of the supergroup (every rank, when
  * replicas are coupled) must run the same graph, and in a decode step every replica the same
  * n. Returns the logits of the rows with want[i] (NULL: all), packed (vocab floats each, valid
  * until the next step), or NULL after a failed collective (*rc says why).

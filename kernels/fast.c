@@ -222,3 +222,50 @@ void dps_attention(float *out, const float *q, const float *k, const float *v, i
 	else
 		dps_attention_ref(out, q, k, v, n_pos, head_dim, kv_stride, scratch);
 }
+
+/* As attention512, over a paged cache (see dps_attention_paged_ref). */
+__attribute__((target("avx512f"))) static void attention_paged512(
+	float *out, const float *q, const float *k, const float *v, const int *table, int bs,
+	size_t block_stride, int n_pos, int head_dim, size_t kv_stride, float *scratch)
+{
+	const float scale = 1.0f / sqrtf((float)head_dim);
+
+	for (int t = 0; t < n_pos; t++) {
+		const float *kt = k + (size_t)table[t / bs] * block_stride + (size_t)(t % bs) * kv_stride;
+		__m512 acc = _mm512_setzero_ps();
+
+		for (int i = 0; i < head_dim; i += 16) {
+			const __mmask16 m = tail_mask(head_dim - i);
+
+			acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i),
+					      _mm512_maskz_loadu_ps(m, kt + i), acc);
+		}
+		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
+	}
+	softmax512(scratch, n_pos);
+	for (int i = 0; i < head_dim; i += 16) {
+		const __mmask16 m = tail_mask(head_dim - i);
+		__m512 acc = _mm512_setzero_ps();
+
+		for (int t = 0; t < n_pos; t++) {
+			const float *vt = v + (size_t)table[t / bs] * block_stride +
+					  (size_t)(t % bs) * kv_stride;
+
+			acc = _mm512_fmadd_ps(_mm512_set1_ps(scratch[t]),
+					      _mm512_maskz_loadu_ps(m, vt + i), acc);
+		}
+		_mm512_mask_storeu_ps(out + i, m, acc);
+	}
+}
+
+void dps_attention_paged(float *out, const float *q, const float *k, const float *v,
+			 const int *table, int block_size, size_t block_stride, int n_pos,
+			 int head_dim, size_t kv_stride, float *scratch)
+{
+	if (have_avx512())
+		attention_paged512(out, q, k, v, table, block_size, block_stride, n_pos, head_dim,
+				   kv_stride, scratch);
+	else
+		dps_attention_paged_ref(out, q, k, v, table, block_size, block_stride, n_pos,
+					head_dim, kv_stride, scratch);
+}

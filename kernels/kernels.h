@@ -42,6 +42,14 @@ int dps_argmax_ref(const float *x, int n);
 void dps_attention_ref(float *out, const float *q, const float *k, const float *v, int n_pos,
 		       int head_dim, size_t kv_stride, float *scratch);
 
+/*
+ * The same over a paged KV cache: position t's key is at k + table[t / block_size] *
+ * block_stride + (t % block_size) * kv_stride (floats), its value likewise from v.
+ */
+void dps_attention_paged_ref(float *out, const float *q, const float *k, const float *v,
+			     const int *table, int block_size, size_t block_stride, int n_pos,
+			     int head_dim, size_t kv_stride, float *scratch);
+
 /* out = row token of table (dim floats per row): the embedding lookup. */
 void dps_embedding_ref(float *out, const float *table, int dim, int token);
 
@@ -59,5 +67,8 @@ void dps_swiglu(float *g, const float *u, int n);
 void dps_embedding(float *out, const float *table, int dim, int token);
 void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
 		   int head_dim, size_t kv_stride, float *scratch);
+void dps_attention_paged(float *out, const float *q, const float *k, const float *v,
+			 const int *table, int block_size, size_t block_stride, int n_pos,
+			 int head_dim, size_t kv_stride, float *scratch);
 
 #endif

@@ -113,3 +113,30 @@ void dps_embedding_ref(float *out, const float *table, int dim, int token)
 	for (int i = 0; i < dim; i++)
 		out[i] = row[i];
 }
+
+void dps_attention_paged_ref(float *out, const float *q, const float *k, const float *v,
+			     const int *table, int block_size, size_t block_stride, int n_pos,
+			     int head_dim, size_t kv_stride, float *scratch)
+{
+	const float scale = 1.0f / sqrtf((float)head_dim);
+
+	for (int t = 0; t < n_pos; t++) {
+		const size_t at = (size_t)table[t / block_size] * block_stride +
+				  (size_t)(t % block_size) * kv_stride;
+		float s = 0.0f;
+
+		for (int i = 0; i < head_dim; i++)
+			s += q[i] * k[at + (size_t)i];
+		scratch[t] = s * scale;
+	}
+	dps_softmax_ref(scratch, n_pos);
+	for (int i = 0; i < head_dim; i++)
+		out[i] = 0.0f;
+	for (int t = 0; t < n_pos; t++) {
+		const size_t at = (size_t)table[t / block_size] * block_stride +
+				  (size_t)(t % block_size) * kv_stride;
+
+		for (int i = 0; i < head_dim; i++)
+			out[i] += scratch[t] * v[at + (size_t)i];
+	}
+}

@@ -569,7 +569,8 @@ static size_t cache_diff(const struct dps_shard *s, const float *key0, const flo
 			 size_t skip, size_t len)
 {
 	const size_t n = s->cache_bytes / 2 / sizeof(float);
-	const size_t layer = (size_t)s->max_seqs * (size_t)s->max_pos * (size_t)s->nkv_t * s->hd;
+	/* The cache is (layers, blocks, block_size, kv): a layer is num_blocks * block_size slots. */
+	const size_t layer = (size_t)s->num_blocks * (size_t)s->block_size * (size_t)s->nkv_t * s->hd;
 
 	for (size_t q = 0; q < n; q++) {
 		if (q % layer - skip < len) /* unsigned: false below skip */
@@ -588,8 +589,11 @@ static size_t cache_diff(const struct dps_shard *s, const float *key0, const flo
 static void check_cache(const struct dps_shard *s, const float *key0, const float *val0,
 			int real, int pos, int rank, const char *what)
 {
-	const size_t kv = (size_t)s->nkv_t * (size_t)s->hd, seq = (size_t)s->max_pos * kv;
-	const size_t layer = (size_t)s->max_seqs * seq, n = s->cache_bytes / 2 / sizeof(float);
+	/* dps_shard_step's sequence k owns blocks [k * bps, (k + 1) * bps). */
+	const size_t kv = (size_t)s->nkv_t * (size_t)s->hd;
+	const size_t seq = (size_t)s->bps * (size_t)s->block_size * kv;
+	const size_t layer = (size_t)s->num_blocks * (size_t)s->block_size * kv;
+	const size_t n = s->cache_bytes / 2 / sizeof(float);
 	const size_t slot = (size_t)pos * kv; /* seq 0 */
 	size_t q;
 
