@@ -3,6 +3,7 @@
  * engine/shard.c - one rank's shards of the model and the sharded forward pass (see shard.h).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,27 @@ static void *big_alloc(size_t bytes)
 		return p;
 	}
 	return calloc(1, bytes ? bytes : 1);
+}
+
+/*
+ * The KV cache: anonymous memory, zero and untouched until a block is written, so a large
+ * budget costs nothing until it is used; huge pages, since attention streams it.
+ */
+static float *kv_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
+}
+
+static void kv_free(float *p, size_t bytes)
+{
+	if (p)
+		munmap(p, bytes ? bytes : 1);
 }
 
 struct loader {
@@ -377,10 +399,28 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->block_size = opts && opts->block_size > 0 ? opts->block_size : DPS_BLOCK_SIZE_DEFAULT;
 	s->bps = (s->max_pos + s->block_size - 1) / s->block_size;
 	s->num_blocks = opts && opts->num_blocks > 0 ? opts->num_blocks : s->max_seqs * s->bps;
+	if (opts && !opts->num_blocks && opts->kv_bytes) {
+		const size_t per = 2 * (size_t)c->num_hidden_layers * (size_t)s->block_size * kv *
+				   sizeof(float);
+
+		s->num_blocks = opts->kv_bytes / per > (size_t)INT32_MAX / (size_t)s->block_size
+					? INT32_MAX / s->block_size : (int)(opts->kv_bytes / per);
+		if (opts->max_blocks > 0 && s->num_blocks > opts->max_blocks)
+			s->num_blocks = opts->max_blocks;
+		if (s->num_blocks < s->bps) {
+			snprintf(err, errlen, "a KV cache of %zu bytes holds %d blocks of %d positions "
+				 "(%zu bytes each); one sequence of %d positions needs %d: give "
+				 "--kv-cache-memory at least %zu bytes or a smaller --max-model-len",
+				 opts->kv_bytes, s->num_blocks, s->block_size, per, s->max_pos, s->bps,
+				 per * (size_t)s->bps);
+			rc = -EINVAL;
+			goto out;
+		}
+	}
 	cache = (size_t)c->num_hidden_layers * (size_t)s->num_blocks * (size_t)s->block_size * kv;
 	s->cache_bytes = 2 * cache * sizeof(float);
-	s->key_cache = big_alloc(cache * sizeof(float));
-	s->value_cache = big_alloc(cache * sizeof(float));
+	s->key_cache = kv_alloc(cache * sizeof(float));
+	s->value_cache = kv_alloc(cache * sizeof(float));
 	g = (size_t)s->max_gather;
 	wide = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)s->hd;
 	if (wide < (size_t)c->hidden_size)
@@ -449,8 +489,8 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->final_norm);
 	free(s->kv_t);
 	free(s->q2kv);
-	free(s->key_cache);
-	free(s->value_cache);
+	kv_free(s->key_cache, s->cache_bytes / 2);
+	kv_free(s->value_cache, s->cache_bytes / 2);
 	free(s->x);
 	free(s->h);
 	free(s->o);

@@ -40,7 +40,9 @@ struct dps_shard_opts {
 	int max_pos;  /* positions per sequence (0: the model's context) */
 	int max_seqs; /* sequences of dps_shard_step's seq numbering (0: 1) */
 	int block_size; /* positions per KV block (0: DPS_BLOCK_SIZE_DEFAULT) */
-	int num_blocks; /* KV blocks (0: enough for max_seqs sequences of max_pos) */
+	int num_blocks; /* KV blocks (0: kv_bytes' worth, or enough for max_seqs of max_pos) */
+	size_t kv_bytes; /* when num_blocks is 0: the KV cache's memory budget on this rank */
+	int max_blocks;  /* and then at most this many blocks (0: no limit) */
 	int max_rows; /* rows per step of any replica (0: 1); the same on every rank, since a
 		       * rank gathers the rows of other replicas */
 };

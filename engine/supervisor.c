@@ -30,6 +30,7 @@ struct sup {
 	struct dps_seg seg;
 	struct dps_ctl *ctl;
 	struct dps_ring *to_sup; /* (world) supervisor's reader handles */
+	struct dps_ring *from_sup; /* (world) supervisor's writer handles */
 	pid_t *pids;             /* (world), 0 once reaped */
 	int *pidfds;             /* (world) */
 	int evfd, sigfd;
@@ -41,6 +42,19 @@ struct sup {
 	int kill_sent;
 	unsigned ncpus;
 };
+
+/* The instance this process supervises, for dps_sup_send (one at a time per process). */
+static struct sup *active;
+
+int dps_sup_send(int rank, const void *msg, size_t len)
+{
+	int rc;
+
+	if (!active || rank < 0 || rank >= active->lay.world)
+		return -ESRCH;
+	rc = dps_ring_push(&active->from_sup[rank], msg, len, 1);
+	return rc == -ETIMEDOUT ? -EAGAIN : rc;
+}
 
 static int pidfd_open_compat(pid_t pid)
 {
@@ -218,12 +232,16 @@ static int sup_loop(struct sup *s, char *err, size_t errlen)
 		return -ENOMEM;
 	while (s->alive > 0) {
 		timeout = -1;
+		if (s->o->tick_fn && !s->abort_deadline)
+			timeout = s->o->tick_fn(s->o->msg_arg);
 		sup_check_early(s, err, errlen);
 		if (s->early_deadline && !s->abort_deadline) {
 			uint64_t now = dps_now_ns();
 
-			timeout = now >= s->early_deadline
-					  ? 0 : (int)((s->early_deadline - now) / 1000000ull) + 1;
+			const int t = now >= s->early_deadline
+					      ? 0 : (int)((s->early_deadline - now) / 1000000ull) + 1;
+
+			timeout = timeout < 0 || t < timeout ? t : timeout;
 		}
 		if (s->abort_deadline) {
 			uint64_t now = dps_now_ns();
@@ -302,13 +320,16 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	s->ctl = s->seg.base;
 
 	s->to_sup = calloc((size_t)s->lay.world, sizeof(*s->to_sup));
+	s->from_sup = calloc((size_t)s->lay.world, sizeof(*s->from_sup));
 	s->pids = calloc((size_t)s->lay.world, sizeof(*s->pids));
 	s->pidfds = malloc(sizeof(*s->pidfds) * (size_t)s->lay.world);
-	if (!s->to_sup || !s->pids || !s->pidfds)
+	if (!s->to_sup || !s->from_sup || !s->pids || !s->pidfds)
 		return -ENOMEM;
 	for (int r = 0; r < s->lay.world; r++) {
 		s->pidfds[r] = -1;
 		dps_ring_attach(&s->to_sup[r], dps_layout_ring_to_sup(&s->lay, s->seg.base, r),
+				&s->ctl->abort, -1);
+		dps_ring_attach(&s->from_sup[r], dps_layout_ring_from_sup(&s->lay, s->seg.base, r),
 				&s->ctl->abort, -1);
 	}
 	s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -339,6 +360,7 @@ static void sup_teardown(struct sup *s)
 	if (s->evfd >= 0)
 		close(s->evfd);
 	free(s->to_sup);
+	free(s->from_sup);
 	free(s->pids);
 	free(s->pidfds);
 	dps_seg_destroy(&s->seg);
@@ -383,7 +405,9 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
 		s.pids[r] = pid;
 		s.alive++;
 	}
+	active = &s;
 	rc = sup_loop(&s, err, errlen);
+	active = NULL;
 	if (!rc) {
 		if (res->failed_rank >= 0)
 			rc = -DPS_ERANK;

@@ -39,6 +39,12 @@ struct dps_sup_opts {
 	void *rank_arg;
 	dps_sup_msg_fn msg_fn;     /* may be NULL */
 	void *msg_arg;
+	/*
+	 * May be NULL. Called (with msg_arg) in the supervisor before each wait of its loop, once
+	 * the ranks run; returns how long the loop may sleep before calling it again, in ms (-1:
+	 * until something happens). It may send messages with dps_sup_send.
+	 */
+	int (*tick_fn)(void *arg);
 	unsigned grace_ms;         /* after an abort, how long ranks get to exit (0 = 3000) */
 	int verbose;               /* print the placement */
 };
@@ -60,5 +66,12 @@ struct dps_sup_result {
  */
 int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *err,
 		size_t errlen);
+
+/*
+ * From the supervisor (msg_fn or tick_fn, while dps_sup_run runs): pushes a message onto
+ * rank's from-supervisor ring without waiting. Returns 0, -EAGAIN when the ring is full (try
+ * again on a later tick), -EMSGSIZE, or -ESRCH outside dps_sup_run.
+ */
+int dps_sup_send(int rank, const void *msg, size_t len);
 
 #endif

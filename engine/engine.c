@@ -1,0 +1,866 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/engine.c - the serving engine: the replica loop on the ranks and the client in the
+ * supervisor (see engine.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/engine.h"
+#include "engine/shard.h"
+#include "engine/supervisor.h"
+#include "kernels/gemm.h"
+
+/* ---- messages ----------------------------------------------------------------------------- */
+
+enum { M_REQ = 1, M_REQ_MORE, M_CANCEL, M_WAKE, M_STOP, M_TOKENS, M_DONE, M_STATS };
+
+#define MSG_BYTES 4096 /* the rings' slot size (engine/world.c) */
+
+struct m_hdr {
+	uint32_t type, count;
+	int64_t id;
+};
+
+struct m_req {
+	struct m_hdr h;        /* count: ids in this message */
+	struct dps_req_params p;
+	int32_t n_prompt;
+	int32_t ids[];
+};
+
+struct m_more {
+	struct m_hdr h;        /* count: ids in this message */
+	int32_t ids[];
+};
+
+struct m_tok {
+	int64_t id;
+	int32_t token, pad;
+};
+
+struct m_tokens {
+	struct m_hdr h;        /* count: tokens */
+	struct m_tok t[];
+};
+
+struct m_done {
+	struct m_hdr h;
+	int32_t finish, n_gen;
+};
+
+struct m_stats {
+	struct m_hdr h;
+	int32_t replica, pad;
+	struct dps_engine_stats st;
+};
+
+#define REQ_IDS ((MSG_BYTES - sizeof(struct m_req)) / sizeof(int32_t))
+#define MORE_IDS ((MSG_BYTES - sizeof(struct m_more)) / sizeof(int32_t))
+#define TOKS ((MSG_BYTES - sizeof(struct m_tokens)) / sizeof(struct m_tok))
+
+/* ---- the replica (ranks) -------------------------------------------------------------------- */
+
+struct pending { /* a request whose prompt is still arriving */
+	int64_t id;
+	struct dps_req_params p;
+	int *ids, n, have;
+};
+
+struct replica {
+	struct dps_world *w;
+	const struct dps_engine_opts *o;
+	struct dps_shard m;
+	struct dps_sched s;          /* TP rank 0 only */
+	int tp0, coupled, stop, bpr; /* bpr: block-table columns (ceil(max_model_len / bs)) */
+	struct pending pend;
+	struct dps_engine_stats st;
+	/* this step's rows, as every rank of the replica holds them */
+	int *tokens, *pos, *slot, *tix, *tables;
+	unsigned char *want;
+	const int **table;
+	int rows_cap;
+	struct m_tokens *out;        /* tokens to send */
+	int *scratch;
+};
+
+static int send_up(struct replica *R, const void *msg, size_t len)
+{
+	return dps_ring_push(&R->w->to_sup, msg, len, 0);
+}
+
+static int flush_tokens(struct replica *R)
+{
+	int rc = 0;
+
+	if (R->out->h.count) {
+		R->out->h.type = M_TOKENS;
+		rc = send_up(R, R->out, sizeof(*R->out) + R->out->h.count * sizeof(struct m_tok));
+		R->out->h.count = 0;
+	}
+	return rc;
+}
+
+static void on_emit(void *arg, struct dps_req *r, int token)
+{
+	struct replica *R = arg;
+
+	if (R->out->h.count == TOKS)
+		flush_tokens(R);
+	R->out->t[R->out->h.count].id = (int64_t)r->id;
+	R->out->t[R->out->h.count].token = token;
+	R->out->h.count++;
+}
+
+static void on_done(void *arg, struct dps_req *r)
+{
+	struct replica *R = arg;
+	struct m_done d = { { M_DONE, 0, (int64_t)r->id }, (int32_t)r->finish,
+			    r->n_ids - r->n_prompt };
+
+	flush_tokens(R);
+	send_up(R, &d, sizeof(d));
+}
+
+static struct dps_req *find_req(struct dps_sched *s, int64_t id)
+{
+	for (int i = 0; i < s->n_running; i++)
+		if ((int64_t)s->running[i]->id == id)
+			return s->running[i];
+	for (int i = 0; i < s->n_waiting; i++)
+		if ((int64_t)s->waiting[i]->id == id)
+			return s->waiting[i];
+	return NULL;
+}
+
+static void reject(struct replica *R, int64_t id)
+{
+	struct m_done d = { { M_DONE, 0, id }, DPS_FINISH_ERROR, 0 };
+
+	send_up(R, &d, sizeof(d));
+}
+
+/* Takes one message from the client (TP rank 0). */
+static void take(struct replica *R, const void *buf, size_t len)
+{
+	struct m_hdr h;
+	int rc;
+
+	if (len < sizeof(h))
+		return;
+	memcpy(&h, buf, sizeof(h));
+	switch (h.type) {
+	case M_REQ: {
+		const struct m_req *m = buf;
+
+		free(R->pend.ids);
+		memset(&R->pend, 0, sizeof(R->pend));
+		if (len < sizeof(*m) || m->n_prompt < 1 || h.count > REQ_IDS ||
+		    (int)h.count > m->n_prompt || len < sizeof(*m) + h.count * sizeof(int32_t)) {
+			reject(R, h.id);
+			return;
+		}
+		R->pend.ids = malloc(sizeof(int) * (size_t)m->n_prompt);
+		if (!R->pend.ids) {
+			reject(R, h.id);
+			return;
+		}
+		R->pend.id = h.id;
+		R->pend.p = m->p;
+		R->pend.n = m->n_prompt;
+		memcpy(R->pend.ids, m->ids, sizeof(int) * h.count);
+		R->pend.have = (int)h.count;
+		break;
+	}
+	case M_REQ_MORE: {
+		const struct m_more *m = buf;
+
+		if (!R->pend.ids || h.id != R->pend.id || h.count > MORE_IDS ||
+		    R->pend.have + (int)h.count > R->pend.n ||
+		    len < sizeof(*m) + h.count * sizeof(int32_t))
+			return;
+		memcpy(R->pend.ids + R->pend.have, m->ids, sizeof(int) * h.count);
+		R->pend.have += (int)h.count;
+		break;
+	}
+	case M_CANCEL: {
+		struct dps_req *r = find_req(&R->s, h.id);
+
+		if (r)
+			dps_sched_cancel(&R->s, r);
+		return;
+	}
+	case M_STOP:
+		R->stop = 1;
+		return;
+	default: /* M_WAKE: nothing to do but run the loop */
+		return;
+	}
+	if (R->pend.ids && R->pend.have == R->pend.n) {
+		int bad = 0;
+
+		for (int i = 0; i < R->pend.n; i++)
+			bad |= R->pend.ids[i] < 0 || R->pend.ids[i] >= R->m.cfg.vocab_size;
+		if (bad || !dps_sched_add(&R->s, (uint64_t)R->pend.id, R->pend.ids, R->pend.n,
+					  &R->pend.p, &rc))
+			reject(R, R->pend.id);
+		free(R->pend.ids);
+		memset(&R->pend, 0, sizeof(R->pend));
+	}
+}
+
+/* Drains the ring; waits up to wait_ns for the first message when asked to (0: no wait). */
+static int poll_client(struct replica *R, uint64_t wait_ns)
+{
+	unsigned char buf[MSG_BYTES];
+	size_t len;
+	int rc;
+
+	if (wait_ns) {
+		rc = dps_ring_pop(&R->w->from_sup, 0, buf, sizeof(buf), &len, wait_ns);
+		if (rc == -ETIMEDOUT)
+			return 0;
+		if (rc)
+			return rc;
+		take(R, buf, len);
+	}
+	while ((rc = dps_ring_trypop(&R->w->from_sup, 0, buf, sizeof(buf), &len)) != -EAGAIN) {
+		if (rc)
+			return rc;
+		take(R, buf, len);
+	}
+	return 0;
+}
+
+/*
+ * Header of a step, published by TP rank 0: command (0 run, 1 idle, 2 stop), rows, real rows,
+ * prefill, distinct block tables, unfinished requests.
+ */
+enum { H_CMD, H_ROWS, H_REAL, H_PREFILL, H_TABLES, H_UNFINISHED, H_LEN };
+
+/* TP rank 0: the scheduler's batch into the replica's row arrays; fills hdr. */
+static void pack(struct replica *R, int *hdr)
+{
+	const struct dps_batch *b = &R->s.b;
+	int nt = 0;
+
+	hdr[H_ROWS] = b->n;
+	hdr[H_REAL] = b->n_real;
+	hdr[H_PREFILL] = b->prefill;
+	for (int i = 0; i < b->n; i++) {
+		R->tokens[i] = b->tokens[i];
+		R->pos[i] = b->pos[i];
+		R->slot[i] = b->slot[i];
+		R->want[i] = b->want[i];
+		R->tix[i] = -1;
+		if (!b->table[i])
+			continue;
+		/* A request's rows are consecutive: one table each. */
+		if (i && b->table[i] == b->table[i - 1]) {
+			R->tix[i] = R->tix[i - 1];
+			continue;
+		}
+		memset(R->tables + (size_t)nt * (size_t)R->bpr, 0, sizeof(int) * (size_t)R->bpr);
+		memcpy(R->tables + (size_t)nt * (size_t)R->bpr, b->req[i]->blocks,
+		       sizeof(int) * (size_t)b->req[i]->n_blocks);
+		R->tix[i] = nt++;
+	}
+	hdr[H_TABLES] = nt;
+}
+
+/* Pads this replica's rows to n with rows that write nothing and are never sampled. */
+static void pad_rows(struct replica *R, int from, int n)
+{
+	for (int i = from; i < n; i++) {
+		R->tokens[i] = 0;
+		R->pos[i] = 0;
+		R->slot[i] = DPS_PAD_SLOT;
+		R->want[i] = 0;
+		R->tix[i] = -1;
+	}
+}
+
+static int bcast_rows(struct replica *R, int *hdr)
+{
+	struct dps_comm *tp = R->w->tp_c;
+	int rc;
+
+	if (R->w->tp == 1)
+		return 0;
+	rc = dps_coll_bcast(tp, hdr, H_LEN, DPS_I32, 0);
+	if (rc || hdr[H_CMD] != 0 || !hdr[H_ROWS])
+		return rc;
+	rc = dps_coll_bcast(tp, R->tokens, (size_t)hdr[H_ROWS], DPS_I32, 0);
+	if (!rc)
+		rc = dps_coll_bcast(tp, R->pos, (size_t)hdr[H_ROWS], DPS_I32, 0);
+	if (!rc)
+		rc = dps_coll_bcast(tp, R->slot, (size_t)hdr[H_ROWS], DPS_I32, 0);
+	if (!rc)
+		rc = dps_coll_bcast(tp, R->tix, (size_t)hdr[H_ROWS], DPS_I32, 0);
+	if (!rc)
+		rc = dps_coll_bcast(tp, R->want, (size_t)(hdr[H_ROWS] + 3) / 4, DPS_I32, 0);
+	if (!rc && hdr[H_TABLES])
+		rc = dps_coll_bcast(tp, R->tables, (size_t)hdr[H_TABLES] * (size_t)R->bpr, DPS_I32,
+				    0);
+	return rc;
+}
+
+static int run_rows(struct replica *R, int prefill, int n, float **logits)
+{
+	struct dps_rows rows;
+	int rc = 0;
+
+	for (int i = 0; i < n; i++)
+		R->table[i] = R->tix[i] >= 0 ? R->tables + (size_t)R->tix[i] * (size_t)R->bpr : NULL;
+	rows = (struct dps_rows){ n, R->tokens, R->pos, R->slot, (const int *const *)R->table,
+				  R->want };
+	*logits = (float *)dps_shard_step_rows(&R->m, prefill, &rows, &rc);
+	R->st.steps++;
+	if (prefill)
+		R->st.prefill_steps++;
+	else
+		R->st.decode_steps++;
+	return *logits ? 0 : rc;
+}
+
+static long mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
+
+/* One line per rank: its weight bytes per component and layout, and its KV cache. */
+static void describe_rank(const struct dps_shard *s, const struct dps_world *w)
+{
+	char line[1024];
+	size_t len = 0, total = 0;
+
+	for (int p = 0; p < DPS_PART_COUNT; p++)
+		total += s->bytes[p];
+	len += (size_t)snprintf(line + len, sizeof(line) - len, "rank %d (DP %d, TP %d): %.2f MB "
+				"of weights:", w->rank, w->dp_rank, w->tp_rank, (double)total / 1e6);
+	for (int p = 0; p < DPS_PART_COUNT && len < sizeof(line); p++)
+		if (s->bytes[p])
+			len += (size_t)snprintf(line + len, sizeof(line) - len, " %s %.2f MB;",
+						dps_shard_part_name((enum dps_shard_part)p),
+						(double)s->bytes[p] / 1e6);
+	if (len < sizeof(line))
+		snprintf(line + len, sizeof(line) - len, " KV cache %.2f MB",
+			 (double)s->cache_bytes / 1e6);
+	fprintf(stderr, "%s\n", line);
+}
+
+static int replica_init(struct replica *R, struct dps_world *w, const struct dps_engine_opts *o)
+{
+	struct dps_sched_cfg sc = { 0 };
+	struct dps_model_config cfg;
+	char err[512];
+	size_t budget;
+	int rc, rows, max_len;
+
+	R->w = w;
+	R->o = o;
+	R->tp0 = w->tp_rank == 0;
+	rc = dps_gemm_setup(o->blis_arch ? o->blis_arch : "auto",
+			    o->threads ? o->threads : (int)w->ncpus, err, sizeof(err));
+	if (!rc)
+		rc = dps_model_config_load(o->model, &cfg, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		return rc;
+	}
+	max_len = o->max_model_len > 0 && o->max_model_len < cfg.max_position_embeddings
+			  ? o->max_model_len : cfg.max_position_embeddings;
+	sc.block_size = o->block_size > 0 ? o->block_size : DPS_BLOCK_SIZE_DEFAULT;
+	sc.max_num_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 64;
+	sc.max_model_len = max_len;
+	sc.max_batched_tokens = o->max_batched_tokens > 0 ? o->max_batched_tokens : 512;
+	rc = dps_sched_buckets(&sc, o->decode_buckets, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		return rc;
+	}
+	budget = o->kv_cache_memory ? o->kv_cache_memory
+				    : (size_t)((double)mem_available() *
+					       (o->kv_fraction > 0 ? o->kv_fraction : 0.5) /
+					       (double)w->world);
+	rows = sc.max_batched_tokens + sc.max_num_seqs;
+	rc = dps_shard_load(&R->m, w, &w->lay->groups.cfg, o->model,
+			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
+						      .max_rows = rows, .block_size = sc.block_size,
+						      .kv_bytes = budget,
+						      /* more than every sequence at full length is never used */
+						      .max_blocks = sc.max_num_seqs *
+								    ((max_len + sc.block_size - 1) /
+								     sc.block_size) },
+			    err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		return rc;
+	}
+	R->m.trace = o->trace;
+	if (o->verbose)
+		describe_rank(&R->m, w);
+	for (int k = 0; k < DPS_COMP_COUNT; k++)
+		R->coupled |= R->m.c[k] > 1;
+	/* Every rank of the replica must hold the blocks rank 0 hands out: take the smallest. */
+	sc.num_blocks = R->m.num_blocks;
+	if (w->tp > 1) {
+		int *all = calloc((size_t)w->tp, sizeof(int));
+
+		if (!all)
+			return -ENOMEM;
+		rc = dps_coll_allgather(w->tp_c, &sc.num_blocks, all, 1, DPS_I32);
+		for (int t = 0; t < w->tp; t++)
+			sc.num_blocks = all[t] < sc.num_blocks ? all[t] : sc.num_blocks;
+		free(all);
+		if (rc)
+			return rc;
+	}
+	R->st.num_blocks = (uint64_t)sc.num_blocks;
+	R->bpr = (max_len + sc.block_size - 1) / sc.block_size;
+	if (R->tp0) {
+		rc = dps_sched_init(&R->s, &sc, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "replica %d: %s (--kv-cache-memory gives %zu bytes per rank)\n",
+				w->dp_rank, err, budget);
+			return rc;
+		}
+		if (o->verbose || w->dp_rank == 0)
+			fprintf(stderr, "replica %d: %d KV blocks of %d positions (%.1f MB per rank), "
+					"max %d sequences, %d tokens per step, buckets up to %d\n",
+				w->dp_rank, sc.num_blocks, sc.block_size,
+				(double)R->m.cache_bytes / 1e6, sc.max_num_seqs,
+				sc.max_batched_tokens, sc.buckets[sc.n_buckets - 1]);
+	}
+	R->rows_cap = rows;
+	R->tokens = calloc((size_t)rows, sizeof(int));
+	R->pos = calloc((size_t)rows, sizeof(int));
+	R->slot = calloc((size_t)rows, sizeof(int));
+	R->tix = calloc((size_t)rows, sizeof(int));
+	R->want = calloc((size_t)rows + 4, 1);
+	R->table = calloc((size_t)rows, sizeof(*R->table));
+	R->tables = calloc((size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr, sizeof(int));
+	R->out = calloc(1, MSG_BYTES);
+	R->scratch = calloc((size_t)R->m.cfg.vocab_size, sizeof(int));
+	if (!R->tokens || !R->pos || !R->slot || !R->tix || !R->want || !R->table || !R->tables ||
+	    !R->out || !R->scratch)
+		return -ENOMEM;
+	return 0;
+}
+
+static void replica_free(struct replica *R)
+{
+	if (R->tp0)
+		dps_sched_free(&R->s);
+	dps_shard_free(&R->m);
+	free(R->pend.ids);
+	free(R->tokens);
+	free(R->pos);
+	free(R->slot);
+	free(R->tix);
+	free(R->want);
+	free(R->table);
+	free(R->tables);
+	free(R->out);
+	free(R->scratch);
+}
+
+int dps_engine_rank_main(struct dps_world *w, void *arg)
+{
+	const struct dps_engine_opts *o = arg;
+	struct replica R;
+	int rc, *agree = calloc(4 * (size_t)w->dp, sizeof(int));
+
+	memset(&R, 0, sizeof(R));
+	if (!agree)
+		return -ENOMEM;
+	rc = replica_init(&R, w, o);
+	while (!rc) {
+		int hdr[H_LEN] = { 0 }, prefill, n;
+		float *logits = NULL;
+
+		if (R.tp0) {
+			rc = poll_client(&R, 0);
+			if (rc)
+				break;
+			if (!R.coupled && !dps_sched_pending(&R.s) && !R.stop) {
+				/* Uncoupled and idle: sleep on the ring (peers sleep in the broadcast). */
+				rc = poll_client(&R, 200000000ull);
+				if (rc)
+					break;
+			}
+			n = dps_sched_step(&R.s, dps_now_ns());
+			hdr[H_CMD] = R.stop && !dps_sched_pending(&R.s) ? 2 : n ? 0 : 1;
+			hdr[H_UNFINISHED] = dps_sched_pending(&R.s) > 0;
+			if (n)
+				pack(&R, hdr);
+		}
+		rc = bcast_rows(&R, hdr);
+		if (rc)
+			break;
+		prefill = hdr[H_PREFILL];
+		n = hdr[H_ROWS];
+		if (R.coupled) {
+			/* _get_dp_padding: each replica's counts in its own slot, summed over DP. */
+			int max_rows = 0, any_prefill = 0, any_work = 0, all_stop = 1;
+
+			memset(agree, 0, sizeof(int) * 4 * (size_t)w->dp);
+			agree[4 * w->dp_rank] = n;
+			agree[4 * w->dp_rank + 1] = prefill;
+			agree[4 * w->dp_rank + 2] = hdr[H_UNFINISHED] || n;
+			agree[4 * w->dp_rank + 3] = hdr[H_CMD] == 2;
+			if (w->dp > 1) {
+				rc = dps_coll_allreduce(w->dp_c, agree, agree, 4 * (size_t)w->dp, DPS_I32);
+				R.st.dp_allreduces++;
+				if (rc)
+					break;
+			}
+			for (int d = 0; d < w->dp; d++) {
+				max_rows = agree[4 * d] > max_rows ? agree[4 * d] : max_rows;
+				any_prefill |= agree[4 * d + 1];
+				any_work |= agree[4 * d + 2];
+				all_stop &= agree[4 * d + 3];
+			}
+			if (all_stop)
+				break;
+			if (!any_work) {
+				/* Everything idle: sleep until the client wakes every replica. */
+				if (R.tp0)
+					rc = poll_client(&R, 200000000ull);
+				continue;
+			}
+			prefill = any_prefill;
+			if (!prefill) {
+				/* The decode graph on the largest batch; an idle replica's is a dummy. */
+				if (!n && max_rows)
+					R.st.dummy_steps++;
+				R.st.padded_rows += (uint64_t)(max_rows - n);
+				pad_rows(&R, n, max_rows);
+				n = max_rows;
+			}
+			if (!n && !prefill)
+				continue;
+		} else {
+			if (hdr[H_CMD] == 2)
+				break;
+			if (!n)
+				continue;
+		}
+		rc = run_rows(&R, prefill, n, &logits);
+		if (rc)
+			break;
+		if (R.tp0 && hdr[H_ROWS])
+			dps_sched_update(&R.s, logits, R.m.cfg.vocab_size, R.m.cfg.eos_token_id,
+					 R.scratch, on_emit, on_done, &R);
+		else if (R.tp0)
+			dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
+		if (R.tp0)
+			rc = flush_tokens(&R);
+	}
+	if (R.tp0 && (!rc || rc == -DPS_EABORT)) {
+		struct m_stats m = { { M_STATS, 0, 0 }, w->dp_rank, 0, R.st };
+
+		m.st.preemptions = R.s.preemptions;
+		m.st.free_blocks = (uint64_t)R.s.n_free;
+		for (int k = 0; k < DPS_COLL_KINDS; k++)
+			for (int g = 0; g < DPS_SG_COUNT; g++)
+				m.st.collectives += R.m.stats.calls[k][g];
+		if (!rc)
+			send_up(&R, &m, sizeof(m));
+	}
+	replica_free(&R);
+	free(agree);
+	return rc;
+}
+
+/* ---- the client ------------------------------------------------------------------------------ */
+
+struct creq {
+	int64_t id;
+	int replica, started, finished, sent_all;
+	int *prompt, n_prompt, sent;   /* prompt ids sent so far */
+	struct dps_req_params p;
+	void *user;
+	int n_gen;
+};
+
+struct dps_engine_client {
+	int dp, tp;
+	struct dps_engine_cb cb;
+	struct creq *reqs;
+	int n, cap;
+	int64_t next_id;
+	int *waiting, *running;    /* per replica */
+	uint64_t *sent;
+	int rotate, closing, stopped, outstanding;
+	int64_t *cancels;
+	int n_cancels, cap_cancels;
+	int *wake;                 /* replicas to wake (coupled engines sleep together) */
+};
+
+int dps_engine_client_new(struct dps_engine_client **out, int dp, int tp,
+			  const struct dps_engine_cb *cb)
+{
+	struct dps_engine_client *c = calloc(1, sizeof(*c));
+
+	*out = NULL;
+	if (!c)
+		return -ENOMEM;
+	c->dp = dp;
+	c->tp = tp;
+	c->cb = *cb;
+	c->waiting = calloc((size_t)dp, sizeof(int));
+	c->running = calloc((size_t)dp, sizeof(int));
+	c->sent = calloc((size_t)dp, sizeof(uint64_t));
+	c->wake = calloc((size_t)dp, sizeof(int));
+	if (!c->waiting || !c->running || !c->sent || !c->wake) {
+		dps_engine_client_free(c);
+		return -ENOMEM;
+	}
+	*out = c;
+	return 0;
+}
+
+void dps_engine_client_free(struct dps_engine_client *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->n; i++)
+		free(c->reqs[i].prompt);
+	free(c->reqs);
+	free(c->waiting);
+	free(c->running);
+	free(c->sent);
+	free(c->wake);
+	free(c->cancels);
+	free(c);
+}
+
+static struct creq *creq_find(struct dps_engine_client *c, int64_t id)
+{
+	/* ids are dense from 0 */
+	return id >= 0 && id < c->n ? &c->reqs[id] : NULL;
+}
+
+int64_t dps_engine_submit(struct dps_engine_client *c, const struct dps_engine_req *r)
+{
+	struct creq *q;
+	int best = -1;
+
+	if (r->n_prompt < 1 || (r->replica >= c->dp))
+		return -EINVAL;
+	if (c->n == c->cap) {
+		struct creq *n = realloc(c->reqs, sizeof(*n) * (size_t)(c->cap ? 2 * c->cap : 64));
+
+		if (!n)
+			return -ENOMEM;
+		c->reqs = n;
+		c->cap = c->cap ? 2 * c->cap : 64;
+	}
+	q = &c->reqs[c->n];
+	memset(q, 0, sizeof(*q));
+	q->prompt = malloc(sizeof(int) * (size_t)r->n_prompt);
+	if (!q->prompt)
+		return -ENOMEM;
+	memcpy(q->prompt, r->prompt, sizeof(int) * (size_t)r->n_prompt);
+	q->n_prompt = r->n_prompt;
+	q->p = r->p;
+	q->user = r->user;
+	q->id = c->n++;
+	/* The named replica, or the least loaded: score 4 x waiting + running, rotating ties. */
+	if (r->replica >= 0) {
+		best = r->replica;
+	} else {
+		for (int k = 0; k < c->dp; k++) {
+			const int d = (c->rotate + k) % c->dp;
+
+			if (best < 0 || 4 * c->waiting[d] + c->running[d] <
+					     4 * c->waiting[best] + c->running[best])
+				best = d;
+		}
+		c->rotate = (c->rotate + 1) % c->dp;
+	}
+	q->replica = best;
+	c->waiting[best]++;
+	c->sent[best]++;
+	c->outstanding++;
+	for (int d = 0; d < c->dp; d++)
+		c->wake[d] = d != best;
+	return q->id;
+}
+
+void dps_engine_cancel(struct dps_engine_client *c, int64_t id)
+{
+	struct creq *q = creq_find(c, id);
+	int64_t *n;
+
+	if (!q || q->finished)
+		return;
+	if (c->n_cancels == c->cap_cancels) {
+		n = realloc(c->cancels, sizeof(*n) * (size_t)(c->cap_cancels ? 2 * c->cap_cancels : 16));
+		if (!n)
+			return;
+		c->cancels = n;
+		c->cap_cancels = c->cap_cancels ? 2 * c->cap_cancels : 16;
+	}
+	c->cancels[c->n_cancels++] = id;
+}
+
+void dps_engine_close_when_idle(struct dps_engine_client *c)
+{
+	c->closing = 1;
+}
+
+int dps_engine_outstanding(const struct dps_engine_client *c)
+{
+	return c->outstanding;
+}
+
+const uint64_t *dps_engine_sent(const struct dps_engine_client *c)
+{
+	return c->sent;
+}
+
+void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
+{
+	struct dps_engine_client *c = client;
+	struct m_hdr h;
+
+	(void)rank;
+	if (len < sizeof(h))
+		return;
+	memcpy(&h, msg, sizeof(h));
+	if (h.type == M_TOKENS && len >= sizeof(struct m_tokens) + h.count * sizeof(struct m_tok)) {
+		const struct m_tokens *m = msg;
+
+		for (uint32_t i = 0; i < h.count; i++) {
+			struct creq *q = creq_find(c, m->t[i].id);
+
+			if (!q || q->finished)
+				continue;
+			if (!q->started) {
+				q->started = 1;
+				c->waiting[q->replica]--;
+				c->running[q->replica]++;
+			}
+			q->n_gen++;
+			if (c->cb.token)
+				c->cb.token(c->cb.arg, q->user, m->t[i].token);
+		}
+	} else if (h.type == M_DONE && len >= sizeof(struct m_done)) {
+		const struct m_done *m = msg;
+		struct creq *q = creq_find(c, h.id);
+
+		if (!q || q->finished)
+			return;
+		q->finished = 1;
+		if (q->started)
+			c->running[q->replica]--;
+		else
+			c->waiting[q->replica]--;
+		c->outstanding--;
+		free(q->prompt);
+		q->prompt = NULL;
+		if (c->cb.done)
+			c->cb.done(c->cb.arg, q->user, (enum dps_finish)m->finish, m->n_gen);
+	} else if (h.type == M_STATS && len >= sizeof(struct m_stats)) {
+		const struct m_stats *m = msg;
+
+		if (c->cb.stats)
+			c->cb.stats(c->cb.arg, m->replica, &m->st);
+	}
+}
+
+/* Sends what it can of request q; 0 when all of it is out, -EAGAIN when the ring is full. */
+static int send_req(struct dps_engine_client *c, struct creq *q)
+{
+	unsigned char buf[MSG_BYTES];
+	const int rank = q->replica * c->tp;
+	int rc;
+
+	while (q->sent < q->n_prompt || !q->sent) {
+		if (!q->sent) {
+			struct m_req *m = (struct m_req *)(void *)buf;
+			const int k = q->n_prompt < (int)REQ_IDS ? q->n_prompt : (int)REQ_IDS;
+
+			m->h = (struct m_hdr){ M_REQ, (uint32_t)k, q->id };
+			m->p = q->p;
+			m->n_prompt = q->n_prompt;
+			memcpy(m->ids, q->prompt, sizeof(int) * (size_t)k);
+			rc = dps_sup_send(rank, m, sizeof(*m) + sizeof(int32_t) * (size_t)k);
+			if (rc)
+				return rc;
+			q->sent = k;
+		} else {
+			struct m_more *m = (struct m_more *)(void *)buf;
+			const int left = q->n_prompt - q->sent;
+			const int k = left < (int)MORE_IDS ? left : (int)MORE_IDS;
+
+			m->h = (struct m_hdr){ M_REQ_MORE, (uint32_t)k, q->id };
+			memcpy(m->ids, q->prompt + q->sent, sizeof(int) * (size_t)k);
+			rc = dps_sup_send(rank, m, sizeof(*m) + sizeof(int32_t) * (size_t)k);
+			if (rc)
+				return rc;
+			q->sent += k;
+		}
+	}
+	q->sent_all = 1;
+	return 0;
+}
+
+int dps_engine_tick(void *client)
+{
+	struct dps_engine_client *c = client;
+	int busy = 0;
+
+	/* Requests in order (a replica receives its requests one after another, whole). */
+	for (int i = 0; i < c->n; i++) {
+		struct creq *q = &c->reqs[i];
+
+		if (q->finished || q->sent_all)
+			continue;
+		if (send_req(c, q)) {
+			busy = 1;
+			break;
+		}
+	}
+	for (int d = 0; d < c->dp && !busy; d++) {
+		const struct m_hdr w = { M_WAKE, 0, 0 };
+
+		if (c->wake[d] && dps_sup_send(d * c->tp, &w, sizeof(w)) == 0)
+			c->wake[d] = 0;
+		busy |= c->wake[d];
+	}
+	while (c->n_cancels && !busy) {
+		struct creq *q = creq_find(c, c->cancels[c->n_cancels - 1]);
+		const struct m_hdr m = { M_CANCEL, 0, c->cancels[c->n_cancels - 1] };
+
+		if (q && !q->finished && dps_sup_send(q->replica * c->tp, &m, sizeof(m)))
+			busy = 1;
+		else
+			c->n_cancels--;
+	}
+	if (!busy && c->closing && !c->outstanding && !c->stopped) {
+		const struct m_hdr m = { M_STOP, 0, 0 };
+		int all = 1;
+
+		for (int d = 0; d < c->dp; d++)
+			all &= dps_sup_send(d * c->tp, &m, sizeof(m)) == 0;
+		c->stopped = all; /* (a replica whose ring was full gets it again next tick) */
+		busy = !all;
+	}
+	return busy ? 5 : -1;
+}
