@@ -366,6 +366,33 @@ if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/s
 		head -n 1 "$tmp/out" | grep -q '^\[prompt 1\] Once upon a time$' || fail "$desc: no heading for prompt 1"
 		grep -q "rank 1 (DP 1, TP 0): .* MB of weights" "$tmp/err" || fail "$desc: --verbose does not report the shard bytes"
 	fi
+	# generate --requests: JSON lines in, one JSON result per request out, in input order.
+	cat >"$tmp/reqs.jsonl" <<EOF
+{"prompt": "Once upon a time", "max_tokens": 20}
+{"prompt": "Lily", "max_tokens": 10, "temperature": 0.8, "seed": 3}
+
+{"prompt_ids": [1, 403, 407], "max_tokens": 5, "replica": 1}
+EOF
+	run generate --model "$tmp/st260" --requests "$tmp/reqs.jsonl" --data-parallel-size 2
+	if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+		python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+gold = open(sys.argv[2]).read().split("generated_ids:")[1].split()
+assert [r["index"] for r in rows] == [0, 1, 2], rows
+assert [r["completion_tokens"] for r in rows] == [20, 10, 5], rows
+assert all(r["finish_reason"] == "length" for r in rows), rows
+assert rows[0]["token_ids"] == [int(x) for x in gold[:20]], (rows[0], gold[:20])
+assert rows[0]["text"].startswith(", there was a little girl"), rows[0]
+' "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.ids.txt" >"$tmp/py.err" 2>&1 ||
+			{ fail "$desc: wrong results"; sed 's/^/    /' "$tmp/py.err"; show stdout "$tmp/out"; }
+	fi
+	printf '{"prompt": "ok"}\n{"prompt": 5}\n{"bogus": 1}\n' >"$tmp/bad.jsonl"
+	run generate --model "$tmp/st260" --requests "$tmp/bad.jsonl"
+	expect_rc 2
+	grep -q 'bad.jsonl line 2: "prompt" must be a string' "$tmp/err" &&
+		grep -q 'bad.jsonl line 3: unknown field "bogus"' "$tmp/err" ||
+		{ fail "$desc: every bad line must be named"; show stderr "$tmp/err"; }
 	run generate --model "$tmp/st260" --data-parallel-size 4 --attention-dp-size 3
 	expect_rc 2
 	grep -q -- "--attention-dp-size 3" "$tmp/err" || fail "$desc: the message does not name the flag"

@@ -14,6 +14,7 @@
 #include "engine/convert.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/request.h"
 #include "engine/shard.h"
 #include "engine/tokenizer.h"
 #include "kernels/gemm.h"
@@ -244,6 +245,124 @@ out:
 	return rc ? 1 : 0;
 }
 
+/*
+ * generate --requests FILE: every line a JSON request (engine/request.h). Every line is
+ * checked before anything runs; a bad line is reported with its number.
+ */
+static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
+{
+	struct dps_model_config cfg;
+	struct dps_tokenizer tok = { 0 };
+	struct dps_parsed_req *reqs = NULL;
+	struct dps_req_params *params = NULL;
+	int *replica = NULL, *lens = NULL, n = 0, cap = 0, bad = 0, lineno = 0, rc, have_tok;
+	int **ids = NULL;
+	char err[512], path[4200], *line = NULL;
+	size_t linecap = 0;
+	ssize_t len;
+	FILE *f;
+
+	rc = dps_model_config_load(o->model, &cfg, err, sizeof(err));
+	if (!rc)
+		rc = dps_par_cfg_check(&o->par, err, sizeof(err));
+	if (!rc)
+		rc = dps_shard_check(&cfg, &o->par, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		return rc == -DPS_ECONFIG ? 2 : 1;
+	}
+	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
+	rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
+	have_tok = rc == 0;
+	if (rc && rc != -ENOENT) {
+		fprintf(stderr, "dpshard generate: %s\n", err);
+		return 1;
+	}
+	f = fopen(file, "r");
+	if (!f) {
+		fprintf(stderr, "dpshard generate: --requests %s: %s\n", file, strerror(errno));
+		dps_tokenizer_free(&tok);
+		return 2;
+	}
+	while ((len = getline(&line, &linecap, f)) >= 0) {
+		size_t l = (size_t)len;
+
+		lineno++;
+		while (l && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' '))
+			l--;
+		if (!l)
+			continue;
+		if (n == cap) {
+			struct dps_parsed_req *nr = realloc(reqs, sizeof(*nr) * (size_t)(cap ? 2 * cap : 64));
+
+			if (!nr) {
+				bad = 1;
+				break;
+			}
+			reqs = nr;
+			cap = cap ? 2 * cap : 64;
+		}
+		if (dps_request_parse(line, l, have_tok ? &tok : NULL, cfg.vocab_size,
+				      cfg.bos_token_id, o->steps, &reqs[n], err, sizeof(err))) {
+			fprintf(stderr, "dpshard generate: %s line %d: %s\n", file, lineno, err);
+			bad = 1;
+			continue;
+		}
+		n++;
+	}
+	free(line);
+	fclose(f);
+	if (!bad && !n) {
+		fprintf(stderr, "dpshard generate: %s holds no request\n", file);
+		bad = 1;
+	}
+	/* The longest request sets the model length unless --max-model-len does. */
+	for (int k = 0; k < n && !bad; k++) {
+		const int need = reqs[k].n_prompt + reqs[k].p.max_tokens;
+
+		if (!o->max_model_len && need > o->steps + 1)
+			o->steps = need - 1;
+	}
+	if (!o->max_model_len && o->steps + 1 > cfg.max_position_embeddings)
+		o->steps = cfg.max_position_embeddings - 1;
+	params = calloc((size_t)(n ? n : 1), sizeof(*params));
+	replica = calloc((size_t)(n ? n : 1), sizeof(int));
+	lens = calloc((size_t)(n ? n : 1), sizeof(int));
+	ids = calloc((size_t)(n ? n : 1), sizeof(int *));
+	if (!bad && (!params || !replica || !lens || !ids))
+		bad = 1;
+	for (int k = 0; k < n && !bad; k++) {
+		params[k] = reqs[k].p;
+		/* BOS (llama2.c) and EOS end a request, as on one rank. */
+		if (params[k].n_stop < DPS_MAX_STOP)
+			params[k].stop[params[k].n_stop++] = cfg.bos_token_id;
+		replica[k] = reqs[k].replica;
+		ids[k] = reqs[k].prompt;
+		lens[k] = reqs[k].n_prompt;
+	}
+	if (!bad) {
+		o->n_prompts = n;
+		o->prompts = (const int *const *)ids;
+		o->n_prompt = lens;
+		o->params = params;
+		o->replica = replica;
+		o->jsonl = 1;
+		o->bos = cfg.bos_token_id;
+		o->eos = cfg.eos_token_id;
+		o->tok = have_tok ? &tok : NULL;
+		rc = dps_generate_ranks(o);
+	}
+	for (int k = 0; k < n; k++)
+		dps_parsed_req_free(&reqs[k]);
+	free(reqs);
+	free(params);
+	free(replica);
+	free(lens);
+	free(ids);
+	dps_tokenizer_free(&tok);
+	return bad ? 2 : rc ? 1 : 0;
+}
+
 int dps_cmd_generate(int argc, char **argv)
 {
 	struct dps_sampling sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0 };
@@ -254,12 +373,14 @@ int dps_cmd_generate(int argc, char **argv)
 	struct dps_model m;
 	struct dps_rng rng;
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
-	const char *blis_arch = "auto", *cpu_bind = "auto";
+	const char *blis_arch = "auto", *cpu_bind = "auto", *requests = NULL, *buckets = NULL;
 	int threads = 0, reference = 0, verbose = 0, trace = 0;
+	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0;
+	size_t kv_mem = 0;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	uint64_t t0;
 	char *pos[MAX_PROMPTS], err[512], path[4200], demo[4096];
-	struct dps_flag flags[32];
+	struct dps_flag flags[48];
 	const struct dps_flag base[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
 		  "checkpoint directory (config.json + *.safetensors); default: the demo model" },
@@ -286,6 +407,22 @@ int dps_cmd_generate(int argc, char **argv)
 		  "across ranks: where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "trace-collectives", DPS_FLAG_BOOL, &trace, NULL,
 		  "across ranks: print every collective of every rank on stderr" },
+		{ "requests", DPS_FLAG_STR, &requests, "FILE",
+		  "submit every request of FILE (JSON lines) and print one JSON result per request" },
+		{ "block-size", DPS_FLAG_INT, &block_size, "N",
+		  "positions per KV-cache block (0: 32)", 0, 1 << 16 },
+		{ "kv-cache-memory", DPS_FLAG_SIZE, &kv_mem, "BYTES",
+		  "KV cache per rank, e.g. 2G (0: half the free memory, shared by the ranks)" },
+		{ "max-num-seqs", DPS_FLAG_INT, &max_num_seqs, "N",
+		  "requests a replica runs at once (0: every request given, at most 256)", 0, 1 << 16 },
+		{ "max-model-len", DPS_FLAG_INT, &max_model_len, "N",
+		  "tokens per request, prompt included (0: -n + 1, within the model's context)", 0,
+		  1 << 24 },
+		{ "max-num-batched-tokens", DPS_FLAG_INT, &max_batched, "N",
+		  "rows per step: longer prompts are prefilled in chunks (0: 512 or the longest "
+		  "prompt)", 0, 1 << 20 },
+		{ "decode-buckets", DPS_FLAG_STR, &buckets, "B,...",
+		  "decode batch sizes, ascending, ending at --max-num-seqs (default: powers of two)" },
 	};
 	size_t nf = sizeof(base) / sizeof(base[0]);
 
@@ -309,12 +446,17 @@ int dps_cmd_generate(int argc, char **argv)
 				"--top-k >= 0\n");
 		return 2;
 	}
-	if (npos > 1 || par.tp * par.dp > 1 || par.attn_dp > 1 || par.emb_dp > 1 ||
+	if (npos > 1 || requests || par.tp * par.dp > 1 || par.attn_dp > 1 || par.emb_dp > 1 ||
 	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1) {
 		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
 						.blis_arch = blis_arch, .threads = threads,
 						.steps = steps, .ids_out = ids_out,
-						.verbose = verbose, .trace = trace };
+						.verbose = verbose, .trace = trace,
+						.block_size = block_size, .kv_cache_memory = kv_mem,
+						.max_num_seqs = max_num_seqs,
+						.max_model_len = max_model_len,
+						.max_batched_tokens = max_batched,
+						.decode_buckets = buckets };
 
 		if (reference) {
 			fprintf(stderr, "dpshard generate: --reference runs on one rank only, with one "
@@ -323,7 +465,12 @@ int dps_cmd_generate(int argc, char **argv)
 		}
 		o.sampling = (struct dps_sampling){ (float)temperature, top_k, (float)top_p,
 						    (uint64_t)seed };
-		return generate_ranks(&o, pos, npos, prompt_ids);
+		if (requests && npos) {
+			fprintf(stderr, "dpshard generate: give prompts or --requests, not both\n");
+			return 2;
+		}
+		return requests ? generate_requests(&o, requests) : generate_ranks(&o, pos, npos,
+										      prompt_ids);
 	}
 	if (!threads)
 		threads = dps_cpus_allowed();

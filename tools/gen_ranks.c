@@ -65,8 +65,15 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	struct dps_engine_client *client = NULL;
 	/* Every prompt at once: -n counts positions fed, so a request holds steps + 1 tokens. */
 	struct dps_engine_opts eo = { .model = o->model, .blis_arch = o->blis_arch,
-				      .threads = o->threads, .max_num_seqs = o->n_prompts,
-				      .max_model_len = o->steps + 1, .kv_fraction = 0.5,
+				      .threads = o->threads, .block_size = o->block_size,
+				      .kv_cache_memory = o->kv_cache_memory,
+				      .max_num_seqs = o->max_num_seqs ? o->max_num_seqs
+								      : (o->n_prompts < 256 ? o->n_prompts
+											   : 256),
+				      .max_model_len = o->max_model_len ? o->max_model_len
+									: o->steps + 1,
+				      .max_batched_tokens = o->max_batched_tokens,
+				      .decode_buckets = o->decode_buckets, .kv_fraction = 0.5,
 				      .verbose = o->verbose, .trace = o->trace };
 	struct dps_sup_opts so = { .par = o->par, .cpu_bind = o->cpu_bind,
 				   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
@@ -94,8 +101,16 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 					      .sampling = o->sampling },
 					    -1, (void *)(intptr_t)k };
 
-		/* Each prompt its own seed: seed + its index, as on one rank with that seed. */
-		q.p.sampling.seed = o->sampling.seed + (uint64_t)k;
+		if (o->params) {
+			/* --requests: the request's own parameters; the deadline counts from now. */
+			q.p = o->params[k];
+			q.replica = o->replica[k] < o->par.dp ? o->replica[k] : -1;
+			if (q.p.deadline_ns)
+				q.p.deadline_ns += dps_now_ns();
+		} else {
+			/* Each prompt its own seed: seed + its index, as on one rank with that seed. */
+			q.p.sampling.seed = o->sampling.seed + (uint64_t)k;
+		}
 		longest = o->n_prompt[k] > longest ? o->n_prompt[k] : longest;
 		if (dps_engine_submit(client, &q) < 0) {
 			dps_engine_client_free(client);
@@ -106,7 +121,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		}
 	}
 	dps_engine_close_when_idle(client);
-	eo.max_batched_tokens = longest > 512 ? longest : 512;
+	if (!eo.max_batched_tokens)
+		eo.max_batched_tokens = longest > 512 ? longest : 512;
 	for (int k = 0; k < o->n_prompts; k++) {
 		r.out[k] = calloc((size_t)o->steps + 1, sizeof(int));
 		if (!r.out[k]) {
@@ -120,7 +136,39 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		fprintf(stderr, "dpshard generate: %s\n", err);
 		goto out;
 	}
-	for (int k = 0; k < o->n_prompts; k++) {
+	for (int k = 0; k < o->n_prompts && o->jsonl; k++) {
+		/* One JSON object per request, in input order. */
+		printf("{\"index\": %d, \"finish_reason\": \"%s\", \"prompt_tokens\": %d, "
+		       "\"completion_tokens\": %d, \"token_ids\": [", k, dps_finish_name(r.why[k]),
+		       o->n_prompt[k], r.n_out[k]);
+		for (int i = 0; i < r.n_out[k]; i++)
+			printf("%s%d", i ? ", " : "", r.out[k][i]);
+		printf("]");
+		if (o->tok) {
+			printf(", \"text\": \"");
+			for (int i = 0; i < r.n_out[k]; i++) {
+				const int before = i ? r.out[k][i - 1] : o->prompts[k][o->n_prompt[k] - 1];
+				char buf[8];
+				size_t l;
+				const char *piece = dps_tokenizer_decode(o->tok, before, r.out[k][i], buf,
+									 &l);
+
+				for (size_t j = 0; j < l; j++) {
+					const unsigned char ch = (unsigned char)piece[j];
+
+					if (ch == '"' || ch == '\\')
+						printf("\\%c", ch);
+					else if (ch < 0x20)
+						printf("\\u%04x", ch);
+					else
+						putchar(ch);
+				}
+			}
+			printf("\"");
+		}
+		printf("}\n");
+	}
+	for (int k = 0; k < o->n_prompts && !o->jsonl; k++) {
 		if (o->n_prompts > 1)
 			printf("%s[prompt %d] %s\n", k ? "\n" : "", k + 1, o->texts[k] ? o->texts[k] : "");
 		if (o->ids_out || !o->tok) {

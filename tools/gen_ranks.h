@@ -7,6 +7,7 @@
 
 #include "engine/groups.h"
 #include "engine/tokenizer.h"
+#include "engine/sched.h"
 #include "kernels/sample.h"
 
 struct dps_gen_ranks_opts {
@@ -19,6 +20,14 @@ struct dps_gen_ranks_opts {
 	const char *const *texts;  /* (n_prompts) the prompts as given, for the headings */
 	int steps;                 /* positions per prompt, prompt included */
 	struct dps_sampling sampling;
+	/* --requests: each request's own parameters and replica (NULL: from the flags) */
+	const struct dps_req_params *params;
+	const int *replica;
+	int jsonl;                 /* print one JSON object per request */
+	/* the engine's sizes (0: defaults) */
+	int block_size, max_num_seqs, max_model_len, max_batched_tokens;
+	size_t kv_cache_memory;
+	const char *decode_buckets;
 	int bos, eos;
 	const struct dps_tokenizer *tok; /* NULL: print ids */
 	int ids_out, verbose, trace;
