@@ -188,6 +188,7 @@ START_TEST(test_balance)
 	ck_assert_int_eq(res.n_stats, 4);
 	for (int d = 0; d < 4; d++) {
 		ck_assert_uint_eq(res.st[d].dp_allreduces, 0);
+		ck_assert_uint_eq(res.st[d].collectives, 0); /* TP=1: none at all */
 		ck_assert_uint_eq(res.st[d].dummy_steps, 0);
 		ck_assert_uint_eq(res.st[d].padded_rows, 0);
 		ck_assert_uint_eq(res.st[d].free_blocks, res.st[d].num_blocks);
