@@ -70,6 +70,10 @@ static inline size_t dps_align_up(size_t x, size_t a)
 /* Monotonic clock in nanoseconds. */
 uint64_t dps_now_ns(void);
 
+/* Writes s (len bytes) to f as the body of a JSON string: quotes, backslashes and control
+ * bytes escaped, no surrounding quotes. */
+void dps_json_escape(FILE *f, const char *s, size_t len);
+
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int dps_cpus_allowed(void);
 

@@ -20,6 +20,20 @@ uint64_t dps_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void dps_json_escape(FILE *f, const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		const unsigned char ch = (unsigned char)s[i];
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+}
+
 int dps_cpus_allowed(void)
 {
 	cpu_set_t set;

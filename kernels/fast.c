@@ -178,52 +178,21 @@ void dps_embedding(float *out, const float *table, int dim, int token)
 	memcpy(out, table + (size_t)token * (size_t)dim, sizeof(float) * (size_t)dim);
 }
 
-/*
- * Assumptions: head_dim >= 1 (any value; a multiple of 16 is fastest); k and v rows at
- * kv_stride floats; scratch holds n_pos floats; out does not alias q, k or v.
- */
-__attribute__((target("avx512f"))) static void attention512(float *out, const float *q,
-							    const float *k, const float *v,
-							    int n_pos, int head_dim,
-							    size_t kv_stride, float *scratch)
-{
-	const float scale = 1.0f / sqrtf((float)head_dim);
-
-	for (int t = 0; t < n_pos; t++) {
-		const float *kt = k + (size_t)t * kv_stride;
-		__m512 acc = _mm512_setzero_ps();
-
-		for (int i = 0; i < head_dim; i += 16) {
-			const __mmask16 m = tail_mask(head_dim - i);
-
-			acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i),
-					      _mm512_maskz_loadu_ps(m, kt + i), acc);
-		}
-		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
-	}
-	softmax512(scratch, n_pos);
-	for (int i = 0; i < head_dim; i += 16) {
-		const __mmask16 m = tail_mask(head_dim - i);
-		__m512 acc = _mm512_setzero_ps();
-
-		for (int t = 0; t < n_pos; t++)
-			acc = _mm512_fmadd_ps(_mm512_set1_ps(scratch[t]),
-					      _mm512_maskz_loadu_ps(m, v + (size_t)t * kv_stride + i),
-					      acc);
-		_mm512_mask_storeu_ps(out + i, m, acc);
-	}
-}
-
+/* Contiguous positions are one block of n_pos: the paged kernel with a table of one entry. */
 void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
 		   int head_dim, size_t kv_stride, float *scratch)
 {
-	if (have_avx512())
-		attention512(out, q, k, v, n_pos, head_dim, kv_stride, scratch);
-	else
-		dps_attention_ref(out, q, k, v, n_pos, head_dim, kv_stride, scratch);
+	static const int one_block[1] = { 0 };
+
+	dps_attention_paged(out, q, k, v, one_block, n_pos > 0 ? n_pos : 1, 0, n_pos, head_dim,
+			    kv_stride, scratch);
 }
 
-/* As attention512, over a paged cache (see dps_attention_paged_ref). */
+/*
+ * Assumptions: head_dim >= 1 (any value; a multiple of 16 is fastest); positions found through
+ * the block table as dps_attention_paged_ref says; scratch holds n_pos floats; out does not
+ * alias q, k or v.
+ */
 __attribute__((target("avx512f"))) static void attention_paged512(
 	float *out, const float *q, const float *k, const float *v, const int *table, int bs,
 	size_t block_stride, int n_pos, int head_dim, size_t kv_stride, float *scratch)

@@ -214,16 +214,7 @@ static void cpu_model(char *out, size_t len)
 static void json_str(const char *s)
 {
 	putchar('"');
-	for (; *s; s++) {
-		const unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
+	dps_json_escape(stdout, s, strlen(s));
 	putchar('"');
 }
 

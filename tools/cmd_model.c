@@ -142,6 +142,22 @@ int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len
 	return rc;
 }
 
+/* Loads the model's config and checks the layout against it; 0, or the exit status after a
+ * message. */
+static int check_layout(const struct dps_gen_ranks_opts *o, struct dps_model_config *cfg)
+{
+	char err[512];
+	int rc = dps_model_config_load(o->model, cfg, err, sizeof(err));
+
+	if (!rc)
+		rc = dps_par_cfg_check(&o->par, err, sizeof(err));
+	if (!rc)
+		rc = dps_shard_check(cfg, &o->par, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "dpshard generate: %s\n", err);
+	return rc == -DPS_ECONFIG ? 2 : rc ? 1 : 0;
+}
+
 /*
  * generate across ranks: checks the layout against the model, encodes every prompt here in
  * the supervisor, and hands over to dps_generate_ranks.
@@ -160,16 +176,11 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 		free(lens);
 		return 1;
 	}
-	rc = dps_model_config_load(o->model, &cfg, err, sizeof(err));
-	if (!rc)
-		rc = dps_par_cfg_check(&o->par, err, sizeof(err));
-	if (!rc)
-		rc = dps_shard_check(&cfg, &o->par, err, sizeof(err));
+	rc = check_layout(o, &cfg);
 	if (rc) {
-		fprintf(stderr, "dpshard generate: %s\n", err);
 		free(ids);
 		free(lens);
-		return rc == -DPS_ECONFIG ? 2 : 1;
+		return rc;
 	}
 	if (o->steps > cfg.max_position_embeddings)
 		o->steps = cfg.max_position_embeddings;
@@ -262,15 +273,9 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	ssize_t len;
 	FILE *f;
 
-	rc = dps_model_config_load(o->model, &cfg, err, sizeof(err));
-	if (!rc)
-		rc = dps_par_cfg_check(&o->par, err, sizeof(err));
-	if (!rc)
-		rc = dps_shard_check(&cfg, &o->par, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "dpshard generate: %s\n", err);
-		return rc == -DPS_ECONFIG ? 2 : 1;
-	}
+	rc = check_layout(o, &cfg);
+	if (rc)
+		return rc;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
 	rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
 	have_tok = rc == 0;

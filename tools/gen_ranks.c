@@ -153,16 +153,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 				const char *piece = dps_tokenizer_decode(o->tok, before, r.out[k][i], buf,
 									 &l);
 
-				for (size_t j = 0; j < l; j++) {
-					const unsigned char ch = (unsigned char)piece[j];
-
-					if (ch == '"' || ch == '\\')
-						printf("\\%c", ch);
-					else if (ch < 0x20)
-						printf("\\u%04x", ch);
-					else
-						putchar(ch);
-				}
+				dps_json_escape(stdout, piece, l);
 			}
 			printf("\"");
 		}
