@@ -84,6 +84,8 @@ struct replica {
 	const int **table;
 	int rows_cap;
 	struct m_tokens *out;        /* tokens to send */
+	unsigned char *wire;         /* a published batch */
+	size_t wire_cap;
 	int *scratch;
 };
 
@@ -283,29 +285,66 @@ static void pad_rows(struct replica *R, int from, int n)
 	}
 }
 
-static int bcast_rows(struct replica *R, int *hdr)
+/*
+ * Publishes this step's header and rows to the replica's other ranks through its batch ring
+ * (TP rank 0 writes, the peers read): one buffer, [length][header][tokens][pos][slot][table
+ * index][want][tables], cut into ring-slot messages. The peers block on the ring meanwhile.
+ */
+static int publish_rows(struct replica *R, int *hdr)
 {
-	struct dps_comm *tp = R->w->tp_c;
-	int rc;
+	struct dps_world *w = R->w;
+	const size_t n = (size_t)hdr[H_ROWS];
+	uint32_t total;
+	size_t off = sizeof(uint32_t), len;
+	int rc = 0;
 
-	if (R->w->tp == 1)
+	if (w->tp == 1)
 		return 0;
-	rc = dps_coll_bcast(tp, hdr, H_LEN, DPS_I32, 0);
-	if (rc || hdr[H_CMD] != 0 || !hdr[H_ROWS])
+	if (R->tp0) {
+#define PUT(p, bytes) (memcpy(R->wire + off, (p), (bytes)), off += (bytes))
+		PUT(hdr, sizeof(int) * H_LEN);
+		if (hdr[H_CMD] == 0 && n) {
+			PUT(R->tokens, sizeof(int) * n);
+			PUT(R->pos, sizeof(int) * n);
+			PUT(R->slot, sizeof(int) * n);
+			PUT(R->tix, sizeof(int) * n);
+			PUT(R->want, n);
+			PUT(R->tables, sizeof(int) * (size_t)hdr[H_TABLES] * (size_t)R->bpr);
+		}
+#undef PUT
+		total = (uint32_t)off;
+		memcpy(R->wire, &total, sizeof(total));
+		for (size_t at = 0; at < total && !rc; at += MSG_BYTES)
+			rc = dps_ring_push(&w->replica, R->wire + at,
+					   total - at < MSG_BYTES ? total - at : MSG_BYTES, 0);
 		return rc;
-	rc = dps_coll_bcast(tp, R->tokens, (size_t)hdr[H_ROWS], DPS_I32, 0);
-	if (!rc)
-		rc = dps_coll_bcast(tp, R->pos, (size_t)hdr[H_ROWS], DPS_I32, 0);
-	if (!rc)
-		rc = dps_coll_bcast(tp, R->slot, (size_t)hdr[H_ROWS], DPS_I32, 0);
-	if (!rc)
-		rc = dps_coll_bcast(tp, R->tix, (size_t)hdr[H_ROWS], DPS_I32, 0);
-	if (!rc)
-		rc = dps_coll_bcast(tp, R->want, (size_t)(hdr[H_ROWS] + 3) / 4, DPS_I32, 0);
-	if (!rc && hdr[H_TABLES])
-		rc = dps_coll_bcast(tp, R->tables, (size_t)hdr[H_TABLES] * (size_t)R->bpr, DPS_I32,
-				    0);
-	return rc;
+	}
+	/* A peer: the first message says how many bytes follow. */
+	rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire, MSG_BYTES, &len, 0);
+	if (rc)
+		return rc;
+	memcpy(&total, R->wire, sizeof(total));
+	if (total < sizeof(uint32_t) + sizeof(int) * H_LEN || total > R->wire_cap)
+		return -EPROTO;
+	for (size_t at = len; at < total && !rc; at += len)
+		rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire + at, MSG_BYTES,
+				  &len, 0);
+	if (rc)
+		return rc;
+#define GET(p, bytes) (memcpy((p), R->wire + off, (bytes)), off += (bytes))
+	GET(hdr, sizeof(int) * H_LEN);
+	if (hdr[H_CMD] == 0 && hdr[H_ROWS]) {
+		const size_t m = (size_t)hdr[H_ROWS];
+
+		GET(R->tokens, sizeof(int) * m);
+		GET(R->pos, sizeof(int) * m);
+		GET(R->slot, sizeof(int) * m);
+		GET(R->tix, sizeof(int) * m);
+		GET(R->want, m);
+		GET(R->tables, sizeof(int) * (size_t)hdr[H_TABLES] * (size_t)R->bpr);
+	}
+#undef GET
+	return 0;
 }
 
 static int run_rows(struct replica *R, int prefill, int n, float **logits)
@@ -454,9 +493,12 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->table = calloc((size_t)rows, sizeof(*R->table));
 	R->tables = calloc((size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr, sizeof(int));
 	R->out = calloc(1, MSG_BYTES);
+	R->wire_cap = sizeof(uint32_t) + sizeof(int) * H_LEN + (size_t)rows * (4 * sizeof(int) + 1) +
+		      sizeof(int) * (size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr;
+	R->wire = malloc(R->wire_cap + MSG_BYTES);
 	R->scratch = calloc((size_t)R->m.cfg.vocab_size, sizeof(int));
 	if (!R->tokens || !R->pos || !R->slot || !R->tix || !R->want || !R->table || !R->tables ||
-	    !R->out || !R->scratch)
+	    !R->out || !R->scratch || !R->wire)
 		return -ENOMEM;
 	return 0;
 }
@@ -475,6 +517,7 @@ static void replica_free(struct replica *R)
 	free(R->table);
 	free(R->tables);
 	free(R->out);
+	free(R->wire);
 	free(R->scratch);
 }
 
@@ -508,7 +551,7 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			if (n)
 				pack(&R, hdr);
 		}
-		rc = bcast_rows(&R, hdr);
+		rc = publish_rows(&R, hdr);
 		if (rc)
 			break;
 		prefill = hdr[H_PREFILL];

@@ -94,9 +94,19 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	}
 	l->ring_off = off;
 	l->ring_bytes = dps_align_up(dps_ring_shm_size(l->ring_slots, 1, l->ring_slot_bytes), 4096);
-	if (dps_size_mul(l->ring_bytes, (size_t)l->world * 2, &sz) ||
-	    dps_size_add(off, sz, &l->total))
+	if (dps_size_mul(l->ring_bytes, (size_t)l->world * 2, &sz) || dps_size_add(off, sz, &off))
 		goto toobig;
+	l->rep_ring_off = off;
+	l->rep_ring_bytes = 0;
+	if (l->groups.cfg.tp > 1) {
+		l->rep_ring_bytes = dps_align_up(dps_ring_shm_size(l->ring_slots,
+								   (unsigned)l->groups.cfg.tp - 1,
+								   l->ring_slot_bytes), 4096);
+		if (dps_size_mul(l->rep_ring_bytes, (size_t)l->groups.cfg.dp, &sz) ||
+		    dps_size_add(off, sz, &off))
+			goto toobig;
+	}
+	l->total = off;
 	return 0;
 toobig:
 	snprintf(err, errlen, "shared memory layout for %d ranks with %zu-byte slots is too large",
@@ -126,6 +136,11 @@ void *dps_layout_ring_from_sup(const struct dps_layout *l, void *base, int r)
 	return (char *)base + l->ring_off + ((size_t)r * 2 + 1) * l->ring_bytes;
 }
 
+void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int d)
+{
+	return (char *)base + l->rep_ring_off + (size_t)d * l->rep_ring_bytes;
+}
+
 void dps_layout_init_shm(const struct dps_layout *l, void *base)
 {
 	memset(base, 0, sizeof(struct dps_ctl));
@@ -137,6 +152,10 @@ void dps_layout_init_shm(const struct dps_layout *l, void *base)
 		dps_ring_init(dps_layout_ring_from_sup(l, base, r), l->ring_slots, 1,
 			      l->ring_slot_bytes);
 	}
+	if (l->rep_ring_bytes)
+		for (int d = 0; d < l->groups.cfg.dp; d++)
+			dps_ring_init(dps_layout_ring_replica(l, base, d), l->ring_slots,
+				      (unsigned)l->groups.cfg.tp - 1, l->ring_slot_bytes);
 }
 
 static int member_index(const int *ranks, int n, int r)
@@ -186,6 +205,9 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 	}
 	dps_ring_attach(&w->to_sup, dps_layout_ring_to_sup(l, base, r), &w->ctl->abort, notify_fd);
 	dps_ring_attach(&w->from_sup, dps_layout_ring_from_sup(l, base, r), &w->ctl->abort, -1);
+	if (l->rep_ring_bytes)
+		dps_ring_attach(&w->replica, dps_layout_ring_replica(l, base, w->dp_rank),
+				&w->ctl->abort, -1);
 	return 0;
 err:
 	dps_world_detach(w);

@@ -47,6 +47,8 @@ struct dps_layout {
 	struct dps_layout_comm *comms;
 	size_t ring_off;          /* rings: rank r's to-supervisor ring at ring_off + 2r*ring_bytes */
 	size_t ring_bytes;
+	size_t rep_ring_off;      /* with TP > 1: replica d's batch ring (TP rank 0 -> its peers) */
+	size_t rep_ring_bytes;    /*   at rep_ring_off + d * rep_ring_bytes */
 	size_t total;             /* segment size */
 };
 
@@ -64,6 +66,8 @@ void dps_layout_init_shm(const struct dps_layout *l, void *base);
 /* Rings of rank r inside the segment. */
 void *dps_layout_ring_to_sup(const struct dps_layout *l, void *base, int r);
 void *dps_layout_ring_from_sup(const struct dps_layout *l, void *base, int r);
+/* The batch ring of replica d (TP > 1 only): written by its TP rank 0, read by the others. */
+void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int d);
 
 struct dps_world {
 	int rank, world, tp, dp, tp_rank, dp_rank;
@@ -73,6 +77,7 @@ struct dps_world {
 	struct dps_comm *world_c, *tp_c, *dp_c;
 	struct dps_comm *comp_tp_c[DPS_COMP_COUNT], *dp_col_c[DPS_COMP_COUNT];
 	struct dps_ring to_sup, from_sup;
+	struct dps_ring replica;  /* TP > 1: the batch ring of this rank's replica (reader tp_rank-1) */
 	unsigned ncpus;           /* CPUs this rank may use */
 };
 
