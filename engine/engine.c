@@ -76,6 +76,7 @@ struct replica {
 	struct dps_shard m;
 	struct dps_sched s;          /* TP rank 0 only */
 	int tp0, coupled, stop, bpr; /* bpr: block-table columns (ceil(max_model_len / bs)) */
+	int zero_table;              /* index of the all-zero table of padding rows */
 	struct pending pend;
 	struct dps_engine_stats st;
 	/* this step's rows, as every rank of the replica holds them */
@@ -257,7 +258,7 @@ static void pack(struct replica *R, int *hdr)
 		R->pos[i] = b->pos[i];
 		R->slot[i] = b->slot[i];
 		R->want[i] = b->want[i];
-		R->tix[i] = -1;
+		R->tix[i] = R->zero_table;
 		if (!b->table[i])
 			continue;
 		/* A request's rows are consecutive: one table each. */
@@ -281,7 +282,9 @@ static void pad_rows(struct replica *R, int from, int n)
 		R->pos[i] = 0;
 		R->slot[i] = DPS_PAD_SLOT;
 		R->want[i] = 0;
-		R->tix[i] = -1;
+		/* A block table of max_model_len / block_size columns, all block 0: a padding row
+		 * reads like a real row at position 0 and writes nothing. */
+		R->tix[i] = R->zero_table;
 	}
 }
 
@@ -491,6 +494,8 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->tix = calloc((size_t)rows, sizeof(int));
 	R->want = calloc((size_t)rows + 4, 1);
 	R->table = calloc((size_t)rows, sizeof(*R->table));
+	/* max_num_seqs tables of requests, then the zero table of padding rows (never written) */
+	R->zero_table = sc.max_num_seqs;
 	R->tables = calloc((size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr, sizeof(int));
 	R->out = calloc(1, MSG_BYTES);
 	R->wire_cap = sizeof(uint32_t) + sizeof(int) * H_LEN + (size_t)rows * (4 * sizeof(int) + 1) +
