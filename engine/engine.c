@@ -599,13 +599,17 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 				pad_rows(&R, n, max_rows);
 				n = max_rows;
 			}
-			if (!n && !prefill)
-				continue;
 		} else {
 			if (hdr[H_CMD] == 2)
 				break;
-			if (!n)
-				continue;
+		}
+		if (!n && !prefill) {
+			/* Nothing to run: still report requests that ended (cancelled, timed out). */
+			if (R.tp0) {
+				dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
+				rc = flush_tokens(&R);
+			}
+			continue;
 		}
 		rc = run_rows(&R, prefill, n, &logits);
 		if (rc)
