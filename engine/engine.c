@@ -77,6 +77,7 @@ struct replica {
 	struct dps_sched s;          /* TP rank 0 only */
 	int tp0, coupled, stop, bpr; /* bpr: block-table columns (ceil(max_model_len / bs)) */
 	int zero_table;              /* index of the all-zero table of padding rows */
+	unsigned took;               /* messages taken since the last agreement */
 	struct pending pend;
 	struct dps_engine_stats st;
 	/* this step's rows, as every rank of the replica holds them */
@@ -155,10 +156,13 @@ static void take(struct replica *R, const void *buf, size_t len)
 	if (len < sizeof(h))
 		return;
 	memcpy(&h, buf, sizeof(h));
+	R->took++;
 	switch (h.type) {
 	case M_REQ: {
 		const struct m_req *m = buf;
 
+		if (R->pend.ids) /* a request left unfinished: it ends in error, not in silence */
+			reject(R, R->pend.id);
 		free(R->pend.ids);
 		memset(&R->pend, 0, sizeof(R->pend));
 		if (len < sizeof(*m) || m->n_prompt < 1 || h.count > REQ_IDS ||
@@ -173,6 +177,9 @@ static void take(struct replica *R, const void *buf, size_t len)
 		}
 		R->pend.id = h.id;
 		R->pend.p = m->p;
+		/* The client's timeout counts from the request's arrival here. */
+		if (R->pend.p.deadline_ns)
+			R->pend.p.deadline_ns += dps_now_ns();
 		R->pend.n = m->n_prompt;
 		memcpy(R->pend.ids, m->ids, sizeof(int) * h.count);
 		R->pend.have = (int)h.count;
@@ -183,8 +190,10 @@ static void take(struct replica *R, const void *buf, size_t len)
 
 		if (!R->pend.ids || h.id != R->pend.id || h.count > MORE_IDS ||
 		    R->pend.have + (int)h.count > R->pend.n ||
-		    len < sizeof(*m) + h.count * sizeof(int32_t))
+		    len < sizeof(*m) + h.count * sizeof(int32_t)) {
+			reject(R, h.id);
 			return;
+		}
 		memcpy(R->pend.ids + R->pend.have, m->ids, sizeof(int) * h.count);
 		R->pend.have += (int)h.count;
 		break;
@@ -585,17 +594,22 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			if (all_stop)
 				break;
 			if (!any_work) {
-				/* Everything idle: sleep until the client wakes every replica. */
-				if (R.tp0)
+				/* Everything idle: sleep until the client wakes every replica, unless a
+				 * message (a wake-up) came in since this agreement began. */
+				if (R.tp0 && !R.took)
 					rc = poll_client(&R, 200000000ull);
+				R.took = 0;
 				continue;
 			}
+			R.took = 0;
 			prefill = any_prefill;
+			if (prefill)
+				n = hdr[H_REAL]; /* prefill is not bucketed: drop the bucket's padding */
 			if (!prefill) {
 				/* The decode graph on the largest batch; an idle replica's is a dummy. */
 				if (!n && max_rows)
 					R.st.dummy_steps++;
-				R.st.padded_rows += (uint64_t)(max_rows - n);
+				R.st.padded_rows += (uint64_t)(max_rows - hdr[H_REAL]);
 				pad_rows(&R, n, max_rows);
 				n = max_rows;
 			}
@@ -611,6 +625,8 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			}
 			continue;
 		}
+		if (!R.coupled && !prefill)
+			R.st.padded_rows += (uint64_t)(n - hdr[H_REAL]);
 		rc = run_rows(&R, prefill, n, &logits);
 		if (rc)
 			break;

@@ -49,7 +49,8 @@ int dps_engine_rank_main(struct dps_world *w, void *arg);
 struct dps_engine_req {
 	const int *prompt;
 	int n_prompt;
-	struct dps_req_params p;
+	struct dps_req_params p;     /* deadline_ns: a timeout counted from the request's arrival
+				      * at its replica (0: none) */
 	int replica;                 /* -1: the least loaded */
 	void *user;
 };

@@ -67,7 +67,14 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 	s->cfg = *cfg;
 	if (cfg->block_size < 1 || cfg->num_blocks < 1 || cfg->max_num_seqs < 1 ||
 	    cfg->max_model_len < 2 || cfg->max_batched_tokens < 1 || cfg->n_buckets < 1 ||
-	    (long)cfg->num_blocks * cfg->block_size < cfg->max_model_len) {
+	    (long)cfg->num_blocks * cfg->block_size < cfg->max_model_len ||
+	    cfg->max_batched_tokens < cfg->max_num_seqs) {
+		if (cfg->max_batched_tokens < cfg->max_num_seqs && cfg->max_batched_tokens >= 1) {
+			snprintf(err, errlen, "--max-num-batched-tokens %d is less than --max-num-seqs "
+				 "%d: some running requests would get no decode row in a step",
+				 cfg->max_batched_tokens, cfg->max_num_seqs);
+			return -EINVAL;
+		}
 		snprintf(err, errlen, "the KV cache (%d blocks of %d positions) must hold one request "
 			 "of --max-model-len %d", cfg->num_blocks, cfg->block_size,
 			 cfg->max_model_len);
@@ -130,7 +137,8 @@ struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *promp
 	if (n < 1 || n >= s->cfg.max_model_len || p->max_tokens < 1 || p->n_stop < 0 ||
 	    p->n_stop > DPS_MAX_STOP)
 		return NULL;
-	if (s->n_waiting == s->cap) {
+	/* Room for every running request to be preempted back into the queue as well. */
+	if (s->n_waiting + s->cfg.max_num_seqs + 1 >= s->cap) {
 		struct dps_req **w = realloc(s->waiting, sizeof(*w) * (size_t)s->cap * 2);
 
 		*rc = -ENOMEM;
@@ -208,6 +216,7 @@ static void preempt_newest(struct dps_sched *s)
 	r->state = DPS_REQ_WAITING;
 	r->preempted++;
 	s->preemptions++;
+	DPS_ASSERT(s->n_waiting < s->cap); /* dps_sched_add keeps max_num_seqs slots spare */
 	memmove(s->waiting + 1, s->waiting, sizeof(*s->waiting) * (size_t)s->n_waiting);
 	s->waiting[0] = r;
 	s->n_waiting++;
@@ -252,6 +261,7 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 {
 	struct dps_batch *b = &s->b;
 	int budget = s->cfg.max_batched_tokens;
+	const uint64_t preempted_before = s->preemptions;
 
 	b->n = b->n_real = b->prefill = 0;
 	for (int i = 0; i < s->n_running; i++)
@@ -288,8 +298,10 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 		add_rows(s, r, take);
 		budget -= take;
 	}
-	/* Then new requests, first come first served, while they fit. */
-	for (int j = 0; j < s->n_waiting && budget > 0 && s->n_running < s->cfg.max_num_seqs;) {
+	/* Then new requests, first come first served, while they fit; none in a step that had to
+	 * preempt (the blocks are short: readmitting would only recompute and preempt again). */
+	for (int j = 0; j < s->n_waiting && budget > 0 && s->n_running < s->cfg.max_num_seqs &&
+			s->preemptions == preempted_before;) {
 		struct dps_req *r = s->waiting[j];
 		int take;
 

@@ -157,6 +157,52 @@ START_TEST(test_chunked_prefill_keeps_decoding)
 }
 END_TEST
 
+START_TEST(test_preempt_with_full_queue)
+{
+	/* 80 requests, 2 running at a time, 12 blocks: preemptions while 78 wait, and every
+	 * request still finishes, every block comes back (ASan would see a queue overflow). */
+	struct dps_sched_cfg c = small_cfg(12, 2, 8);
+	struct dps_req_params p = greedy;
+	struct dps_sched s;
+	char err[128];
+	int rc, prompt[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 }, scratch[16], steps = 0;
+	float logits[8 * 16];
+
+	ck_assert_int_eq(dps_sched_init(&s, &c, err, sizeof(err)), 0);
+	p.max_tokens = 20;
+	for (int k = 0; k < 80; k++)
+		ck_assert_ptr_nonnull(dps_sched_add(&s, (uint64_t)k, prompt, 9, &p, &rc));
+	n_done = 0;
+	while (dps_sched_pending(&s)) {
+		for (int i = 0; i < 8 * 16; i++)
+			logits[i] = (float)((i * 7) % 5);
+		dps_sched_step(&s, 0);
+		dps_sched_update(&s, logits, 16, -1, scratch, NULL, count_done, NULL);
+		ck_assert_int_lt(++steps, 100000);
+	}
+	ck_assert_int_eq(n_done, 80);
+	ck_assert_uint_gt(s.preemptions, 0);
+	ck_assert_int_eq(s.n_free, 12);
+	dps_sched_free(&s);
+}
+END_TEST
+
+START_TEST(test_refused_config)
+{
+	struct dps_sched_cfg c = small_cfg(40, 8, 4);
+	struct dps_sched s;
+	char err[256];
+
+	/* Fewer tokens per step than running requests: some would never decode. */
+	ck_assert_int_eq(dps_sched_init(&s, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "--max-num-batched-tokens 4 is less than --max-num-seqs 8"));
+	/* A KV cache that cannot hold one request of max_model_len. */
+	c = small_cfg(9, 8, 64);
+	ck_assert_int_eq(dps_sched_init(&s, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "must hold one request"));
+}
+END_TEST
+
 /* ---- batch invariance on the real model ------------------------------------------------- */
 
 #define NREQ 6
@@ -299,6 +345,8 @@ int main(void)
 	tcase_add_test(tc, test_padding_and_prefill);
 	tcase_add_test(tc, test_cancel_and_deadline_free_blocks);
 	tcase_add_test(tc, test_chunked_prefill_keeps_decoding);
+	tcase_add_test(tc, test_preempt_with_full_queue);
+	tcase_add_test(tc, test_refused_config);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(tm, model_setup, model_teardown);
 	tcase_set_timeout(tm, 120);

@@ -313,6 +313,14 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 			bad = 1;
 			continue;
 		}
+		if (reqs[n].replica >= o->par.dp) {
+			fprintf(stderr, "dpshard generate: %s line %d: \"replica\" %d, but "
+					"--data-parallel-size is %d\n", file, lineno, reqs[n].replica,
+				o->par.dp);
+			dps_parsed_req_free(&reqs[n]);
+			bad = 1;
+			continue;
+		}
 		n++;
 	}
 	free(line);

@@ -81,7 +81,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 				   .verbose = o->verbose };
 	struct dps_sup_result res;
 	char err[512];
-	int rc, longest = 0;
+	int rc;
 
 	r.out = calloc((size_t)o->n_prompts, sizeof(int *));
 	r.n_out = calloc((size_t)o->n_prompts, sizeof(int));
@@ -104,14 +104,11 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		if (o->params) {
 			/* --requests: the request's own parameters; the deadline counts from now. */
 			q.p = o->params[k];
-			q.replica = o->replica[k] < o->par.dp ? o->replica[k] : -1;
-			if (q.p.deadline_ns)
-				q.p.deadline_ns += dps_now_ns();
+			q.replica = o->replica[k];
 		} else {
 			/* Each prompt its own seed: seed + its index, as on one rank with that seed. */
 			q.p.sampling.seed = o->sampling.seed + (uint64_t)k;
 		}
-		longest = o->n_prompt[k] > longest ? o->n_prompt[k] : longest;
 		if (dps_engine_submit(client, &q) < 0) {
 			dps_engine_client_free(client);
 			free(r.out);
@@ -121,8 +118,9 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		}
 	}
 	dps_engine_close_when_idle(client);
+	/* Long prompts go in chunks; the step never grows with them. */
 	if (!eo.max_batched_tokens)
-		eo.max_batched_tokens = longest > 512 ? longest : 512;
+		eo.max_batched_tokens = 512 > eo.max_num_seqs ? 512 : eo.max_num_seqs;
 	for (int k = 0; k < o->n_prompts; k++) {
 		r.out[k] = calloc((size_t)o->steps + 1, sizeof(int));
 		if (!r.out[k]) {
