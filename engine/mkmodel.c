@@ -27,6 +27,21 @@ const struct dps_mkmodel_preset dps_mkmodel_presets[] = {
 	  12, 32000, 1),
 	P("bench-1b", "about 1B parameters: hidden 2048, 16 layers, 32 heads over 8 KV heads",
 	  2048, 8192, 16, 32, 8, 32000, 1),
+	/* Mixtures of experts: layer 0 dense, the others 8 (or 32) experts, top 2 (or 4). */
+	{ "tiny-moe", "3 layers, 8 experts of 96, top 2, layer 0 dense, clamped SwiGLU",
+	  { .hidden_size = 64, .intermediate_size = 96, .num_hidden_layers = 3,
+	    .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16, .vocab_size = 256,
+	    .rms_norm_eps = 1e-5, .rope_theta = 10000.0, .max_position_embeddings = 2048,
+	    .tie_word_embeddings = 1, .bos_token_id = 1, .eos_token_id = 2,
+	    .num_local_experts = 8, .num_experts_per_tok = 2, .swiglu_limit = 7.0,
+	    .dense_layers = { 1 } } },
+	{ "bench-moe", "MoE benchmark: hidden 768, 12 layers, 32 experts of 512, top 4",
+	  { .hidden_size = 768, .intermediate_size = 512, .num_hidden_layers = 12,
+	    .num_attention_heads = 12, .num_key_value_heads = 4, .head_dim = 64,
+	    .vocab_size = 32000, .rms_norm_eps = 1e-5, .rope_theta = 10000.0,
+	    .max_position_embeddings = 2048, .tie_word_embeddings = 1, .bos_token_id = 1,
+	    .eos_token_id = 2, .num_local_experts = 32, .num_experts_per_tok = 4,
+	    .swiglu_limit = 7.0 } },
 	{ NULL, NULL, { 0 } },
 };
 
@@ -43,10 +58,13 @@ uint64_t dps_model_config_params(const struct dps_model_config *c)
 	const uint64_t h = (uint64_t)c->hidden_size, im = (uint64_t)c->intermediate_size;
 	const uint64_t q = (uint64_t)c->num_attention_heads * (uint64_t)c->head_dim;
 	const uint64_t kv = (uint64_t)c->num_key_value_heads * (uint64_t)c->head_dim;
-	const uint64_t layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * im * h;
+	const uint64_t attn = 2 * h + q * h + 2 * kv * h + h * q;
+	const uint64_t E = (uint64_t)c->num_local_experts;
+	uint64_t n = (uint64_t)c->vocab_size * h * (c->tie_word_embeddings ? 1 : 2) + h;
 
-	return (uint64_t)c->vocab_size * h * (c->tie_word_embeddings ? 1 : 2) +
-	       (uint64_t)c->num_hidden_layers * layer + h;
+	for (int l = 0; l < c->num_hidden_layers; l++)
+		n += attn + (dps_cfg_layer_moe(c, l) ? E * (h + 1) + E * 3 * im * h : 3 * im * h);
+	return n;
 }
 
 struct gen {
@@ -90,8 +108,10 @@ int dps_mkmodel(const struct dps_model_config *c, uint64_t seed, enum dps_st_dty
 	char path[4096];
 	int n = 0, rc;
 
-	t = calloc((size_t)L * 9 + 3, sizeof(*t));
-	g = calloc((size_t)L * 9 + 3, sizeof(*g));
+	const size_t per_layer = 9 + 2 + 3 * (size_t)c->num_local_experts;
+
+	t = calloc((size_t)L * per_layer + 3, sizeof(*t));
+	g = calloc((size_t)L * per_layer + 3, sizeof(*g));
 	if (!t || !g) {
 		free(t);
 		free(g);
@@ -128,9 +148,25 @@ int dps_mkmodel(const struct dps_model_config *c, uint64_t seed, enum dps_st_dty
 		LT("self_attn.v_proj.weight", 2, kv, h, 0.0f, std);
 		LT("self_attn.o_proj.weight", 2, h, q, 0.0f, out_std);
 		LT("post_attention_layernorm.weight", 1, h, 0, 1.0f, 0.1f);
-		LT("mlp.gate_proj.weight", 2, im, h, 0.0f, std);
-		LT("mlp.up_proj.weight", 2, im, h, 0.0f, std);
-		LT("mlp.down_proj.weight", 2, h, im, 0.0f, out_std);
+		if (!dps_cfg_layer_moe(c, l)) {
+			LT("mlp.gate_proj.weight", 2, im, h, 0.0f, std);
+			LT("mlp.up_proj.weight", 2, im, h, 0.0f, std);
+			LT("mlp.down_proj.weight", 2, h, im, 0.0f, out_std);
+			continue;
+		}
+		/* The router spreads tokens when its logits differ by O(1): a larger spread. */
+		LT("mlp.router.weight", 2, (uint64_t)c->num_local_experts, h, 0.0f, 1.0f);
+		LT("mlp.router.bias", 1, (uint64_t)c->num_local_experts, 0, 0.0f, 0.5f);
+		for (int e = 0; e < c->num_local_experts; e++) {
+			char sfx[96];
+
+			snprintf(sfx, sizeof(sfx), "mlp.experts.%d.gate_proj.weight", e);
+			LT(sfx, 2, im, h, 0.0f, std);
+			snprintf(sfx, sizeof(sfx), "mlp.experts.%d.up_proj.weight", e);
+			LT(sfx, 2, im, h, 0.0f, std);
+			snprintf(sfx, sizeof(sfx), "mlp.experts.%d.down_proj.weight", e);
+			LT(sfx, 2, h, im, 0.0f, out_std);
+		}
 #undef LT
 	}
 	T("model.norm.weight", 1, h, 0, 1.0f, 0.1f);

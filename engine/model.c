@@ -164,7 +164,38 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 			NM(n0, "post_attention_layernorm.weight");
 			rc = load(&ck, m, &w->ffn_norm, n0, 1, h, 0, err, errlen);
 		}
-		if (!rc) {
+		if (!rc && dps_cfg_layer_moe(c, l)) {
+			const uint64_t E = (uint64_t)c->num_local_experts, r[2] = { im, im };
+
+			NM(n0, "mlp.router.weight");
+			rc = load(&ck, m, &w->router, n0, 2, E, h, err, errlen);
+			NM(n0, "mlp.router.bias");
+			if (!rc)
+				rc = load(&ck, m, &w->router_bias, n0, 1, E, 0, err, errlen);
+			w->exp_gate_up = calloc(E, sizeof(float *));
+			w->exp_down = calloc(E, sizeof(float *));
+			if (!rc && (!w->exp_gate_up || !w->exp_down)) {
+				snprintf(err, errlen, "%s: out of memory", dir);
+				rc = -ENOMEM;
+			}
+			for (uint64_t e = 0; e < E && !rc; e++) {
+				char sfx[48];
+
+				snprintf(sfx, sizeof(sfx), "mlp.experts.%llu.gate_proj.weight",
+					 (unsigned long long)e);
+				NM(n0, sfx);
+				snprintf(sfx, sizeof(sfx), "mlp.experts.%llu.up_proj.weight",
+					 (unsigned long long)e);
+				NM(n1, sfx);
+				rc = load_stacked(&ck, m, &w->exp_gate_up[e], parts, names, r, 2, h, err,
+						  errlen);
+				snprintf(sfx, sizeof(sfx), "mlp.experts.%llu.down_proj.weight",
+					 (unsigned long long)e);
+				NM(n0, sfx);
+				if (!rc)
+					rc = load(&ck, m, &w->exp_down[e], n0, 2, h, im, err, errlen);
+			}
+		} else if (!rc) {
 			const uint64_t r[2] = { im, im };
 
 			NM(n0, "mlp.gate_proj.weight");
@@ -172,10 +203,10 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 			rc = load_stacked(&ck, m, &w->w_gate_up, parts, names, r, 2, h, err, errlen);
 			w->w_gate = parts[0];
 			w->w_up = parts[1];
-		}
-		if (!rc) {
-			NM(n0, "mlp.down_proj.weight");
-			rc = load(&ck, m, &w->w_down, n0, 2, h, im, err, errlen);
+			if (!rc) {
+				NM(n0, "mlp.down_proj.weight");
+				rc = load(&ck, m, &w->w_down, n0, 2, h, im, err, errlen);
+			}
 		}
 #undef NM
 	}
@@ -200,6 +231,22 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 	m->qkv = calloc(rows * ((size_t)qd + 2 * kv), sizeof(float));
 	m->att_out = calloc(rows * (size_t)qd, sizeof(float));
 	m->gu = calloc(rows * 2 * (size_t)c->intermediate_size, sizeof(float));
+	if (c->num_local_experts) {
+		const size_t E = (size_t)c->num_local_experts, k = (size_t)c->num_experts_per_tok;
+
+		m->router_lg = calloc(rows * E, sizeof(float));
+		m->route_w = calloc(rows * k, sizeof(float));
+		m->route_e = calloc(rows * k, sizeof(int));
+		m->gather = calloc(rows * (size_t)c->hidden_size, sizeof(float));
+		m->gather_ix = calloc(rows, sizeof(int));
+		m->exp_out = calloc(rows * k * (size_t)c->hidden_size, sizeof(float));
+		if (!m->router_lg || !m->route_w || !m->route_e || !m->gather || !m->gather_ix ||
+		    !m->exp_out) {
+			snprintf(err, errlen, "%s: out of memory for the MoE scratch", dir);
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
 	m->scores = calloc((size_t)m->score_threads * (size_t)m->max_pos, sizeof(float));
 	m->cs = calloc(rows * hd, sizeof(float));
 	m->logits = calloc((size_t)m->max_out * (size_t)c->vocab_size, sizeof(float));
@@ -233,6 +280,16 @@ void dps_model_free(struct dps_model *m)
 			free(w->ffn_norm);
 			free(w->w_gate_up);
 			free(w->w_down);
+			free(w->router);
+			free(w->router_bias);
+			for (int e = 0; e < m->cfg.num_local_experts; e++) {
+				if (w->exp_gate_up)
+					free(w->exp_gate_up[e]);
+				if (w->exp_down)
+					free(w->exp_down[e]);
+			}
+			free(w->exp_gate_up);
+			free(w->exp_down);
 		}
 	free(m->layers);
 	if (m->lm_head != m->embed)
@@ -246,6 +303,12 @@ void dps_model_free(struct dps_model *m)
 	free(m->qkv);
 	free(m->att_out);
 	free(m->gu);
+	free(m->router_lg);
+	free(m->route_w);
+	free(m->route_e);
+	free(m->gather);
+	free(m->gather_ix);
+	free(m->exp_out);
 	free(m->scores);
 	free(m->cs);
 	free(m->logits);
@@ -304,6 +367,68 @@ static void linear_ref(struct dps_model *m, float *out, const float *x, const fl
 {
 	(void)m;
 	dps_linear_f32_ref(out, x, W, rows, n, k);
+}
+
+typedef void (*linear_fn)(struct dps_model *, float *, const float *, const float *, int, int,
+			  int);
+
+/*
+ * A mixture-of-experts MLP on the n normed rows in m->xb, added into m->x: the router (with
+ * bias) picks each row's k experts and their weights; every expert runs once on the rows that
+ * chose it; each row then adds its k outputs in the router's order, so a row's result does
+ * not depend on the other rows.
+ */
+static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, int fast,
+		linear_fn linear)
+{
+	const struct dps_model_config *c = &m->cfg;
+	const int dim = c->hidden_size, im = c->intermediate_size;
+	const int E = c->num_local_experts, k = c->num_experts_per_tok;
+	const float limit = (float)c->swiglu_limit;
+
+	linear(m, m->router_lg, m->xb, w->router, n, E, dim);
+	for (int i = 0; i < n; i++) {
+		float *lg = m->router_lg + (size_t)i * E;
+
+		for (int e = 0; e < E; e++)
+			lg[e] += w->router_bias[e];
+		dps_moe_route(lg, E, k, m->route_e + (size_t)i * k, m->route_w + (size_t)i * k);
+	}
+	for (int e = 0; e < E; e++) {
+		int cnt = 0;
+
+		for (int s = 0; s < n * k; s++)
+			if (m->route_e[s] == e) {
+				memcpy(m->gather + (size_t)cnt * dim, m->xb + (size_t)(s / k) * dim,
+				       sizeof(float) * (size_t)dim);
+				m->gather_ix[cnt++] = s;
+			}
+		if (!cnt)
+			continue;
+		linear(m, m->gu, m->gather, w->exp_gate_up[e], cnt, 2 * im, dim);
+		for (int r = 0; r < cnt; r++) {
+			float *g = m->gu + (size_t)r * 2 * im;
+
+			if (limit > 0)
+				(fast ? dps_swiglu_clamped : dps_swiglu_clamped_ref)(g, g + im, im, limit);
+			else
+				(fast ? dps_swiglu : dps_swiglu_ref)(g, g + im, im);
+			memmove(m->gu + (size_t)r * im, g, sizeof(float) * (size_t)im);
+		}
+		linear(m, m->gather, m->gu, w->exp_down[e], cnt, dim, im);
+		for (int r = 0; r < cnt; r++)
+			memcpy(m->exp_out + (size_t)m->gather_ix[r] * dim, m->gather + (size_t)r * dim,
+			       sizeof(float) * (size_t)dim);
+	}
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < k; j++) {
+			const float wt = m->route_w[(size_t)i * k + (size_t)j];
+			const float *o = m->exp_out + ((size_t)i * k + (size_t)j) * dim;
+			float *x = m->x + (size_t)i * dim;
+
+			for (int d = 0; d < dim; d++)
+				x[d] += wt * o[d];
+		}
 }
 
 static const float *step(struct dps_model *m, int n, const int *tokens, const int *pos,
@@ -366,6 +491,10 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 		/* MLP: norm, the stacked gate/up product, SwiGLU, down. */
 		for (int i = 0; i < n; i++)
 			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->ffn_norm, dim, eps);
+		if (w->router) {
+			moe(m, w, n, fast, linear);
+			continue;
+		}
 		linear(m, m->gu, m->xb, w->w_gate_up, n, 2 * im, dim);
 		for (int i = 0; i < n; i++) {
 			float *g = m->gu + (size_t)i * 2 * im;

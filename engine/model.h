@@ -25,6 +25,10 @@ struct dps_layer_weights {
 	float *w_gate_up;   /* gate_proj and up_proj stacked: (2 * intermediate, hidden) */
 	float *w_gate, *w_up; /* (intermediate, hidden), inside w_gate_up */
 	float *w_down;      /* (hidden, intermediate) */
+	/* A mixture-of-experts layer instead (w_gate_up and w_down NULL): */
+	float *router, *router_bias;  /* (experts, hidden), (experts) */
+	float **exp_gate_up;          /* (experts) each (2 * intermediate, hidden) */
+	float **exp_down;             /* (experts) each (hidden, intermediate) */
 };
 
 struct dps_model_opts {
@@ -45,6 +49,10 @@ struct dps_model {
 	float *key_cache, *value_cache; /* (layers, max_seqs, max_pos, kv_heads * head_dim) */
 	/* Per-step scratch, max_rows rows each (scores: one row of max_pos per thread). */
 	float *x, *xb, *qkv, *att_out, *gu, *scores, *cs, *logits;
+	/* MoE scratch: router logits (rows, experts), the chosen experts and weights (rows, k),
+	 * gathered rows (rows, hidden) and each (row, choice)'s expert output (rows, k, hidden) */
+	float *router_lg, *route_w, *gather, *exp_out;
+	int *route_e, *gather_ix;
 	int score_threads;
 	/* Counters of the fast step's matrix products, for benchmarks (never reset by the model). */
 	uint64_t linear_ns;

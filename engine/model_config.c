@@ -98,6 +98,40 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 	    get_real(root, "rms_norm_eps", 1e-30, 1.0, &c->rms_norm_eps, err, errlen) ||
 	    get_real(root, "rope_theta", 1.0, 1e12, &c->rope_theta, err, errlen))
 		goto out;
+	if (get_int(root, "num_local_experts", 0, 0, DPS_CFG_MAX_EXPERTS, &c->num_local_experts,
+		    err, errlen) ||
+	    get_int(root, "num_experts_per_tok", 0, 0, DPS_CFG_MAX_EXPERTS,
+		    &c->num_experts_per_tok, err, errlen) ||
+	    get_real(root, "swiglu_limit", 0.0, 1e6, &c->swiglu_limit, err, errlen))
+		goto out;
+	if (c->num_local_experts &&
+	    (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_local_experts)) {
+		snprintf(err, errlen, "config.json: num_experts_per_tok %d must be between 1 and "
+			 "num_local_experts %d", c->num_experts_per_tok, c->num_local_experts);
+		goto out;
+	}
+	v = json_object_get(root, "mlp_only_layers");
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *e;
+
+		if (!json_is_array(v)) {
+			snprintf(err, errlen, "config.json: 'mlp_only_layers' must be a list of layer "
+				 "indices");
+			goto out;
+		}
+		json_array_foreach(v, i, e) {
+			json_int_t l = json_is_integer(e) ? json_integer_value(e) : -1;
+
+			if (l < 0 || l >= c->num_hidden_layers) {
+				snprintf(err, errlen, "config.json: 'mlp_only_layers' entry %zu is not a "
+					 "layer index below num_hidden_layers %d", i,
+					 c->num_hidden_layers);
+				goto out;
+			}
+			c->dense_layers[l / 64] |= 1ull << (l % 64);
+		}
+	}
 	v = json_object_get(root, "tie_word_embeddings");
 	if (v && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
@@ -202,6 +236,25 @@ int dps_model_config_save(const struct dps_model_config *c, const char *path)
 
 	if (!root)
 		return -ENOMEM;
+	if (c->num_local_experts) {
+		json_t *dense = json_array();
+
+		for (int l = 0; l < c->num_hidden_layers && dense; l++)
+			if (!dps_cfg_layer_moe(c, l))
+				json_array_append_new(dense, json_integer(l));
+		if (!dense || json_object_set_new(root, "num_local_experts",
+						  json_integer(c->num_local_experts)) ||
+		    json_object_set_new(root, "num_experts_per_tok",
+					json_integer(c->num_experts_per_tok)) ||
+		    json_object_set_new(root, "swiglu_limit", json_real(c->swiglu_limit)) ||
+		    json_object_set_new(root, "mlp_only_layers", dense) ||
+		    json_object_set_new(root, "architectures",
+					json_pack("[s]", "GptOssForCausalLM")) ||
+		    json_object_set_new(root, "model_type", json_string("gpt_oss"))) {
+			json_decref(root);
+			return -ENOMEM;
+		}
+	}
 	rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS) ? -EIO : 0;
 	json_decref(root);
 	return rc;

@@ -9,6 +9,9 @@
 
 #include <stddef.h>
 
+#define DPS_CFG_MAX_LAYERS_WORDS 64 /* DPS_CFG_MAX_LAYERS / 64 */
+#define DPS_CFG_MAX_EXPERTS 1024
+
 struct dps_model_config {
 	int hidden_size;
 	int intermediate_size;
@@ -22,6 +25,15 @@ struct dps_model_config {
 	int max_position_embeddings; /* default 2048 */
 	int tie_word_embeddings;   /* default 0 */
 	int bos_token_id, eos_token_id; /* default 1 and 2 */
+	/*
+	 * Mixture of experts (GPT-OSS style): num_local_experts experts of intermediate_size
+	 * each in every layer not listed in mlp_only_layers, num_experts_per_tok of them per token
+	 * chosen by a router with bias. swiglu_limit > 0 selects GPT-OSS's clamped SwiGLU.
+	 * num_local_experts 0 (the default) is a dense model.
+	 */
+	int num_local_experts, num_experts_per_tok;
+	double swiglu_limit;
+	unsigned long long dense_layers[DPS_CFG_MAX_LAYERS_WORDS]; /* bit l: layer l is dense */
 };
 
 /* Upper bounds that keep every size computation far from overflow. */
@@ -29,6 +41,12 @@ struct dps_model_config {
 #define DPS_CFG_MAX_LAYERS 4096
 #define DPS_CFG_MAX_VOCAB (1 << 24)
 #define DPS_CFG_MAX_POS (1 << 24)
+
+/* Whether layer l's MLP is a mixture of experts. */
+static inline int dps_cfg_layer_moe(const struct dps_model_config *c, int l)
+{
+	return c->num_local_experts > 0 && !((c->dense_layers[l / 64] >> (l % 64)) & 1ull);
+}
 
 /*
  * Parses a config.json held in buf (len bytes). Returns 0, or -EINVAL with a message naming

@@ -55,6 +55,12 @@ static int round_up(int a, int b)
 int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg *par, char *err,
 		    size_t errlen)
 {
+	if (cfg->num_local_experts) {
+		snprintf(err, errlen, "this is a mixture-of-experts model (%d experts): it runs on one "
+			 "rank with one prompt for now; the sharded engine and expert parallelism do "
+			 "not take it yet", cfg->num_local_experts);
+		return -DPS_ECONFIG;
+	}
 	if ((long)par->tp * par->attn_dp > cfg->num_attention_heads) {
 		snprintf(err, errlen, "--tensor-parallel-size %d x --attention-dp-size %d = %d is more "
 			 "than the model's %d query heads", par->tp, par->attn_dp,

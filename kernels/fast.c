@@ -173,6 +173,33 @@ void dps_swiglu(float *g, const float *u, int n)
 		dps_swiglu_ref(g, u, n);
 }
 
+__attribute__((target("avx512f"))) static void swiglu_clamped512(float *g, const float *u, int n,
+								  float limit)
+{
+	const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit);
+	const __m512 nlim = _mm512_set1_ps(-limit), alpha = _mm512_set1_ps(-1.702f);
+
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+		const __m512 gv = _mm512_min_ps(_mm512_maskz_loadu_ps(m, g + i), lim);
+		const __m512 uv = _mm512_max_ps(_mm512_min_ps(_mm512_maskz_loadu_ps(m, u + i), lim),
+						nlim);
+		const __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_mul_ps(alpha,
+											     gv))));
+
+		_mm512_mask_storeu_ps(g + i, m,
+				      _mm512_mul_ps(_mm512_add_ps(uv, one), _mm512_mul_ps(gv, sig)));
+	}
+}
+
+void dps_swiglu_clamped(float *g, const float *u, int n, float limit)
+{
+	if (have_avx512())
+		swiglu_clamped512(g, u, n, limit);
+	else
+		dps_swiglu_clamped_ref(g, u, n, limit);
+}
+
 void dps_embedding(float *out, const float *table, int dim, int token)
 {
 	memcpy(out, table + (size_t)token * (size_t)dim, sizeof(float) * (size_t)dim);

@@ -31,6 +31,19 @@ void dps_softmax_ref(float *x, int n);
 /* g[i] = silu(g[i]) * u[i]. */
 void dps_swiglu_ref(float *g, const float *u, int n);
 
+/*
+ * GPT-OSS's clamped SwiGLU: g = min(g, limit), u = clamp(u, -limit, limit),
+ * g[i] = (u + 1) * g * sigmoid(1.702 * g).
+ */
+void dps_swiglu_clamped_ref(float *g, const float *u, int n, float limit);
+
+/*
+ * MoE routing of one token: the k largest of n router logits (ties to the lower expert), in
+ * descending order, into experts[k], and their softmax (over those k only) into weights[k].
+ * Deterministic; its test compares it with a brute-force choice.
+ */
+void dps_moe_route(const float *logits, int n, int k, int *experts, float *weights);
+
 /* Index of the largest value, the lowest index among equals. */
 int dps_argmax_ref(const float *x, int n);
 
@@ -64,6 +77,7 @@ void dps_rope_table(float *cs, int head_dim, int pos, float theta);
 void dps_rope(float *x, int n_heads, int head_dim, const float *cs);
 void dps_softmax(float *x, int n);
 void dps_swiglu(float *g, const float *u, int n);
+void dps_swiglu_clamped(float *g, const float *u, int n, float limit);
 void dps_embedding(float *out, const float *table, int dim, int token);
 void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
 		   int head_dim, size_t kv_stride, float *scratch);

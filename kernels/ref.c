@@ -140,3 +140,40 @@ void dps_attention_paged_ref(float *out, const float *q, const float *k, const f
 			out[i] += scratch[t] * v[at + (size_t)i];
 	}
 }
+
+void dps_swiglu_clamped_ref(float *g, const float *u, int n, float limit)
+{
+	for (int i = 0; i < n; i++) {
+		const float gi = g[i] < limit ? g[i] : limit;
+		const float ui = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+
+		g[i] = (ui + 1.0f) * (gi * (1.0f / (1.0f + expf(-1.702f * gi))));
+	}
+}
+
+void dps_moe_route(const float *logits, int n, int k, int *experts, float *weights)
+{
+	float max, sum = 0.0f;
+
+	/* Selection by repeated maximum: k is small (up to a few dozen). */
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+
+		for (int e = 0; e < n; e++) {
+			int taken = 0;
+
+			for (int q = 0; q < j && !taken; q++)
+				taken = experts[q] == e;
+			if (!taken && (best < 0 || logits[e] > logits[best]))
+				best = e;
+		}
+		experts[j] = best;
+	}
+	max = logits[experts[0]];
+	for (int j = 0; j < k; j++) {
+		weights[j] = expf(logits[experts[j]] - max);
+		sum += weights[j];
+	}
+	for (int j = 0; j < k; j++)
+		weights[j] /= sum;
+}

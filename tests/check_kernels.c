@@ -88,6 +88,67 @@ START_TEST(test_softmax_swiglu)
 }
 END_TEST
 
+START_TEST(test_swiglu_clamped)
+{
+	const int n = sizes[_i];
+	float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+	float *u = malloc(sizeof(float) * n);
+
+	/* Values on both sides of the limit 7 for gate and up. */
+	fill(a, n, 31, 12.0f);
+	fill(u, n, 32, 12.0f);
+	memcpy(b, a, sizeof(float) * n);
+	dps_swiglu_clamped(a, u, n, 7.0f);
+	dps_swiglu_clamped_ref(b, u, n, 7.0f);
+	ck_assert_msg(rel_err(a, b, n, 1e-6) < 2e-6, "n=%d: %g", n, rel_err(a, b, n, 1e-6));
+	/* The clamp acts: a huge gate gives what the limit gives. */
+	a[0] = 1000.0f;
+	u[0] = 1000.0f;
+	b[0] = 7.0f;
+	dps_swiglu_clamped_ref(a, u, 1, 7.0f);
+	dps_swiglu_clamped_ref(b, u, 1, 7.0f);
+	ck_assert(a[0] == b[0] && a[0] > 50.0f);
+	free(a);
+	free(b);
+	free(u);
+}
+END_TEST
+
+START_TEST(test_moe_route)
+{
+	/* Against a brute-force choice: every pair of the chosen and the others is ordered. */
+	float logits[37], w[8], sum = 0;
+	int ex[8];
+
+	for (int trial = 0; trial < 200; trial++) {
+		const int n = 2 + trial % 36, k = 1 + trial % (n < 8 ? n : 8);
+
+		fill(logits, n, 40 + (uint32_t)trial, 4.0f);
+		if (trial % 3 == 0)
+			logits[n - 1] = logits[0]; /* a tie: the lower expert wins */
+		dps_moe_route(logits, n, k, ex, w);
+		sum = 0;
+		for (int j = 0; j < k; j++) {
+			sum += w[j];
+			if (j)
+				ck_assert(logits[ex[j - 1]] > logits[ex[j]] ||
+					  (logits[ex[j - 1]] == logits[ex[j]] && ex[j - 1] < ex[j]));
+			for (int e = 0; e < n; e++) {
+				int chosen = 0;
+
+				for (int q = 0; q < k; q++)
+					chosen |= ex[q] == e;
+				if (!chosen)
+					ck_assert(logits[e] < logits[ex[j]] ||
+						  (logits[e] == logits[ex[j]] && e > ex[j]));
+			}
+		}
+		ck_assert(fabsf(sum - 1.0f) < 1e-6f);
+		ck_assert(k == 1 || w[0] >= w[k - 1]);
+	}
+}
+END_TEST
+
 START_TEST(test_softmax_extremes)
 {
 	/* Values exp cannot represent, and ties, give what the reference gives. */
@@ -360,6 +421,8 @@ int main(void)
 	tcase_add_loop_test(tc, test_rmsnorm, 0, NSIZES);
 	tcase_add_loop_test(tc, test_softmax_swiglu, 0, NSIZES);
 	tcase_add_test(tc, test_softmax_extremes);
+	tcase_add_loop_test(tc, test_swiglu_clamped, 0, NSIZES);
+	tcase_add_test(tc, test_moe_route);
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_embedding);
 	tcase_add_loop_test(tc, test_attention, 0, 5);

@@ -322,6 +322,17 @@ expect_rc 2
 run generate --help
 grep -q -- "--config FILE" "$tmp/out" || fail "$desc: --help does not describe --config"
 
+# ---- mixture-of-experts models on one rank ----------------------------------------------
+run mkmodel --preset tiny-moe --out "$tmp/moe" --seed 1
+expect_rc 0
+run generate --model "$tmp/moe" -n 12 --prompt-ids "5 9"
+if expect_rc 0; then
+	[ "$(wc -w <"$tmp/out")" -eq 12 ] || { fail "$desc: want 12 ids"; show stdout "$tmp/out"; }
+fi
+run generate --model "$tmp/moe" -n 12 --prompt-ids --tensor-parallel-size 2 "5 9"
+expect_rc 2
+grep -q "mixture-of-experts" "$tmp/err" || fail "$desc: the refusal does not say why"
+
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 
 # ---- dpshard convert and generate: stories260K against the golden outputs ------------------

@@ -26,5 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	DPS_ASSERT(c.head_dim >= 2 && c.head_dim % 2 == 0);
 	DPS_ASSERT(c.vocab_size >= 1 && c.bos_token_id < c.vocab_size && c.eos_token_id < c.vocab_size);
 	DPS_ASSERT(c.rms_norm_eps > 0 && c.rope_theta >= 1);
+	DPS_ASSERT(c.num_local_experts >= 0 && c.num_local_experts <= DPS_CFG_MAX_EXPERTS);
+	DPS_ASSERT(!c.num_local_experts ||
+		   (c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_local_experts));
+	DPS_ASSERT(c.swiglu_limit >= 0);
 	return 0;
 }
