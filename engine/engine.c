@@ -677,6 +677,8 @@ struct dps_engine_client {
 	int64_t *cancels;
 	int n_cancels, cap_cancels;
 	int *wake;                 /* replicas to wake (coupled engines sleep together) */
+	unsigned char *blocked;    /* per replica, this tick: its ring was full */
+	int first_unsent;          /* requests before it are all sent or finished */
 };
 
 int dps_engine_client_new(struct dps_engine_client **out, int dp, int tp,
@@ -694,7 +696,8 @@ int dps_engine_client_new(struct dps_engine_client **out, int dp, int tp,
 	c->running = calloc((size_t)dp, sizeof(int));
 	c->sent = calloc((size_t)dp, sizeof(uint64_t));
 	c->wake = calloc((size_t)dp, sizeof(int));
-	if (!c->waiting || !c->running || !c->sent || !c->wake) {
+	c->blocked = calloc((size_t)dp, 1);
+	if (!c->waiting || !c->running || !c->sent || !c->wake || !c->blocked) {
 		dps_engine_client_free(c);
 		return -ENOMEM;
 	}
@@ -713,6 +716,7 @@ void dps_engine_client_free(struct dps_engine_client *c)
 	free(c->running);
 	free(c->sent);
 	free(c->wake);
+	free(c->blocked);
 	free(c->cancels);
 	free(c);
 }
@@ -892,35 +896,62 @@ static int send_req(struct dps_engine_client *c, struct creq *q)
 int dps_engine_tick(void *client)
 {
 	struct dps_engine_client *c = client;
-	int busy = 0;
+	int busy = 0, keep = 0;
 
-	/* Requests in order (a replica receives its requests one after another, whole). */
-	for (int i = 0; i < c->n; i++) {
+	/*
+	 * Requests in order per replica (each receives its requests one after another, whole);
+	 * a replica whose ring is full holds back only its own.
+	 */
+	memset(c->blocked, 0, (size_t)c->dp);
+	for (int i = c->first_unsent; i < c->n; i++) {
 		struct creq *q = &c->reqs[i];
 
-		if (q->finished || q->sent_all)
+		if (q->finished || q->sent_all) {
+			if (i == c->first_unsent)
+				c->first_unsent++;
+			continue;
+		}
+		if (c->blocked[q->replica])
 			continue;
 		if (send_req(c, q)) {
+			c->blocked[q->replica] = 1;
 			busy = 1;
-			break;
 		}
 	}
-	for (int d = 0; d < c->dp && !busy; d++) {
+	for (int d = 0; d < c->dp; d++) {
 		const struct m_hdr w = { M_WAKE, 0, 0 };
 
-		if (c->wake[d] && dps_sup_send(d * c->tp, &w, sizeof(w)) == 0)
+		if (c->wake[d] && !c->blocked[d] && dps_sup_send(d * c->tp, &w, sizeof(w)) == 0)
 			c->wake[d] = 0;
 		busy |= c->wake[d];
 	}
-	while (c->n_cancels && !busy) {
-		struct creq *q = creq_find(c, c->cancels[c->n_cancels - 1]);
-		const struct m_hdr m = { M_CANCEL, 0, c->cancels[c->n_cancels - 1] };
+	for (int i = 0; i < c->n_cancels; i++) {
+		struct creq *q = creq_find(c, c->cancels[i]);
+		const struct m_hdr m = { M_CANCEL, 0, c->cancels[i] };
 
-		if (q && !q->finished && dps_sup_send(q->replica * c->tp, &m, sizeof(m)))
+		if (!q || q->finished)
+			continue;
+		if (!q->sent) {
+			/* Never sent: it ends here. */
+			q->finished = 1;
+			q->sent_all = 1;
+			c->waiting[q->replica]--;
+			c->outstanding--;
+			free(q->prompt);
+			q->prompt = NULL;
+			if (c->cb.done)
+				c->cb.done(c->cb.arg, q->user, DPS_FINISH_CANCELLED, 0);
+			continue;
+		}
+		/* After the whole request, through the same ring. */
+		if (!q->sent_all || c->blocked[q->replica] ||
+		    dps_sup_send(q->replica * c->tp, &m, sizeof(m))) {
+			c->blocked[q->replica] = 1;
+			c->cancels[keep++] = c->cancels[i];
 			busy = 1;
-		else
-			c->n_cancels--;
+		}
 	}
+	c->n_cancels = keep;
 	if (!busy && c->closing && !c->outstanding && !c->stopped) {
 		const struct m_hdr m = { M_STOP, 0, 0 };
 		int all = 1;

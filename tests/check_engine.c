@@ -138,6 +138,9 @@ static int run(struct dps_par_cfg par, int n, const int *named, int deadline_k, 
 			q.p.deadline_ns = 1000000; /* 1 ms from its arrival at the replica */
 		ck_assert_int_eq(dps_engine_submit(res.client, &q), k);
 	}
+	/* Cancelled before it was ever sent: it ends in the client. */
+	if (res.cancel_first && n > 3)
+		dps_engine_cancel(res.client, 3);
 	dps_engine_close_when_idle(res.client);
 	rc = dps_sup_run(&so, &sr, err, len);
 	return rc;
@@ -234,9 +237,11 @@ START_TEST(test_cancel_and_deadline)
 	char err[512];
 
 	res.cancel_first = 1;
-	ck_assert_msg(run(par, 3, NULL, 2, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(run(par, 4, NULL, 2, err, sizeof(err)) == 0, "%s", err);
 	res.cancel_first = 0;
-	ck_assert_int_eq(res.done, 3);
+	ck_assert_int_eq(res.done, 4);
+	ck_assert_int_eq(res.why[3], DPS_FINISH_CANCELLED);
+	ck_assert_int_eq(res.n[3], 0);
 	ck_assert_int_eq(res.why[0], DPS_FINISH_CANCELLED);
 	ck_assert_int_ge(res.n[0], 1);
 	ck_assert_int_eq(res.why[1], DPS_FINISH_LENGTH);
