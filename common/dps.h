@@ -74,6 +74,14 @@ uint64_t dps_now_ns(void);
  * bytes escaped, no surrounding quotes. */
 void dps_json_escape(FILE *f, const char *s, size_t len);
 
+/*
+ * Zeroed memory for large arrays that are streamed (weights, KV caches, benchmark buffers):
+ * 2 MiB-aligned and advised for transparent huge pages from 2 MiB up, since with 4 KiB pages
+ * the hardware prefetcher stops at every page boundary. Free with free(). NULL when out of
+ * memory.
+ */
+void *dps_alloc_huge(size_t bytes);
+
 /* CPUs this process may run on (its affinity mask), at least 1. */
 int dps_cpus_allowed(void);
 

@@ -6,9 +6,11 @@
 #include <ctype.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include "common/dps.h"
 
@@ -32,6 +34,23 @@ void dps_json_escape(FILE *f, const char *s, size_t len)
 		else
 			fputc(ch, f);
 	}
+}
+
+void *dps_alloc_huge(size_t bytes)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *p = NULL;
+
+	if (bytes >= huge) {
+		const size_t r = (bytes + huge - 1) / huge * huge;
+
+		if (posix_memalign(&p, huge, r))
+			return NULL;
+		(void)madvise(p, r, MADV_HUGEPAGE);
+		memset(p, 0, bytes);
+		return p;
+	}
+	return calloc(1, bytes ? bytes : 1);
 }
 
 int dps_cpus_allowed(void)

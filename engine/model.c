@@ -3,7 +3,6 @@
  * engine/model.c - the whole-model decoder (see model.h).
  */
 #include <string.h>
-#include <sys/mman.h>
 
 #include "common/dps.h"
 #include "engine/ckpt.h"
@@ -11,25 +10,6 @@
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
-
-/*
- * Weights live in 2 MiB-aligned memory advised for transparent huge pages: decode streams
- * every weight once per token, and with 4 KiB pages the hardware prefetcher stops at every
- * page boundary and the TLB misses on every other one.
- */
-static void *weight_alloc(size_t bytes)
-{
-	const size_t huge = (size_t)2 << 20;
-	void *p = NULL;
-
-	if (bytes >= huge) {
-		if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
-			return NULL;
-		(void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
-		return p;
-	}
-	return malloc(bytes);
-}
 
 /* Reads tensor name, of shape (d0[, d1]), into dst (allocated by the caller). */
 static int load_into(struct dps_ckpt *ck, float *dst, const char *name, int ndim, uint64_t d0,
@@ -55,7 +35,7 @@ static int check_shape(struct dps_ckpt *ck, const char *name, int ndim, uint64_t
 static int alloc_weight(struct dps_model *m, float **dst, size_t n, const char *dir,
 			const char *what, char *err, size_t errlen)
 {
-	*dst = weight_alloc(n * sizeof(float));
+	*dst = dps_alloc_huge(n * sizeof(float));
 	if (!*dst) {
 		snprintf(err, errlen, "%s: cannot allocate %zu bytes for '%s'", dir,
 			 n * sizeof(float), what);
@@ -222,8 +202,8 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 		m->lm_head = m->embed;
 	cache = (size_t)c->num_hidden_layers * (size_t)m->max_seqs * (size_t)m->max_pos * kv;
 	m->cache_bytes = 2 * cache * sizeof(float);
-	m->key_cache = weight_alloc(cache * sizeof(float));
-	m->value_cache = weight_alloc(cache * sizeof(float));
+	m->key_cache = dps_alloc_huge(cache * sizeof(float));
+	m->value_cache = dps_alloc_huge(cache * sizeof(float));
 	rows = (size_t)m->max_rows;
 	m->score_threads = dps_pool_size(dps_gemm_pool());
 	m->x = calloc(rows * (size_t)c->hidden_size, sizeof(float));
@@ -258,9 +238,6 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 		rc = -ENOMEM;
 		goto out;
 	}
-	/* Cache memory is touched now, not in the middle of the first steps. */
-	memset(m->key_cache, 0, cache * sizeof(float));
-	memset(m->value_cache, 0, cache * sizeof(float));
 out:
 	dps_ckpt_close(&ck);
 	if (rc)

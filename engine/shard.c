@@ -72,23 +72,6 @@ int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg
 
 /* ---- loading ---------------------------------------------------------------------------- */
 
-static void *big_alloc(size_t bytes)
-{
-	const size_t huge = (size_t)2 << 20;
-	void *p = NULL;
-
-	if (bytes >= huge) {
-		const size_t r = (bytes + huge - 1) / huge * huge;
-
-		if (posix_memalign(&p, huge, r))
-			return NULL;
-		(void)madvise(p, r, MADV_HUGEPAGE);
-		memset(p, 0, bytes);
-		return p;
-	}
-	return calloc(1, bytes ? bytes : 1);
-}
-
 /*
  * The KV cache: anonymous memory, zero and untouched until a block is written, so a large
  * budget costs nothing until it is used; huge pages, since attention streams it.
@@ -124,7 +107,7 @@ static float *alloc_part(struct loader *L, enum dps_shard_part part, size_t floa
 
 	if (L->rc)
 		return NULL;
-	p = big_alloc(floats * sizeof(float));
+	p = dps_alloc_huge(floats * sizeof(float));
 	if (!p) {
 		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of weights",
 			 L->s->w ? L->s->w->rank : 0, floats * sizeof(float));

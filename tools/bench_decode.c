@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include <immintrin.h>
 
@@ -143,10 +142,9 @@ static double read_bandwidth(size_t bytes, int reps)
 	void *p = NULL;
 
 	bytes = (bytes + huge - 1) / huge * huge;
-	if (posix_memalign(&p, huge, bytes))
+	p = dps_alloc_huge(bytes); /* zeroed: every page touched before the timing */
+	if (!p)
 		return 0;
-	(void)madvise(p, bytes, MADV_HUGEPAGE);
-	memset(p, 1, bytes);
 	j.buf = p;
 	j.n = bytes / sizeof(float);
 	j.chunks = 4 * dps_pool_size(dps_gemm_pool());
