@@ -512,44 +512,68 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 
 /* ---- reduce-scatter ------------------------------------------------------------------------------ */
 
-int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
-			   enum dps_dtype t)
+int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
+			    enum dps_dtype t)
 {
 	struct timer tm = stat_begin(c, DPS_COLL_REDUCESCATTER);
 	const size_t esz = dps_dtype_size(t);
 	const void **src = c->src;
-	size_t bytes, w, off;
+	size_t total = 0, maxc = 0, w, off, b;
 	int i, q, rc = 0;
 
-	if (dps_size_mul(count, esz, &bytes))
-		return -EINVAL;
+	for (q = 0; q < c->n; q++) {
+		if (dps_size_mul(counts[q], esz, &b) || dps_size_add(total, b, &total))
+			return -EINVAL;
+		if (counts[q] > maxc)
+			maxc = counts[q];
+	}
 	if (c->n == 1) {
 		if (recv != send)
-			memmove(recv, send, bytes);
-		return stat_end(c, tm, bytes, 0);
+			memmove(recv, send, total);
+		return stat_end(c, tm, total, 0);
 	}
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
-	for (off = 0; off < count; off += w) {
-		const size_t m = count - off < w ? count - off : w;
+	for (off = 0; off < maxc; off += w) {
 		const uint64_t s = c->seq + 1;
+		size_t pos = 0, m;
 		unsigned k;
 
 		rc = slot_acquire(c, &k);
 		if (rc)
 			break;
-		for (q = 0; q < c->n; q++)
-			memcpy(slot_data(c, c->me, k, 0) + (size_t)q * w * esz,
-			       (const char *)send + ((size_t)q * count + off) * esz, m * esz);
+		for (q = 0; q < c->n; q++) {
+			if (counts[q] > off) {
+				m = counts[q] - off < w ? counts[q] - off : w;
+				memcpy(slot_data(c, c->me, k, 0) + (size_t)q * w * esz,
+				       (const char *)send + (pos + off) * esz, m * esz);
+			}
+			pos += counts[q];
+		}
 		rc = step_sync(c, k, s);
 		if (rc)
 			break;
-		for (i = 0; i < c->n; i++)
-			src[i] = slot_data(c, i, k, 0) + (size_t)c->me * w * esz;
-		dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
+		if (counts[c->me] > off) {
+			m = counts[c->me] - off < w ? counts[c->me] - off : w;
+			for (i = 0; i < c->n; i++)
+				src[i] = slot_data(c, i, k, 0) + (size_t)c->me * w * esz;
+			dps_reduce_sum(t, (char *)recv + off * esz, src, c->n, m);
+		}
 		c->slot_last[k] = s;
 	}
-	return stat_end(c, tm, bytes * (size_t)c->n, rc);
+	return stat_end(c, tm, total, rc);
+}
+
+int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
+			   enum dps_dtype t)
+{
+	size_t one = count;
+
+	if (c->n == 1)
+		return dps_coll_reducescatterv(c, send, recv, &one, t);
+	for (int i = 0; i < c->n; i++)
+		c->counts[i] = count;
+	return dps_coll_reducescatterv(c, send, recv, c->counts, t);
 }
 
 /* ---- all-to-all-v -------------------------------------------------------------------------------- */

@@ -119,6 +119,14 @@ int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, siz
 			   enum dps_dtype t);
 
 /*
+ * Variable sizes: send holds n blocks packed in group order, block q of counts[q] elements
+ * (0 allowed) for member q; recv (counts[me]) = sum over members of their block me. Every
+ * member passes the same counts.
+ */
+int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
+			    enum dps_dtype t);
+
+/*
  * Member i sends scounts[j] elements from send + sdispls[j] to member j, which receives them
  * at recv + rdispls[i]; rcounts[i] must equal member i's scounts[me]. NULL displacements mean
  * packed in group order. Returns -EINVAL (after completing the exchange) on a count mismatch.

@@ -214,21 +214,34 @@ static int run_allgather(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	return 0;
 }
 
-static int run_reducescatter(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt)
+/* var: every member's block has its own size (some 0), as dps_coll_reducescatterv takes. */
+static int run_reducescatter(struct ctx *x, enum dps_dtype t, size_t count, uint32_t salt, int var)
 {
 	struct dps_comm *c = x->c;
 	const size_t esz = dps_dtype_size(t);
+	size_t counts[DPS_MAX_WORLD], total = 0, first = 0, mine;
 	int rc;
 
-	gen(t, x->a, count * (size_t)c->n, (uint32_t)c->me, 0, salt);
-	for (size_t j = 0; j < count; j++)
-		oracle_sum(t, x->want + j * esz, (uint32_t)c->n, (uint32_t)((size_t)c->me * count + j),
-			   salt);
-	memset(x->b, 0xEF, count * esz);
-	rc = dps_coll_reducescatter(c, x->a, x->b, count, t);
+	for (int i = 0; i < c->n; i++) {
+		counts[i] = var ? (i % 3 == 1 ? 0 : count + (size_t)i * 3) : count;
+		if (i < c->me)
+			first += counts[i];
+		total += counts[i];
+	}
+	mine = counts[c->me];
+	gen(t, x->a, total, (uint32_t)c->me, 0, salt);
+	for (size_t j = 0; j < mine; j++)
+		oracle_sum(t, x->want + j * esz, (uint32_t)c->n, (uint32_t)(first + j), salt);
+	memset(x->b, 0xEF, (mine + 1) * esz);
+	rc = var ? dps_coll_reducescatterv(c, x->a, x->b, counts, t)
+		 : dps_coll_reducescatter(c, x->a, x->b, count, t);
 	if (rc)
 		return rc;
-	check(x, "reduce-scatter", t, count, x->b, x->want, count);
+	/* One element past the block must be untouched. */
+	for (size_t b = 0; b < esz; b++)
+		if (((unsigned char *)x->b)[mine * esz + b] != 0xEF)
+			x->fails++;
+	check(x, var ? "reduce-scatter-v" : "reduce-scatter", t, count, x->b, x->want, mine);
 	return 0;
 }
 
@@ -331,7 +344,9 @@ static int suite_rank(struct dps_world *w, void *arg)
 				if (!rc && (s->ops & OP_ALLGATHERV))
 					rc = run_allgather(&x, dt, count, salt + 2, 1);
 				if (!rc && (s->ops & OP_REDUCESCATTER))
-					rc = run_reducescatter(&x, dt, count, salt + 3);
+					rc = run_reducescatter(&x, dt, count, salt + 3, 0);
+				if (!rc && (s->ops & OP_REDUCESCATTER))
+					rc = run_reducescatter(&x, dt, count, salt + 6, 1);
 				if (!rc && (s->ops & OP_ALLTOALLV))
 					rc = run_alltoallv(&x, dt, count, salt + 4);
 				if (!rc && (s->ops & OP_BCAST))

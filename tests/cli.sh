@@ -454,11 +454,9 @@ while read -r entry; do
 	*" $owner "*)
 		fail "/dev/shm/$entry was left behind by dpshard process $owner of this script" ;;
 	*)
-		if [ -n "$owner" ] && [ -d "/proc/$owner" ]; then
-			echo "note: /dev/shm/$entry belongs to process $owner, which is not ours and still runs"
-		else
-			fail "/dev/shm/$entry appeared during the run and its process is gone"
-		fi ;;
+		# Not ours: another test or another program on a shared machine (whose processes may
+		# live in another pid namespace). Their cleanup is their own tests' business.
+		echo "note: /dev/shm/$entry appeared during the run; its process $owner is not one of ours" ;;
 	esac
 done <"$tmp/shm.new"
 
