@@ -464,8 +464,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->m.trace = o->trace;
 	if (o->verbose)
 		describe_rank(&R->m, w);
-	for (int k = 0; k < DPS_COMP_COUNT; k++)
-		R->coupled |= R->m.c[k] > 1;
+	R->coupled = dps_shard_coupled(&R->m); /* component sizes above 1, or expert parallelism */
 	/* Every rank of the replica must hold the blocks rank 0 hands out: take the smallest. */
 	sc.num_blocks = R->m.num_blocks;
 	if (w->tp > 1) {

@@ -11,8 +11,9 @@
  *
  * The loop of a replica. TP rank 0 takes the messages, asks the scheduler for a batch and
  * publishes it to the replica's other ranks through the replica's batch ring (one writer, a
- * reader per peer); all ranks run the step. Uncoupled replicas (every component size 1) never wait for each other: an idle replica
- * sleeps on its ring. Coupled replicas (any component size above 1) agree before every step
+ * reader per peer); all ranks run the step. Uncoupled replicas (every component size 1, no
+ * expert parallelism) never wait for each other: an idle replica sleeps on its ring. Coupled
+ * replicas (any component size above 1, or --enable-expert-parallel) agree before every step
  * with the _get_dp_padding all-reduce over the DP group (each writes its row count, whether it
  * prefills, whether it has unfinished requests and whether it was told to stop into its own
  * slot; sum): the prefill graph when any replica prefills, else the decode graph on the

@@ -107,7 +107,27 @@ int dps_par_cfg_check(const struct dps_par_cfg *cfg, char *err, size_t errlen)
 			return cfg_fail(err, errlen, "%s %d does not divide --data-parallel-size %d",
 					comp_flags[k], c, cfg->dp);
 	}
+	if (cfg->a2a < DPS_A2A_UNSET || cfg->a2a > DPS_A2A_V)
+		return cfg_fail(err, errlen, "unknown --all2all-backend %d", cfg->a2a);
+	if (cfg->a2a != DPS_A2A_UNSET && !cfg->ep)
+		return cfg_fail(err, errlen, "--all2all-backend %s chooses the dispatch of expert "
+				"parallelism: it needs --enable-expert-parallel", dps_a2a_name(cfg->a2a));
+	if (cfg->ep && cfg->a2a != DPS_A2A_V && cfg->mlp_dp > 1)
+		return cfg_fail(err, errlen,
+				"--mlp-dp-size %d cannot be used with --enable-expert-parallel on the "
+				"all-gather dispatch (--all2all-backend allgather_reducescatter): the "
+				"decoder layer would all-gather the rows over the MLP DP column and the "
+				"dispatch would gather them again over the same ranks, so every expert "
+				"would compute %d identical copies of each row; keep --mlp-dp-size 1, "
+				"or use --all2all-backend alltoallv, which keeps the rows sequence "
+				"parallel (--draft-mlp-dp-size is allowed either way)",
+				cfg->mlp_dp, cfg->mlp_dp);
 	return 0;
+}
+
+const char *dps_a2a_name(int a2a)
+{
+	return a2a == DPS_A2A_V ? "alltoallv" : "allgather_reducescatter";
 }
 
 /*

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* Parallel configuration, as given by the vLLM-style flags. Every field defaults to 1. */
+/* Parallel configuration, as given by the vLLM-style flags. Sizes default to 1, flags to 0. */
 struct dps_par_cfg {
 	int tp;           /* --tensor-parallel-size */
 	int dp;           /* --data-parallel-size */
@@ -35,9 +35,19 @@ struct dps_par_cfg {
 	int mlp_dp;       /* --mlp-dp-size */
 	int draft_mlp_dp; /* --draft-mlp-dp-size */
 	int lm_head_dp;   /* --lm-head-dp-size */
+	int ep;           /* --enable-expert-parallel: experts over the EP group (TP x DP ranks) */
+	int a2a;          /* --all2all-backend: enum dps_a2a (0: not given) */
 };
 
-#define DPS_PAR_CFG_DEFAULT { 1, 1, 1, 1, 1, 1, 1 }
+/*
+ * The MoE dispatch under expert parallelism (--all2all-backend). DPS_A2A_UNSET: not given,
+ * which means all-gather + reduce-scatter.
+ */
+enum dps_a2a { DPS_A2A_UNSET, DPS_A2A_AG_RS, DPS_A2A_V };
+/* "allgather_reducescatter", "alltoallv" */
+const char *dps_a2a_name(int a2a);
+
+#define DPS_PAR_CFG_DEFAULT { 1, 1, 1, 1, 1, 1, 1, 0, 0 }
 /* Largest world the engine accepts (TP * DP). */
 #define DPS_MAX_WORLD 1024
 
@@ -59,7 +69,10 @@ int dps_par_cfg_comp_size(const struct dps_par_cfg *cfg, enum dps_comp c);
 
 /*
  * Checks every rule of the seeds that the layout alone decides: TP >= 1, DP >= 1,
- * TP*DP <= DPS_MAX_WORLD, each component size a positive divisor of DP. On failure writes a
+ * TP*DP <= DPS_MAX_WORLD, each component size a positive divisor of DP; --all2all-backend only
+ * with --enable-expert-parallel; --mlp-dp-size 1 with expert parallelism on the all-gather
+ * dispatch (the model's rules, such as the experts dividing by the EP degree, are
+ * dps_shard_check's). On failure writes a
  * message naming the flag and values (e.g. "--mlp-dp-size 3 does not divide
  * --data-parallel-size 4") into err and returns -DPS_ECONFIG; otherwise 0.
  */

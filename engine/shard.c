@@ -24,12 +24,16 @@ struct dps_shard_layer {
 	float *wo_d;     /* (hidden, hq_e * hd) */
 	float *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
 	float *w_down;   /* (hidden, im_sh) */
+	/* MoE layers: router (E, hidden) and bias (E); expert e_lo + i: exp_gu[i] (2 * im_e,
+	 * hidden) gate rows then up rows, exp_dn[i] (hidden, im_e). */
+	float *router, *router_bias;
+	float **exp_gu, **exp_dn;
 };
 
 static const char *const part_names[DPS_PART_COUNT] = {
 	"embedding (prefill, TP)", "embedding (decode, TP x c)", "attention (prefill, TP)",
 	"attention (decode, TP x c)", "MLP (TP x c)", "LM head (prefill, TP)",
-	"LM head (decode, TP x c)", "norms",
+	"LM head (decode, TP x c)", "norms", "MoE router and experts",
 };
 
 const char *dps_shard_part_name(enum dps_shard_part p)
@@ -39,7 +43,7 @@ const char *dps_shard_part_name(enum dps_shard_part p)
 
 static const char *const sg_names[DPS_SG_COUNT] = {
 	"attention group", "attention column", "embedding group", "embedding column", "MLP group",
-	"MLP column", "LM-head group", "LM-head column", "TP", "DP",
+	"MLP column", "LM-head group", "LM-head column", "TP", "DP", "expert dispatch",
 };
 
 const char *dps_shard_group_name(int sg)
@@ -55,10 +59,18 @@ static int round_up(int a, int b)
 int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg *par, char *err,
 		    size_t errlen)
 {
-	if (cfg->num_local_experts) {
-		snprintf(err, errlen, "this is a mixture-of-experts model (%d experts): it runs on one "
-			 "rank with one prompt for now; the sharded engine and expert parallelism do "
-			 "not take it yet", cfg->num_local_experts);
+	const long ep = (long)par->tp * par->dp;
+
+	if (par->ep && !cfg->num_local_experts) {
+		snprintf(err, errlen, "--enable-expert-parallel: this model has no experts (it is "
+			 "not a mixture-of-experts model)");
+		return -DPS_ECONFIG;
+	}
+	if (par->ep && cfg->num_local_experts % ep) {
+		snprintf(err, errlen, "--enable-expert-parallel places the model's %d experts in equal "
+			 "blocks over the EP group of --tensor-parallel-size %d x "
+			 "--data-parallel-size %d = %ld ranks: %d does not divide by %ld",
+			 cfg->num_local_experts, par->tp, par->dp, ep, cfg->num_local_experts, ep);
 		return -DPS_ECONFIG;
 	}
 	if ((long)par->tp * par->attn_dp > cfg->num_attention_heads) {
@@ -193,6 +205,53 @@ static void attention_geometry(struct dps_shard *s)
 		s->kv_t[s->nkv_t++] = 0;
 }
 
+/*
+ * A MoE layer's router and bias (whole) and experts [e_lo, e_lo + e_n): with expert
+ * parallelism whole, else rows [gm * im_e, (gm + 1) * im_e) of gate and up and those columns
+ * of down, like the MLP (gm = j*TP + t, zero past the end).
+ */
+static void load_experts(struct loader *L, int l)
+{
+	struct dps_shard *s = L->s;
+	struct dps_shard_layer *w = &s->layers[l];
+	const struct dps_model_config *c = &s->cfg;
+	const uint64_t dim = (uint64_t)c->hidden_size, im = (uint64_t)c->intermediate_size;
+	const uint64_t E = (uint64_t)c->num_local_experts, ime = (uint64_t)s->im_e;
+	const int64_t first = s->moe == DPS_MOE_TP
+				      ? (int64_t)(s->j[DPS_COMP_MLP] * s->par.tp + s->t) * s->im_e : 0;
+	char n0[96], n1[96];
+
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
+	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.router.bias", l);
+	w->router = alloc_part(L, DPS_PART_EXPERTS, E * dim);
+	w->router_bias = alloc_part(L, DPS_PART_EXPERTS, E);
+	if (w->router && w->router_bias) {
+		range(L, n0, E, dim, 0, 0, E, w->router);
+		whole1(L, n1, E, w->router_bias);
+	}
+	w->exp_gu = calloc((size_t)s->e_n, sizeof(float *));
+	w->exp_dn = calloc((size_t)s->e_n, sizeof(float *));
+	if ((!w->exp_gu || !w->exp_dn) && !L->rc) {
+		L->rc = -ENOMEM;
+		snprintf(L->err, L->errlen, "out of memory");
+	}
+	for (int i = 0; i < s->e_n && !L->rc; i++) {
+		const int e = s->e_lo + i;
+		char ng[96], nu[96], nd[96];
+
+		snprintf(ng, sizeof(ng), "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+		snprintf(nu, sizeof(nu), "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+		snprintf(nd, sizeof(nd), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+		w->exp_gu[i] = alloc_part(L, DPS_PART_EXPERTS, 2 * ime * dim);
+		w->exp_dn[i] = alloc_part(L, DPS_PART_EXPERTS, dim * ime);
+		if (!w->exp_gu[i] || !w->exp_dn[i])
+			break;
+		range(L, ng, im, dim, 0, first, ime, w->exp_gu[i]);
+		range(L, nu, im, dim, 0, first, ime, w->exp_gu[i] + ime * dim);
+		range(L, nd, dim, im, 1, first, ime, w->exp_dn[i]);
+	}
+}
+
 static void load_layer(struct loader *L, int l)
 {
 	struct dps_shard *s = L->s;
@@ -260,6 +319,10 @@ static void load_layer(struct loader *L, int l)
 				s->hq_e * hd, 0);
 		}
 	}
+	if (dps_cfg_layer_moe(c, l)) {
+		load_experts(L, l);
+		return;
+	}
 	/* MLP over TP x c_mlp with the group rank j*TP + t: gate and up rows, down columns. */
 	w->w_gate_up = alloc_part(L, DPS_PART_MLP, 2 * (size_t)s->im_sh * dim);
 	w->w_down = alloc_part(L, DPS_PART_MLP, dim * (size_t)s->im_sh);
@@ -290,7 +353,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	struct loader L = { .s = s, .err = err, .errlen = errlen };
 	struct dps_model_config *c = &s->cfg;
 	const char *head;
-	int maxc = 1, tp = par->tp, rc;
+	int maxc = 1, tp = par->tp, rc, moe_fail = 0;
 	size_t kv, cache, g, wide;
 
 	memset(s, 0, sizeof(*s));
@@ -329,6 +392,21 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->v_emb = (c->vocab_size + tp * s->c[DPS_COMP_EMB] - 1) / (tp * s->c[DPS_COMP_EMB]);
 	s->v_lm = (c->vocab_size + tp * s->c[DPS_COMP_LM_HEAD] - 1) / (tp * s->c[DPS_COMP_LM_HEAD]);
 	s->im_sh = (c->intermediate_size + tp * s->c[DPS_COMP_MLP] - 1) / (tp * s->c[DPS_COMP_MLP]);
+	if (c->num_local_experts) {
+		s->ep_n = tp * par->dp;
+		s->ep_rank = s->d * tp + s->t;
+		if (par->ep) {
+			s->moe = par->a2a == DPS_A2A_V ? DPS_MOE_EP_A2A : DPS_MOE_EP_AG;
+			s->e_per = c->num_local_experts / s->ep_n;
+			s->e_lo = s->ep_rank * s->e_per;
+			s->e_n = s->e_per;
+			s->im_e = c->intermediate_size;
+		} else {
+			s->moe = DPS_MOE_TP;
+			s->e_n = c->num_local_experts;
+			s->im_e = s->im_sh;
+		}
+	}
 
 	/* Embedding and LM head: plain TP for prefill, the component group for decode. */
 	s->emb_p = vocab_shard(&L, DPS_PART_EMB_PREFILL, "model.embed_tokens.weight", s->t, s->v_tp);
@@ -439,7 +517,38 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (s->seq_tables)
 		for (int b = 0; b < s->max_seqs * s->bps; b++)
 			s->seq_tables[b] = b < s->num_blocks ? b : 0;
-	if (!s->key_cache || !s->value_cache || !s->x || !s->h || !s->o || !s->qkv || !s->att ||
+	if (s->moe) {
+		/* Rows routed on this rank: its own (TP) or up to the whole DP column's (EP). */
+		const size_t dim = (size_t)c->hidden_size, E = (size_t)c->num_local_experts;
+		const size_t k = (size_t)c->num_experts_per_tok;
+		const size_t rows = g * (s->moe == DPS_MOE_TP ? 1 : (size_t)par->dp);
+		const size_t kk = k < (size_t)s->e_n ? k : (size_t)s->e_n;
+
+		s->moe_rows = (int)rows;
+		s->moe_items = (int)(rows * kk);
+		s->m_lg = calloc(rows * E, sizeof(float));
+		s->m_w = calloc(rows * k, sizeof(float));
+		s->m_e = calloc(rows * k, sizeof(int));
+		s->m_h = calloc(rows * dim, sizeof(float));
+		s->m_y = calloc(rows * dim, sizeof(float));
+		s->m_gather = calloc(rows * dim, sizeof(float));
+		s->m_gu = calloc(rows * 2 * (size_t)s->im_e, sizeof(float));
+		s->m_eout = calloc(rows * dim, sizeof(float));
+		s->m_ix = calloc(rows, sizeof(int));
+		if (s->moe == DPS_MOE_EP_A2A) {
+			s->m_send = calloc(g * k * (dim + 1), sizeof(float));
+			s->m_pos = calloc(g * k, sizeof(int));
+			s->m_recv = calloc((size_t)s->moe_items * (dim + 1), sizeof(float));
+			s->m_ret = calloc((size_t)s->moe_items * dim, sizeof(float));
+			s->m_e2 = calloc((size_t)s->moe_items, sizeof(int));
+		}
+		if (!s->m_lg || !s->m_w || !s->m_e || !s->m_h || !s->m_y || !s->m_gather ||
+		    !s->m_gu || !s->m_eout || !s->m_ix ||
+		    (s->moe == DPS_MOE_EP_A2A &&
+		     (!s->m_send || !s->m_pos || !s->m_recv || !s->m_ret || !s->m_e2)))
+			moe_fail = 1;
+	}
+	if (moe_fail || !s->key_cache || !s->value_cache || !s->x || !s->h || !s->o || !s->qkv || !s->att ||
 	    !s->att2 || !s->gu || !s->scores || !s->cs || !s->lg || !s->lg2 || !s->logits ||
 	    !s->ids || !s->rows_slot || !s->rows_table || !s->seq_tables) {
 		snprintf(err, errlen, "rank %d: cannot allocate the KV cache (%zu bytes) and scratch",
@@ -467,6 +576,16 @@ void dps_shard_free(struct dps_shard *s)
 			free(w->wo_d);
 			free(w->w_gate_up);
 			free(w->w_down);
+			free(w->router);
+			free(w->router_bias);
+			for (int i = 0; i < s->e_n; i++) {
+				if (w->exp_gu)
+					free(w->exp_gu[i]);
+				if (w->exp_dn)
+					free(w->exp_dn[i]);
+			}
+			free(w->exp_gu);
+			free(w->exp_dn);
 		}
 	free(s->layers);
 	if (s->emb_d != s->emb_p)
@@ -496,6 +615,20 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->rows_slot);
 	free(s->rows_table);
 	free(s->seq_tables);
+	free(s->m_lg);
+	free(s->m_w);
+	free(s->m_e);
+	free(s->m_h);
+	free(s->m_y);
+	free(s->m_gather);
+	free(s->m_gu);
+	free(s->m_eout);
+	free(s->m_ix);
+	free(s->m_send);
+	free(s->m_pos);
+	free(s->m_recv);
+	free(s->m_ret);
+	free(s->m_e2);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -766,6 +899,257 @@ static void mlp(struct dps_shard *s, int l, int R, const float *h, float *o)
 	lin(s, o, s->gu, w->w_down, R, dim, im);
 }
 
+/* ---- mixture of experts ---------------------------------------------------------------------- */
+
+static int moe_layer(const struct dps_shard *s, int l)
+{
+	return s->moe != DPS_MOE_NONE && dps_cfg_layer_moe(&s->cfg, l);
+}
+
+int dps_shard_coupled(const struct dps_shard *s)
+{
+	int coupled = s->par.ep;
+
+	for (int k = 0; k < DPS_COMP_COUNT; k++)
+		coupled |= s->c[k] > 1;
+	return coupled;
+}
+
+/* Routes n normed rows h: each row's k experts into s->m_e and their weights into s->m_w. */
+static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int n, const float *h)
+{
+	const int E = s->cfg.num_local_experts, k = s->cfg.num_experts_per_tok;
+
+	if (!n)
+		return;
+	lin(s, s->m_lg, h, w->router, n, E, s->cfg.hidden_size);
+	for (int i = 0; i < n; i++) {
+		float *lg = s->m_lg + (size_t)i * (size_t)E;
+
+		for (int e = 0; e < E; e++)
+			lg[e] += w->router_bias[e];
+		dps_moe_route(lg, E, k, s->m_e + (size_t)i * (size_t)k, s->m_w + (size_t)i * (size_t)k);
+	}
+}
+
+/*
+ * Runs this rank's experts (its im_e rows of each) on n rows x (row stride ldx), each row with
+ * k choices re[i*k + j] (global expert ids; others are skipped): every expert once, on the rows
+ * that chose it, in ascending order. With weights rw, out row i += rw[i*k+j] * expert(x_i);
+ * without (k == 1), out row i = expert(x_i) for the rows whose expert is here.
+ */
+static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, int n,
+			const float *x, size_t ldx, const int *re, const float *rw, int k, float *out)
+{
+	const int dim = s->cfg.hidden_size, im = s->im_e;
+	const float limit = (float)s->cfg.swiglu_limit;
+
+	for (int i = 0; i < s->e_n; i++) {
+		const int e = s->e_lo + i;
+		int cnt = 0;
+
+		for (int q = 0; q < n * k; q++)
+			if (re[q] == e) {
+				memcpy(s->m_gather + (size_t)cnt * (size_t)dim, x + (size_t)(q / k) * ldx,
+				       sizeof(float) * (size_t)dim);
+				s->m_ix[cnt++] = q;
+			}
+		if (!cnt)
+			continue;
+		DPS_ASSERT(cnt <= s->moe_rows);
+		lin(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
+		for (int r = 0; r < cnt; r++) {
+			float *g = s->m_gu + (size_t)r * 2 * (size_t)im;
+
+			if (limit > 0)
+				dps_swiglu_clamped(g, g + im, im, limit);
+			else
+				dps_swiglu(g, g + im, im);
+			memmove(s->m_gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
+		}
+		lin(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
+		for (int r = 0; r < cnt; r++) {
+			const float *y = s->m_eout + (size_t)r * (size_t)dim;
+			float *o = out + (size_t)(s->m_ix[r] / k) * (size_t)dim;
+
+			if (!rw) {
+				memcpy(o, y, sizeof(float) * (size_t)dim);
+				continue;
+			}
+			const float wt = rw[s->m_ix[r]];
+
+			for (int d = 0; d < dim; d++)
+				o[d] += wt * y[d];
+		}
+	}
+}
+
+/* Without expert parallelism: the partial MoE output (this rank's slice of every expert). */
+static void moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+
+	DPS_ASSERT(R <= s->moe_rows);
+	memset(o, 0, sizeof(float) * (size_t)R * (size_t)s->cfg.hidden_size);
+	moe_route(s, w, R, h);
+	experts_run(s, w, R, h, (size_t)s->cfg.hidden_size, s->m_e, s->m_w,
+		    s->cfg.num_experts_per_tok, o);
+}
+
+/*
+ * EP, all-gather + reduce-scatter: this replica's n normed rows h (the same on every rank of
+ * the replica); o (n, hidden) gets the whole MoE output of those rows. equal: every replica
+ * has n rows (a decode step), else the counts are gathered first.
+ */
+static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, int equal)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, dp = s->par.dp;
+	struct dps_comm *col = s->dp_c;
+	size_t counts[DPS_MAX_WORLD];
+	int cnt[DPS_MAX_WORLD], R = 0, rc;
+
+	if (dp > 1 && !equal) {
+		rc = allgather(s, col, DPS_SG_EP, &n, cnt, 1, DPS_I32);
+		if (rc)
+			return rc;
+	}
+	for (int q = 0; q < dp; q++) {
+		const int m = dp > 1 && !equal ? cnt[q] : n;
+
+		counts[q] = (size_t)m * (size_t)dim;
+		R += m;
+	}
+	DPS_ASSERT(R <= s->moe_rows);
+	if (dp > 1) {
+		if (R) {
+			count(s, DPS_COLL_ALLGATHER, DPS_SG_EP, (size_t)R * dim * sizeof(float));
+			rc = dps_coll_allgatherv(col, h, s->m_h, counts, NULL, DPS_F32);
+			if (rc)
+				return rc;
+		}
+	} else {
+		memcpy(s->m_h, h, sizeof(float) * (size_t)n * (size_t)dim);
+	}
+	memset(s->m_y, 0, sizeof(float) * (size_t)R * (size_t)dim);
+	moe_route(s, w, R, s->m_h);
+	experts_run(s, w, R, s->m_h, (size_t)dim, s->m_e, s->m_w, s->cfg.num_experts_per_tok,
+		    s->m_y);
+	if (dp > 1) {
+		if (R) {
+			count(s, DPS_COLL_REDUCESCATTER, DPS_SG_EP, (size_t)R * dim * sizeof(float));
+			rc = dps_coll_reducescatterv(col, s->m_y, o, counts, DPS_F32);
+			if (rc)
+				return rc;
+		}
+	} else {
+		memcpy(o, s->m_y, sizeof(float) * (size_t)n * (size_t)dim);
+	}
+	return allreduce(s, s->tp_c, DPS_SG_TP, o, (size_t)n * (size_t)dim);
+}
+
+/*
+ * EP, all-to-all-v: x (R rows, the residual, the same on every member of group G) becomes x +
+ * MoE(norm(x)) in out. Member me of G takes rows [R*me/n, R*(me+1)/n), sends each of its
+ * (row, choice) items to the EP rank holding the expert, gets the expert outputs back, adds
+ * them in the router's order, and the members' rows are all-gathered over G.
+ */
+static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R, const float *x,
+		   float *out)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, k = s->cfg.num_experts_per_tok, ep = s->ep_n;
+	const int gn = G ? G->n : 1, me = G ? G->me : 0;
+	const int lo = (int)((long)R * me / gn), hi = (int)((long)R * (me + 1) / gn), m = hi - lo;
+	const size_t item = (size_t)dim + 1;
+	struct dps_comm *world = s->w ? s->w->world_c : NULL;
+	size_t sc[DPS_MAX_WORLD], rcn[DPS_MAX_WORLD], at[DPS_MAX_WORLD];
+	int cnt[DPS_MAX_WORLD], cin[DPS_MAX_WORLD], items = 0, rc;
+	float *z = s->m_y;
+
+	DPS_ASSERT(ep >= 1 && ep <= DPS_MAX_WORLD && (!world || world->n == ep));
+	for (int i = 0; i < m; i++)
+		dps_rmsnorm(s->m_h + (size_t)i * dim, x + (size_t)(lo + i) * dim, w->ffn_norm, dim,
+			    (float)s->cfg.rms_norm_eps);
+	moe_route(s, w, m, s->m_h);
+	/* Items by destination rank, in (row, choice) order within each. */
+	memset(cnt, 0, sizeof(int) * (size_t)ep);
+	for (int q = 0; q < m * k; q++)
+		cnt[s->m_e[q] / s->e_per]++;
+	for (int p = 0, a = 0; p < ep; a += cnt[p], p++)
+		at[p] = (size_t)a;
+	for (int q = 0; q < m * k; q++) {
+		const int e = s->m_e[q];
+		float *it = s->m_send + at[e / s->e_per] * item;
+
+		s->m_pos[q] = (int)at[e / s->e_per]++;
+		memcpy(it, s->m_h + (size_t)(q / k) * dim, sizeof(float) * (size_t)dim);
+		it[dim] = (float)e;
+	}
+	/* How many items each rank receives from each. */
+	for (int p = 0; p < ep; p++)
+		sc[p] = rcn[p] = 1;
+	if (world) {
+		count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)ep * sizeof(int));
+		rc = dps_coll_alltoallv(world, cnt, sc, NULL, cin, rcn, NULL, DPS_I32);
+		if (rc)
+			return rc;
+	} else {
+		cin[0] = cnt[0];
+	}
+	for (int p = 0; p < ep; p++) {
+		sc[p] = (size_t)cnt[p] * item;
+		rcn[p] = (size_t)cin[p] * item;
+		items += cin[p];
+	}
+	DPS_ASSERT(items <= s->moe_items);
+	if (world) {
+		count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)m * k * item * sizeof(float));
+		rc = dps_coll_alltoallv(world, s->m_send, sc, NULL, s->m_recv, rcn, NULL, DPS_F32);
+		if (rc)
+			return rc;
+	} else {
+		memcpy(s->m_recv, s->m_send, sizeof(float) * (size_t)items * item);
+	}
+	/* The received items, one expert each, computed and returned in arrival order. */
+	for (int i = 0; i < items; i++)
+		s->m_e2[i] = (int)s->m_recv[(size_t)i * item + (size_t)dim];
+	experts_run(s, w, items, s->m_recv, item, s->m_e2, NULL, 1, s->m_ret);
+	for (int p = 0; p < ep; p++) {
+		sc[p] = (size_t)cin[p] * (size_t)dim;
+		rcn[p] = (size_t)cnt[p] * (size_t)dim;
+	}
+	if (world) {
+		count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)items * dim * sizeof(float));
+		rc = dps_coll_alltoallv(world, s->m_ret, sc, NULL, s->m_send, rcn, NULL, DPS_F32);
+		if (rc)
+			return rc;
+	} else {
+		memcpy(s->m_send, s->m_ret, sizeof(float) * (size_t)items * (size_t)dim);
+	}
+	/* Combine: the residual plus the k outputs in the router's order (as on one rank). */
+	for (int i = 0; i < m; i++) {
+		float *zi = z + (size_t)i * dim;
+
+		memcpy(zi, x + (size_t)(lo + i) * dim, sizeof(float) * (size_t)dim);
+		for (int j = 0; j < k; j++) {
+			const float wt = s->m_w[(size_t)i * k + (size_t)j];
+			const float *y = s->m_send + (size_t)s->m_pos[(size_t)i * k + (size_t)j] * dim;
+
+			for (int d = 0; d < dim; d++)
+				zi[d] += wt * y[d];
+		}
+	}
+	if (gn == 1) {
+		memcpy(out, z, sizeof(float) * (size_t)m * (size_t)dim);
+		return 0;
+	}
+	for (int q = 0; q < gn; q++)
+		sc[q] = (size_t)((long)R * (q + 1) / gn - (long)R * q / gn) * (size_t)dim;
+	count(s, DPS_COLL_ALLGATHER, sg, (size_t)R * dim * sizeof(float));
+	return dps_coll_allgatherv(G, z, out, sc, NULL, DPS_F32);
+}
+
 /* ---- embedding and LM head ------------------------------------------------------------------- */
 
 /* x (n, hidden) = rows of ids found in a vocabulary shard starting at lo (per rows), else 0. */
@@ -858,10 +1242,25 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 			goto fail;
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[i];
+		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_A2A) {
+			/* The rows stay sequence parallel over TP: no MLP column gather. */
+			rc = moe_a2a(s, l, s->tp_c, DPS_SG_TP, n, s->x, s->x);
+			if (rc)
+				goto fail;
+			continue;
+		}
 		/* The MLP over TP x c_mlp: gather the column's rows, reduce, keep mine. */
 		for (int i = 0; i < n; i++)
 			dps_rmsnorm(s->o + (size_t)i * dim, s->x + (size_t)i * dim, w->ffn_norm, dim,
 				    eps);
+		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_AG) {
+			rc = moe_ag(s, l, n, s->o, s->h, 0);
+			if (rc)
+				goto fail;
+			for (size_t i = 0; i < (size_t)n * dim; i++)
+				s->x[i] += s->h[i];
+			continue;
+		}
 		if (cm > 1) {
 			count(s, DPS_COLL_ALLGATHER, DPS_SG_MLP_COL, (size_t)R * dim * sizeof(float));
 			rc = dps_coll_allgatherv(col, s->o, s->h, counts, NULL, DPS_F32);
@@ -870,7 +1269,9 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 		} else {
 			memcpy(s->h, s->o, sizeof(float) * (size_t)n * dim);
 		}
-		if (R)
+		if (R && moe_layer(s, l))
+			moe_tp(s, l, R, s->h, s->o);
+		else if (R)
 			mlp(s, l, R, s->h, s->o);
 		rc = allreduce(s, s->comp_c[DPS_COMP_MLP], DPS_SG_MLP_COMP, s->o, (size_t)R * dim);
 		if (rc)
@@ -904,7 +1305,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 	const int cl = s->c[DPS_COMP_LM_HEAD];
 	const float eps = (float)c->rms_norm_eps;
 	const int Ra = B * ca, Rm = B * cm;
-	int n_out = 0, rc;
+	int n_out = 0, rc, cur = cm; /* the column size the residual s->x is gathered over */
 
 	DPS_ASSERT(B * ce <= s->max_gather && Ra <= s->max_gather && Rm <= s->max_gather &&
 		   B * cl <= s->max_gather);
@@ -928,7 +1329,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 		float *xa = s->o; /* x at the attention's size */
 
 		s->cur_layer = l;
-		rc = dps_dp_transition(s, s->x, xa, B, dim, cm, ca, s->col_c[DPS_COMP_ATTN],
+		rc = dps_dp_transition(s, s->x, xa, B, dim, cur, ca, s->col_c[DPS_COMP_ATTN],
 				       DPS_SG_ATTN_COL);
 		if (rc)
 			goto fail;
@@ -949,16 +1350,34 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 			goto fail;
 		for (size_t i = 0; i < (size_t)Ra * dim; i++)
 			xa[i] += s->x[i];
+		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_A2A) {
+			/* Sequence parallel over the ranks holding these rows: no _dp_transition. */
+			rc = moe_a2a(s, l, ca > 1 ? s->comp_c[DPS_COMP_ATTN] : s->tp_c,
+				     ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa, s->x);
+			if (rc)
+				goto fail;
+			cur = ca;
+			continue;
+		}
 		rc = dps_dp_transition(s, xa, s->x, B, dim, ca, cm, s->col_c[DPS_COMP_MLP],
 				       DPS_SG_MLP_COL);
 		if (rc)
 			goto fail;
+		cur = cm;
 		for (int i = 0; i < Rm; i++)
 			dps_rmsnorm(s->h + (size_t)i * dim, s->x + (size_t)i * dim, w->ffn_norm, dim,
 				    eps);
-		mlp(s, l, Rm, s->h, s->o);
-		rc = allreduce(s, s->comp_c[DPS_COMP_MLP], cm > 1 ? DPS_SG_MLP_COMP : DPS_SG_TP, s->o,
-			       (size_t)Rm * dim);
+		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_AG) {
+			DPS_ASSERT(cm == 1); /* dps_par_cfg_check */
+			rc = moe_ag(s, l, B, s->h, s->o, 1);
+		} else {
+			if (moe_layer(s, l))
+				moe_tp(s, l, Rm, s->h, s->o);
+			else
+				mlp(s, l, Rm, s->h, s->o);
+			rc = allreduce(s, s->comp_c[DPS_COMP_MLP], cm > 1 ? DPS_SG_MLP_COMP : DPS_SG_TP,
+				       s->o, (size_t)Rm * dim);
+		}
 		if (rc)
 			goto fail;
 		for (size_t i = 0; i < (size_t)Rm * dim; i++)
@@ -968,7 +1387,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 	/* LM head bracket: my rows, norm, gather over the column, project the shard, my rows. */
 	for (int i = 0; i < B; i++)
 		dps_rmsnorm(s->h + (size_t)i * dim,
-			    s->x + ((size_t)s->j[DPS_COMP_MLP] * (size_t)B + (size_t)i) * dim,
+			    s->x + ((size_t)(s->d % cur) * (size_t)B + (size_t)i) * dim,
 			    s->final_norm, dim, eps);
 	rc = allgather(s, s->col_c[DPS_COMP_LM_HEAD], DPS_SG_LM_COL, s->h, s->o, (size_t)B * dim,
 		       DPS_F32);

@@ -20,6 +20,19 @@
  * supergroup contributes the same number of rows (the caller pads: seq < 0 marks a row that
  * writes nothing to the KV cache and whose logits are never used).
  *
+ * Mixture of experts. The router is replicated. Without expert parallelism every expert is
+ * sharded like the MLP (intermediate rows over TP x c_mlp) and a MoE layer is the MLP's flow
+ * with each expert run once on the rows that chose it. With --enable-expert-parallel, EP rank
+ * k = d*TP + t holds experts [k*E/ep, (k+1)*E/ep) whole, and a MoE layer dispatches:
+ *   all-gather + reduce-scatter: gather the replica rows of the DP column (every rank of a
+ *     replica holds the same rows), run the local experts on every gathered row, reduce-scatter
+ *     the partial sums back to their replicas, then all-reduce over TP;
+ *   all-to-all-v: the rows stay where attention left them and are split over the ranks that
+ *     hold them alike (sequence parallel, no MLP _dp_transition); each (row, expert) item
+ *     travels to the expert's rank and its output back; the owner adds the k outputs in the
+ *     router's order and the pieces are all-gathered.
+ * Prefill rows differ per replica, so the dispatch uses the -v collectives with counts.
+ *
  * Every collective is counted per kind and per group set, per step (dps_shard_stats).
  */
 #ifndef DPS_ENGINE_SHARD_H
@@ -54,6 +67,7 @@ enum dps_shard_part {
 	DPS_PART_MLP,
 	DPS_PART_LM_PREFILL, DPS_PART_LM_DECODE,
 	DPS_PART_NORMS,
+	DPS_PART_EXPERTS, /* MoE layers: the router (replicated) and the experts held here */
 	DPS_PART_COUNT
 };
 
@@ -61,7 +75,17 @@ const char *dps_shard_part_name(enum dps_shard_part p);
 
 /* Collective counters: [kind][component of the group used]; "TP" and "DP" as extra slots. */
 enum { DPS_SG_ATTN_COMP, DPS_SG_ATTN_COL, DPS_SG_EMB_COMP, DPS_SG_EMB_COL, DPS_SG_MLP_COMP,
-       DPS_SG_MLP_COL, DPS_SG_LM_COMP, DPS_SG_LM_COL, DPS_SG_TP, DPS_SG_DP, DPS_SG_COUNT };
+       DPS_SG_MLP_COL, DPS_SG_LM_COMP, DPS_SG_LM_COL, DPS_SG_TP, DPS_SG_DP,
+       DPS_SG_EP, /* the expert dispatch (over the DP column or the whole EP group) */
+       DPS_SG_COUNT };
+
+/* How a rank runs the MoE layers of a model. */
+enum dps_moe_mode {
+	DPS_MOE_NONE,  /* a dense model */
+	DPS_MOE_TP,    /* no expert parallelism: every expert sharded like the MLP (TP x c_mlp) */
+	DPS_MOE_EP_AG, /* EP, all-gather + reduce-scatter over the DP column */
+	DPS_MOE_EP_A2A /* EP, all-to-all-v over the EP group */
+};
 
 const char *dps_shard_group_name(int sg);
 
@@ -94,6 +118,14 @@ struct dps_shard {
 	/* Vocabulary shards. */
 	int v_tp, v_emb, v_lm;       /* rows per shard: plain TP, embedding, LM head decode */
 	int im_sh;                   /* intermediate rows per MLP shard */
+
+	/* Mixture of experts: this rank holds experts [e_lo, e_lo + e_n), im_e rows of each. */
+	enum dps_moe_mode moe;
+	int ep_n, ep_rank, e_per;    /* EP group (TP x DP, rank d*TP + t), experts per EP rank */
+	int e_lo, e_n, im_e;
+	int moe_rows, moe_items;     /* scratch capacity: rows routed here, items received */
+	float *m_lg, *m_w, *m_h, *m_y, *m_gather, *m_gu, *m_eout, *m_send, *m_recv, *m_ret;
+	int *m_e, *m_ix, *m_pos, *m_e2;
 
 	float *emb_p, *emb_d;        /* (v_tp | v_emb, hidden); emb_d == emb_p when c_emb == 1 */
 	float *lm_p, *lm_d;          /* (v_tp | v_lm, hidden) */
@@ -129,8 +161,9 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 void dps_shard_free(struct dps_shard *s);
 
 /*
- * Checks the rules that need the model as well as the layout (TP * attention size at most the
- * query heads). 0 or -DPS_ECONFIG with a message naming the flags.
+ * Checks the rules that need the model as well as the layout: TP * attention size at most the
+ * query heads; expert parallelism only on a MoE model, and its experts divisible by the EP
+ * degree TP * DP. 0 or -DPS_ECONFIG with a message naming the flags.
  */
 int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg *par, char *err,
 		    size_t errlen);
@@ -147,6 +180,12 @@ struct dps_rows {
 	const int *const *table;
 	const unsigned char *want;  /* logits of the rows with want[i] (NULL: all) */
 };
+
+/*
+ * Whether the replicas of this layout must step together (DP padding, dummy batches, the global
+ * unfinished check): any component size above 1, or expert parallelism.
+ */
+int dps_shard_coupled(const struct dps_shard *s);
 
 const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct dps_rows *r,
 				 int *rc);

@@ -40,8 +40,7 @@ int dps_shard_generate(struct dps_shard *s, const struct dps_gen_req *reqs, int 
 	}
 	DPS_ASSERT(n <= s->max_seqs);
 	/* Replicas that share any collective must step together, whatever the caller says. */
-	for (int k = 0; k < DPS_COMP_COUNT; k++)
-		coupled |= s->c[k] > 1;
+	coupled |= dps_shard_coupled(s);
 	for (int k = 0; k < n; k++)
 		if (reqs[k].n_prompt < 1 || reqs[k].n_prompt > reqs[k].max_pos ||
 		    reqs[k].n_prompt > s->max_pos) {

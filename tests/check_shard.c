@@ -177,8 +177,7 @@ static int rank_main(struct dps_world *w, void *argp)
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
 		return rc;
 	}
-	for (int k = 0; k < DPS_COMP_COUNT; k++)
-		coupled |= s.c[k] > 1;
+	coupled = dps_shard_coupled(&s);
 	for (int k = w->dp_rank; k < NPROMPT; k += w->dp) {
 		reqs[n].prompt = prompts[k];
 		reqs[n].n_prompt = prompt_len[k];
@@ -217,16 +216,37 @@ static void expect_equal(const char *model, struct dps_par_cfg par)
 	char err[512];
 	int rc = run_config(model, par, err, sizeof(err));
 
-	ck_assert_msg(rc == 0, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d: %s", par.tp, par.dp,
-		      par.attn_dp, par.emb_dp, par.mlp_dp, par.lm_head_dp, err);
-	ck_assert_msg(sh->mismatches == 0, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d: %d mismatches, "
-		      "first: %s", par.tp, par.dp, par.attn_dp, par.emb_dp, par.mlp_dp,
-		      par.lm_head_dp, sh->mismatches, sh->first);
+	ck_assert_msg(rc == 0, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d ep=%d/%s: %s", par.tp,
+		      par.dp, par.attn_dp, par.emb_dp, par.mlp_dp, par.lm_head_dp, par.ep,
+		      dps_a2a_name(par.a2a), err);
+	ck_assert_msg(sh->mismatches == 0, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d ep=%d/%s: %d "
+		      "mismatches, first: %s", par.tp, par.dp, par.attn_dp, par.emb_dp, par.mlp_dp,
+		      par.lm_head_dp, par.ep, dps_a2a_name(par.a2a), sh->mismatches, sh->first);
 	ck_assert_int_gt(sh->checked, 0);
 	if (getenv("SHARD_VERBOSE")) /* the configurations and what each checked */
-		fprintf(stderr, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d: %d checked, %d dummy\n",
-			par.tp, par.dp, par.attn_dp, par.emb_dp, par.mlp_dp, par.lm_head_dp,
-			(int)sh->checked, (int)sh->dummy_steps);
+		fprintf(stderr, "TP=%d DP=%d attn=%d emb=%d mlp=%d lm=%d ep=%d/%s: %d checked, "
+			"%d dummy\n", par.tp, par.dp, par.attn_dp, par.emb_dp, par.mlp_dp,
+			par.lm_head_dp, par.ep, dps_a2a_name(par.a2a), (int)sh->checked,
+			(int)sh->dummy_steps);
+}
+
+/*
+ * A mixture-of-experts model: 32 experts of 40 (top 3, clamped SwiGLU), layer 0 dense, 8
+ * query heads over 4 KV heads, vocabulary 300: EP degrees 1 to 32 divide the experts, and 40
+ * does not divide by 3 (TP-sharded experts are padded).
+ */
+static void make_moe(void)
+{
+	struct dps_model_config moe = dps_mkmodel_preset("tiny-moe")->cfg;
+
+	moe.num_attention_heads = 8;
+	moe.num_key_value_heads = 4;
+	moe.head_dim = 8;
+	moe.intermediate_size = 40;
+	moe.vocab_size = 300;
+	moe.num_local_experts = 32;
+	moe.num_experts_per_tok = 3;
+	make_model("moe", &moe);
 }
 
 static void setup(void)
@@ -252,6 +272,7 @@ static void setup(void)
 	wide.num_key_value_heads = 8;
 	wide.head_dim = 4;
 	make_model("wide", &wide);
+	make_moe();
 }
 
 static void teardown(void)
@@ -431,6 +452,141 @@ START_TEST(test_bytes_fall)
 }
 END_TEST
 
+/* ---- mixture of experts ------------------------------------------------------------------- */
+
+/* TP, DP, attention, embedding, MLP, LM head, expert parallel, backend (enum dps_a2a). */
+static const int moe_configs[][8] = {
+	/* no expert parallelism: every expert sharded like the MLP */
+	{ 2, 1, 1, 1, 1, 1, 0, 0 }, { 3, 1, 1, 1, 1, 1, 0, 0 }, { 1, 2, 1, 1, 2, 1, 0, 0 },
+	{ 2, 2, 2, 2, 2, 2, 0, 0 },
+	/* all-gather + reduce-scatter */
+	{ 1, 1, 1, 1, 1, 1, 1, 1 }, { 2, 1, 1, 1, 1, 1, 1, 1 }, { 1, 2, 1, 1, 1, 1, 1, 1 },
+	{ 2, 2, 1, 1, 1, 1, 1, 1 }, { 4, 2, 1, 1, 1, 1, 1, 1 }, { 2, 4, 2, 2, 1, 2, 1, 1 },
+	{ 1, 8, 4, 2, 1, 8, 1, 1 }, { 1, 4, 4, 4, 1, 4, 1, 0 },
+	/* all-to-all-v, MLP sizes above 1 allowed */
+	{ 1, 2, 1, 1, 1, 1, 1, 2 }, { 2, 1, 1, 1, 1, 1, 1, 2 }, { 2, 2, 1, 1, 1, 1, 1, 2 },
+	{ 2, 2, 2, 2, 2, 2, 1, 2 }, { 1, 4, 2, 1, 4, 2, 1, 2 }, { 2, 4, 4, 2, 2, 1, 1, 2 },
+	{ 1, 8, 2, 4, 8, 1, 1, 2 }, { 4, 2, 2, 1, 1, 2, 1, 2 },
+};
+#define NMOE (int)(sizeof(moe_configs) / sizeof(moe_configs[0]))
+
+static struct dps_par_cfg moe_par(const int *c)
+{
+	struct dps_par_cfg p = { c[0], c[1], c[2], c[3], c[4], 1, c[5], c[6], c[7] };
+
+	return p;
+}
+
+START_TEST(test_moe_configs)
+{
+	const struct dps_par_cfg par = moe_par(moe_configs[_i]);
+
+	build_oracle(model_path("moe"));
+	expect_equal(model_path("moe"), par);
+	/* 5 prompts of unequal lengths: coupled replicas idle at times and run dummy batches. */
+	if (par.ep && par.dp > 1)
+		ck_assert_int_gt(sh->dummy_steps, 0);
+	/* Uncoupled (no EP, every size 1): never. */
+	if (!par.ep && par.attn_dp == 1 && par.emb_dp == 1 && par.mlp_dp == 1 &&
+	    par.lm_head_dp == 1)
+		ck_assert_int_eq(sh->dummy_steps, 0);
+}
+END_TEST
+
+START_TEST(test_moe_32_ranks)
+{
+	/* The seeds' 32 ranks (TP=8 x DP=4 and TP=4 x DP=8), one expert per rank. */
+	static const int big[][8] = { { 8, 4, 1, 4, 4, 4, 1, 2 }, { 4, 8, 2, 2, 1, 2, 1, 1 } };
+
+	build_oracle(model_path("moe"));
+	expect_equal(model_path("moe"), moe_par(big[_i]));
+}
+END_TEST
+
+START_TEST(test_moe_dispatch_counts)
+{
+	/*
+	 * TP=2 x DP=2, 2 MoE layers of 3: all-gather + reduce-scatter moves each MoE layer's rows
+	 * with one all-gather and one reduce-scatter over the DP column (plus the row counts in
+	 * prefill) and reduces over TP; all-to-all-v sends the counts, the items and the outputs
+	 * over the EP group and gathers the rows over TP. Experts held per rank fall by 4.
+	 */
+	char err[512];
+	uint64_t steps;
+	size_t tp_bytes;
+	const uint64_t M = 2;
+
+	build_oracle(model_path("moe"));
+	ck_assert_int_eq(run_config(model_path("moe"), moe_par((int[]){ 2, 2, 1, 1, 1, 1, 0, 0 }),
+				    err, sizeof(err)), 0);
+	tp_bytes = sh->bytes[DPS_PART_EXPERTS];
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], 0);
+	ck_assert_int_eq(run_config(model_path("moe"), moe_par((int[]){ 2, 2, 1, 1, 1, 1, 1, 1 }),
+				    err, sizeof(err)), 0);
+	steps = (uint64_t)sh->steps;
+	/* one prefill step (counts and rows), then the rows of every decode step */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], M * steps + M);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_REDUCESCATTER][DPS_SG_EP], M * steps);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLTOALL][DPS_SG_EP], 0);
+	ck_assert_int_eq(run_config(model_path("moe"), moe_par((int[]){ 2, 2, 1, 1, 1, 1, 1, 2 }),
+				    err, sizeof(err)), 0);
+	steps = (uint64_t)sh->steps;
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLTOALL][DPS_SG_EP], 3 * M * steps);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], 0);
+	ck_assert_uint_eq(sh->calls[DPS_COLL_REDUCESCATTER][DPS_SG_EP], 0);
+	ck_assert_uint_gt(sh->bytes[DPS_PART_EXPERTS], 0);
+	/* router (whole on every rank) + 8 of 32 experts whole, against 32 halves */
+	ck_assert_uint_lt(sh->bytes[DPS_PART_EXPERTS], tp_bytes);
+}
+END_TEST
+
+START_TEST(test_moe_rules)
+{
+	struct dps_model_config moe = { 0 }, dense = { 0 };
+	char err[1024];
+	struct dps_par_cfg p;
+
+	ck_assert(!dps_model_config_load(model_path("moe"), &moe, err, sizeof(err)));
+	ck_assert(!dps_model_config_load(model_path("gqa"), &dense, err, sizeof(err)));
+	/* EP on a dense model */
+	p = moe_par((int[]){ 1, 2, 1, 1, 1, 1, 1, 0 });
+	ck_assert_int_eq(dps_shard_check(&dense, &p, err, sizeof(err)), -DPS_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(err, "has no experts"));
+	/* 32 experts over TP=3 x DP=2 = 6 ranks */
+	p = moe_par((int[]){ 3, 2, 1, 1, 1, 1, 1, 0 });
+	ck_assert_int_eq(dps_shard_check(&moe, &p, err, sizeof(err)), -DPS_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(err, "32 does not divide by 6"));
+	p.ep = 0; /* without EP the experts are sharded like the MLP: fine */
+	ck_assert_int_eq(dps_shard_check(&moe, &p, err, sizeof(err)), 0);
+	/* --mlp-dp-size 2 with EP on the all-gather dispatch, given or by default */
+	for (int a2a = 0; a2a < 2; a2a++) {
+		p = moe_par((int[]){ 1, 2, 1, 1, 2, 1, 1, a2a });
+		ck_assert_int_eq(dps_par_cfg_check(&p, err, sizeof(err)), -DPS_ECONFIG);
+		ck_assert_ptr_nonnull(strstr(err, "--mlp-dp-size 2"));
+		ck_assert_ptr_nonnull(strstr(err, "gather them again"));
+	}
+	/* ... allowed with all-to-all-v; --draft-mlp-dp-size allowed with either */
+	p = moe_par((int[]){ 1, 2, 1, 1, 2, 1, 1, 2 });
+	ck_assert_int_eq(dps_par_cfg_check(&p, err, sizeof(err)), 0);
+	p = moe_par((int[]){ 1, 2, 1, 1, 1, 1, 1, 1 });
+	p.draft_mlp_dp = 2;
+	ck_assert_int_eq(dps_par_cfg_check(&p, err, sizeof(err)), 0);
+	ck_assert_int_eq(dps_shard_check(&moe, &p, err, sizeof(err)), 0);
+	/* a backend without EP */
+	p = moe_par((int[]){ 1, 2, 1, 1, 1, 1, 0, 2 });
+	ck_assert_int_eq(dps_par_cfg_check(&p, err, sizeof(err)), -DPS_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(err, "needs --enable-expert-parallel"));
+	/* and the load itself refuses (a rank started with a bad layout) */
+	{
+		struct dps_shard sd;
+
+		p = moe_par((int[]){ 1, 1, 1, 1, 1, 1, 1, 0 });
+		ck_assert_int_eq(dps_shard_load(&sd, NULL, &p, model_path("gqa"), NULL, err,
+						sizeof(err)), -DPS_ECONFIG);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shard");
@@ -446,6 +602,14 @@ int main(void)
 	tcase_add_test(tc, test_mismatch_caught);
 	tcase_add_test(tc, test_collective_counts);
 	tcase_add_test(tc, test_bytes_fall);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("moe");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_moe_configs, 0, NMOE);
+	tcase_add_loop_test(tc, test_moe_32_ranks, 0, 2);
+	tcase_add_test(tc, test_moe_dispatch_counts);
+	tcase_add_test(tc, test_moe_rules);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

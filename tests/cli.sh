@@ -329,9 +329,40 @@ run generate --model "$tmp/moe" -n 12 --prompt-ids "5 9"
 if expect_rc 0; then
 	[ "$(wc -w <"$tmp/out")" -eq 12 ] || { fail "$desc: want 12 ids"; show stdout "$tmp/out"; }
 fi
-run generate --model "$tmp/moe" -n 12 --prompt-ids --tensor-parallel-size 2 "5 9"
+# Sampled (a greedy random model repeats its last token): the ids depend on every logit.
+run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids "5 9"
+expect_rc 0
+cp "$tmp/out" "$tmp/moe-one"
+# Across ranks, with and without expert parallelism, both dispatches: the one-rank ids.
+for layout in "--tensor-parallel-size 2" \
+	"--tensor-parallel-size 2 --data-parallel-size 2 --enable-expert-parallel" \
+	"--data-parallel-size 4 --enable-expert-parallel --all2all-backend alltoallv --mlp-dp-size 2"; do
+	# shellcheck disable=SC2086 # the layout is a list of flags
+	run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids $layout "5 9"
+	if expect_rc 0; then
+		cmp -s "$tmp/out" "$tmp/moe-one" ||
+			{ fail "$desc: ids differ from one rank's"; show stdout "$tmp/out"; }
+	fi
+done
+# Every rule of expert parallelism, refused with its reason.
+run generate --model "$tmp/moe" --prompt-ids --data-parallel-size 2 --enable-expert-parallel \
+	--mlp-dp-size 2 "5 9"
 expect_rc 2
-grep -q "mixture-of-experts" "$tmp/err" || fail "$desc: the refusal does not say why"
+grep -q "gather them again" "$tmp/err" || fail "$desc: the refusal does not say why"
+run generate --model "$tmp/moe" --prompt-ids --data-parallel-size 2 --all2all-backend alltoallv "5 9"
+expect_rc 2
+grep -q "needs --enable-expert-parallel" "$tmp/err" || fail "$desc: the refusal does not say why"
+run generate --model "$tmp/moe" --prompt-ids --tensor-parallel-size 3 --enable-expert-parallel "5 9"
+expect_rc 2
+grep -q "8 does not divide by 3" "$tmp/err" || fail "$desc: the refusal does not say why"
+run generate --model "$tmp/moe" --prompt-ids --enable-expert-parallel --all2all-backend deepep "5 9"
+expect_rc 2
+grep -q "choose one of allgather_reducescatter|alltoallv" "$tmp/err" ||
+	fail "$desc: the refusal does not list the backends"
+run mkmodel --preset tiny --out "$tmp/dense" --seed 1
+run generate --model "$tmp/dense" --prompt-ids --data-parallel-size 2 --enable-expert-parallel "5 9"
+expect_rc 2
+grep -q "no experts" "$tmp/err" || fail "$desc: the refusal does not say why"
 
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 

@@ -460,7 +460,7 @@ int dps_cmd_generate(int argc, char **argv)
 		return 2;
 	}
 	if (npos > 1 || requests || par.tp * par.dp > 1 || par.attn_dp > 1 || par.emb_dp > 1 ||
-	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1) {
+	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1 || par.ep || par.a2a) {
 		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
 						.blis_arch = blis_arch, .threads = threads,
 						.steps = steps, .ids_out = ids_out,

@@ -31,6 +31,12 @@ void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out)
 		  "shard the Eagle3 draft MLP over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
 		{ "lm-head-dp-size", DPS_FLAG_INT, &cfg->lm_head_dp, "N",
 		  "shard the LM head vocabulary over TP x N ranks; N divides DP", 1, DPS_MAX_WORLD },
+		{ "enable-expert-parallel", DPS_FLAG_BOOL, &cfg->ep, NULL,
+		  "MoE models: place the experts in contiguous blocks over all TP x DP ranks "
+		  "(couples the replicas)", 0, 0 },
+		{ "all2all-backend", DPS_FLAG_CHOICE, &cfg->a2a, "allgather_reducescatter|alltoallv",
+		  "the expert dispatch with --enable-expert-parallel (default "
+		  "allgather_reducescatter)", 0, 0 },
 	};
 	memcpy(out, f, sizeof(f));
 }
@@ -83,6 +89,22 @@ static int flag_set(const struct dps_flag *f, const char *cmd, const char *val)
 	case DPS_FLAG_STR:
 		*(const char **)f->ptr = val;
 		return 0;
+	case DPS_FLAG_CHOICE: {
+		const char *m = f->metavar;
+
+		for (int k = 1; m && *m; k++) {
+			const size_t n = strcspn(m, "|");
+
+			if (strlen(val) == n && !strncmp(m, val, n)) {
+				*(int *)f->ptr = k;
+				return 0;
+			}
+			m += n + (m[n] == '|');
+		}
+		fprintf(stderr, "dpshard %s: --%s %s: choose one of %s\n", cmd, f->name, val,
+			f->metavar);
+		return -1;
+	}
 	case DPS_FLAG_DOUBLE:
 		errno = 0;
 		d = strtod(val, &end);
@@ -291,6 +313,18 @@ static void flag_default(const struct dps_flag *f, char *buf, size_t len)
 	case DPS_FLAG_DOUBLE:
 		snprintf(buf, len, "%g", *(double *)f->ptr);
 		break;
+	case DPS_FLAG_CHOICE: {
+		const char *m = f->metavar;
+
+		for (int k = 1; m && *m; k++) {
+			const size_t n = strcspn(m, "|");
+
+			if (k == *(int *)f->ptr)
+				snprintf(buf, len, "%.*s", (int)n, m);
+			m += n + (m[n] == '|');
+		}
+		break;
+	}
 	default:
 		break;
 	}

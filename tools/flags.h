@@ -16,6 +16,7 @@ enum dps_flag_type {
 	DPS_FLAG_STR,    /* const char **, borrowed from argv */
 	DPS_FLAG_BOOL,   /* int *, set to 1 when present; takes no value */
 	DPS_FLAG_DOUBLE, /* double * */
+	DPS_FLAG_CHOICE, /* int *, 1 + the index of the value among metavar's "a|b|c" (0: unset) */
 	DPS_FLAG_END
 };
 
@@ -33,10 +34,11 @@ struct dps_flag {
 
 struct dps_par_cfg;
 /*
- * Writes the parallel-layout flags (--tensor-parallel-size, --data-parallel-size and the five
- * component sizes) into out[0..DPS_PAR_FLAGS-1], pointing at cfg's fields.
+ * Writes the parallel-layout flags (--tensor-parallel-size, --data-parallel-size, the five
+ * component sizes, --enable-expert-parallel and --all2all-backend) into
+ * out[0..DPS_PAR_FLAGS-1], pointing at cfg's fields.
  */
-#define DPS_PAR_FLAGS 7
+#define DPS_PAR_FLAGS 9
 void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out);
 
 /*
