@@ -922,6 +922,7 @@ static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int 
 
 	if (!n)
 		return;
+	s->moe_bytes += (uint64_t)E * ((uint64_t)s->cfg.hidden_size + 1) * sizeof(float);
 	lin(s, s->m_lg, h, w->router, n, E, s->cfg.hidden_size);
 	for (int i = 0; i < n; i++) {
 		float *lg = s->m_lg + (size_t)i * (size_t)E;
@@ -957,6 +958,7 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 		if (!cnt)
 			continue;
 		DPS_ASSERT(cnt <= s->moe_rows);
+		s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
 		lin(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
 		for (int r = 0; r < cnt; r++) {
 			float *g = s->m_gu + (size_t)r * 2 * (size_t)im;

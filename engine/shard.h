@@ -145,6 +145,7 @@ struct dps_shard {
 	int *rows_slot, **rows_table, *seq_tables; /* dps_shard_step's seq -> blocks mapping */
 
 	struct dps_shard_stats stats;  /* since load */
+	uint64_t moe_bytes;            /* router and expert weight bytes read, since load */
 	uint64_t linear_ns;            /* time in the matrix products, since load */
 	double linear_flops;
 	int trace;                     /* print every collective on stderr */

@@ -9,6 +9,19 @@
  * collective and run no dummy batch; coupled replicas with very unequal loads (two idle) all
  * finish with the oracle's tokens, running dummy batches; cancellation and deadlines end
  * requests with their reason and every KV block is free at the end.
+ *
+ * Request streams on a mixture-of-experts model (tiny-moe: 8 experts, top 2): 40 requests
+ * drawn from a fixed seed (the replica named, very skewed: most on replica 0, a few on 1,
+ * fewer on 2, none ever on 3; the prompt; 1 to 20 tokens) are not submitted up front but
+ * released by the supervisor's tick while the engine runs, some in bursts, some only once
+ * every earlier request finished and a pause passed, so replicas sit idle for long stretches
+ * (the whole engine at times) and then get work again. With expert parallelism (TP 1 x DP 4
+ * on the all-gather + reduce-scatter dispatch, TP 2 x DP 2 on all-to-all-v) the replicas are
+ * coupled: every request ends with exactly the oracle's tokens, the replicas step in lockstep
+ * (as many steps and agreements each), idle ones run dummy batches (the counts are printed),
+ * and every KV block is free at the end. Without expert parallelism and every size 1 the same
+ * stream is as correct with no dummy batch and no cross-replica collective. The comparison is
+ * shown to catch one wrong oracle token.
  */
 #include <check.h>
 #include <stdatomic.h>
@@ -26,8 +39,11 @@
 
 #define MAXREQ 128
 #define GEN 12
+#define NSTREAM 40    /* requests of a stream */
+#define STREAM_GEN 20 /* the most tokens a request of a stream asks for */
+#define NPROMPT 24    /* a stream's prompts: prompt_of(0 .. NPROMPT - 1) */
 
-static char dir[64];
+static char dir[64], moe[96]; /* the dense model, and the MoE one in dir/moe */
 
 struct result {
 	int tokens[MAXREQ][64], n[MAXREQ];
@@ -82,16 +98,16 @@ static int prompt_of(int k, int *p)
 	return n;
 }
 
-/* The one-process greedy tokens of request k. */
-static void oracle(int k, int *out, int n_out)
+/* The one-process greedy tokens of prompt k (prompt_of) on the model in model. */
+static void oracle(const char *model, int k, int *out, int n_out)
 {
 	struct dps_model m;
 	int prompt[16], pos[16], seq[16] = { 0 }, n = prompt_of(k, prompt), tok;
 	char err[256];
 	const float *lg;
 
-	ck_assert_msg(!dps_model_load(&m, dir, &(struct dps_model_opts){ .max_pos = 64,
-									 .max_rows = 16 },
+	ck_assert_msg(!dps_model_load(&m, model, &(struct dps_model_opts){ .max_pos = 64,
+									   .max_rows = 16 },
 				      err, sizeof(err)), "%s", err);
 	for (int i = 0; i < n; i++)
 		pos[i] = i;
@@ -107,26 +123,39 @@ static void oracle(int k, int *out, int n_out)
 	dps_model_free(&m);
 }
 
-/*
- * Runs n requests (request k on replica named[k], -1 for any) on layout par; deadline_k:
- * request index with a 1 ms deadline (-1: none).
- */
-static int run(struct dps_par_cfg par, int n, const int *named, int deadline_k, char *err,
-	       size_t len)
+/* A fresh client for layout par, its results in res (cancel_first kept). */
+static void client_new(struct dps_par_cfg par)
 {
 	struct dps_engine_cb cb = { on_token, on_done, on_stats, &res };
-	struct dps_engine_opts eo = { .model = dir, .max_num_seqs = 8, .max_model_len = 2048,
-				      .max_batched_tokens = 32, .kv_cache_memory = 4u << 20 };
-	struct dps_sup_opts so = { .par = par, .cpu_bind = "off", .rank_fn = dps_engine_rank_main,
-				   .rank_arg = &eo, .msg_fn = dps_engine_on_msg,
-				   .tick_fn = dps_engine_tick };
-	struct dps_sup_result sr;
-	int cancel_first = res.cancel_first, rc;
+	int cancel_first = res.cancel_first;
 
 	memset(&res, 0, sizeof(res));
 	res.cancel_first = cancel_first;
 	ck_assert_int_eq(dps_engine_client_new(&res.client, par.dp, par.tp, &cb), 0);
-	so.msg_arg = res.client;
+}
+
+/* Runs the engine on model with layout par until the client stops it; tick drives the client. */
+static int launch(const char *model, struct dps_par_cfg par, int (*tick)(void *), char *err,
+		  size_t len)
+{
+	struct dps_engine_opts eo = { .model = model, .max_num_seqs = 8, .max_model_len = 2048,
+				      .max_batched_tokens = 32, .kv_cache_memory = 4u << 20 };
+	struct dps_sup_opts so = { .par = par, .cpu_bind = "off", .rank_fn = dps_engine_rank_main,
+				   .rank_arg = &eo, .msg_fn = dps_engine_on_msg, .tick_fn = tick,
+				   .msg_arg = res.client };
+	struct dps_sup_result sr;
+
+	return dps_sup_run(&so, &sr, err, len);
+}
+
+/*
+ * Runs n requests (request k on replica named[k], -1 for any), all submitted up front, on the
+ * dense model with layout par; deadline_k: request index with a 1 ms deadline (-1: none).
+ */
+static int run(struct dps_par_cfg par, int n, const int *named, int deadline_k, char *err,
+	       size_t len)
+{
+	client_new(par);
 	for (int k = 0; k < n; k++) {
 		int prompt[16];
 		struct dps_engine_req q = { prompt, prompt_of(k, prompt),
@@ -142,18 +171,153 @@ static int run(struct dps_par_cfg par, int n, const int *named, int deadline_k, 
 	if (res.cancel_first && n > 3)
 		dps_engine_cancel(res.client, 3);
 	dps_engine_close_when_idle(res.client);
-	rc = dps_sup_run(&so, &sr, err, len);
+	return launch(dir, par, dps_engine_tick, err, len);
+}
+
+/* ---- request streams ------------------------------------------------------------------------ */
+
+/*
+ * A stream, drawn before the run and released by stream_tick while the engine runs: request k
+ * goes out once gate[k] requests (of any replica) have finished and then pause_ms[k] more
+ * milliseconds have passed.
+ */
+static struct {
+	int n, next, closed;
+	int replica[NSTREAM], prompt[NSTREAM], max_tokens[NSTREAM];
+	int gate[NSTREAM], pause_ms[NSTREAM];
+	uint64_t open_ns; /* when the gate of request next opened (0: still shut) */
+	uint64_t out_ns[NSTREAM], first_ns[NSTREAM]; /* released; its first token seen */
+	int from_idle;    /* requests released while none was outstanding: the engine was idle */
+} strm;
+
+/* A 32-bit LCG (Numerical Recipes); its high bits, the low ones have short periods. */
+static uint32_t lcg(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s >> 8;
+}
+
+/* Draws the stream of seed for dp replicas (a replica beyond dp - 1 folds onto replica 0). */
+static void stream_make(uint32_t seed, int dp)
+{
+	uint32_t s = seed;
+
+	memset(&strm, 0, sizeof(strm));
+	strm.n = NSTREAM;
+	for (int k = 0; k < NSTREAM; k++) {
+		const uint32_t r = lcg(&s) % 100, g = lcg(&s) % 100;
+		const int prev = k ? strm.gate[k - 1] : 0, d = r < 80 ? 0 : r < 94 ? 1 : 2;
+
+		/* Replica 3 never gets a request: in a coupled engine it only ever runs dummies. */
+		strm.replica[k] = d < dp ? d : 0;
+		strm.prompt[k] = (int)(lcg(&s) % NPROMPT);
+		strm.max_tokens[k] = 1 + (int)(lcg(&s) % STREAM_GEN);
+		if (g < 50) {
+			strm.gate[k] = prev; /* in the same burst as the one before */
+		} else if (g < 80) {
+			strm.gate[k] = k - 2 > prev ? k - 2 : prev; /* a few in flight at most */
+		} else {
+			/* Only once everything finished, and after a pause long enough for coupled
+			 * replicas to fall asleep together: the client must wake them all. */
+			strm.gate[k] = k;
+			strm.pause_ms[k] = 10 + (int)(lcg(&s) % 40);
+		}
+	}
+}
+
+/*
+ * The supervisor's tick (msg_arg the client): submits the requests whose gate opened, then
+ * runs the client's own tick. The engine is told to close when idle only after the last
+ * request is out: before, an idle moment between bursts would stop it.
+ */
+static int stream_tick(void *client)
+{
+	int wait = -1, rc;
+
+	for (int k = 0; k < strm.next; k++)
+		if (!strm.first_ns[k] && res.n[k])
+			strm.first_ns[k] = dps_now_ns();
+	while (strm.next < strm.n && res.done >= strm.gate[strm.next]) {
+		const int k = strm.next;
+		const uint64_t now = dps_now_ns(), pause = (uint64_t)strm.pause_ms[k] * 1000000u;
+		int prompt[16];
+		struct dps_engine_req q = { prompt, prompt_of(strm.prompt[k], prompt),
+					    { .max_tokens = strm.max_tokens[k] }, strm.replica[k],
+					    (void *)(intptr_t)k };
+
+		if (!strm.open_ns)
+			strm.open_ns = now;
+		if (now - strm.open_ns < pause) {
+			wait = (int)((pause - (now - strm.open_ns)) / 1000000u) + 1;
+			break;
+		}
+		strm.from_idle += !dps_engine_outstanding(client);
+		ck_assert_int_eq(dps_engine_submit(client, &q), k);
+		strm.out_ns[k] = now;
+		strm.next++;
+		strm.open_ns = 0;
+	}
+	if (strm.next == strm.n && !strm.closed) {
+		dps_engine_close_when_idle(client);
+		strm.closed = 1;
+	}
+	rc = dps_engine_tick(client);
+	/* A gate on finished requests opens on a message, which ends the supervisor's wait; a
+	 * pause runs out on the clock alone. */
+	if (wait >= 0 && (rc < 0 || wait < rc))
+		rc = wait;
 	return rc;
+}
+
+/* Runs the stream of seed on model with layout par. */
+static int run_stream(const char *model, struct dps_par_cfg par, uint32_t seed, char *err,
+		      size_t len)
+{
+	res.cancel_first = 0;
+	client_new(par);
+	stream_make(seed, par.dp);
+	return launch(model, par, stream_tick, err, len);
+}
+
+/*
+ * Requests of the stream that did not end as the oracle says (length, and want[prompt]'s
+ * first max_tokens tokens): counted, not asserted, so a test can show a wrong one is caught.
+ * The first is described on stderr when verbose.
+ */
+static int stream_mismatches(int (*want)[STREAM_GEN], int verbose)
+{
+	int bad = 0;
+
+	for (int k = 0; k < strm.n; k++) {
+		const int m = strm.max_tokens[k], *w = want[strm.prompt[k]];
+		int at = 0;
+
+		while (at < m && at < res.n[k] && res.tokens[k][at] == w[at])
+			at++;
+		if (res.why[k] == DPS_FINISH_LENGTH && res.n[k] == m && at == m)
+			continue;
+		if (!bad++ && verbose)
+			fprintf(stderr, "stream request %d (replica %d, prompt %d, %d tokens): %s "
+				"after %d tokens, first difference at token %d (%d, oracle %d)\n",
+				k, strm.replica[k], strm.prompt[k], m, dps_finish_name(res.why[k]),
+				res.n[k], at, at < res.n[k] ? res.tokens[k][at] : -1,
+				at < m ? w[at] : -1);
+	}
+	return bad;
 }
 
 static void setup(void)
 {
 	char err[256];
 	struct dps_model_config c = dps_mkmodel_preset("tiny")->cfg;
+	struct dps_model_config m = dps_mkmodel_preset("tiny-moe")->cfg;
 
 	test_tmpdir_make(dir, sizeof(dir), "engine");
 	c.max_position_embeddings = 2048;
 	ck_assert_msg(!dps_mkmodel(&c, 4, DPS_ST_F32, dir, err, sizeof(err)), "%s", err);
+	snprintf(moe, sizeof(moe), "%s/moe", dir);
+	m.max_position_embeddings = 2048;
+	ck_assert_msg(!dps_mkmodel(&m, 5, DPS_ST_F32, moe, err, sizeof(err)), "%s", err);
 }
 
 static void teardown(void)
@@ -169,7 +333,7 @@ static void expect_oracle(int n)
 	for (int k = 0; k < n; k++) {
 		int want[GEN];
 
-		oracle(k, want, GEN);
+		oracle(dir, k, want, GEN);
 		ck_assert_int_eq(res.why[k], DPS_FINISH_LENGTH);
 		ck_assert_int_eq(res.n[k], GEN);
 		ck_assert_msg(!memcmp(res.tokens[k], want, sizeof(want)), "request %d differs", k);
@@ -250,6 +414,107 @@ START_TEST(test_cancel_and_deadline)
 }
 END_TEST
 
+/*
+ * The stream layouts on the MoE model (8 experts divide by TP x DP = 4): expert parallelism on
+ * each dispatch, which couples the replicas; then none, every size 1, which leaves them apart.
+ */
+static const struct dps_par_cfg stream_pars[] = {
+	{ 1, 4, 1, 1, 1, 1, 1, 1, DPS_A2A_AG_RS },
+	{ 2, 2, 1, 1, 1, 1, 1, 1, DPS_A2A_V },
+	{ 1, 4, 1, 1, 1, 1, 1, 0, 0 },
+};
+
+START_TEST(test_stream)
+{
+	const struct dps_par_cfg par = stream_pars[_i];
+	static int want[NPROMPT][STREAM_GEN];
+	const int eos = dps_mkmodel_preset("tiny-moe")->cfg.eos_token_id;
+	const uint64_t *sent;
+	uint64_t t0, slowest = 0;
+	int least = 0, drains = 0, p, g;
+	char err[512];
+
+	for (p = 0; p < NPROMPT; p++) {
+		oracle(moe, p, want[p], STREAM_GEN);
+		/* An end of sequence would stop a request early: the prompts avoid it. */
+		for (g = 0; g < STREAM_GEN; g++)
+			ck_assert_msg(want[p][g] != eos, "prompt %d ends at token %d", p, g);
+	}
+	t0 = dps_now_ns();
+	/* (seed 2: 32 requests on replica 0, 6 on 1, 2 on 2; 9 of them only after a drain) */
+	ck_assert_msg(run_stream(moe, par, 2, err, sizeof(err)) == 0, "%s", err);
+	sent = dps_engine_sent(res.client);
+	for (int k = 0; k < strm.n; k++)
+		if (strm.first_ns[k] && strm.first_ns[k] - strm.out_ns[k] > slowest)
+			slowest = strm.first_ns[k] - strm.out_ns[k];
+	/* The log's report: the dummy batches, and what they came from. */
+	fprintf(stderr, "stream TP=%d DP=%d ep=%d%s%s: %.2f s, %d of %d requests released on an "
+			"idle engine, first token at most %.1f ms after release\n", par.tp, par.dp,
+		par.ep, par.ep ? "/" : "", par.ep ? dps_a2a_name(par.a2a) : "",
+		(double)(dps_now_ns() - t0) / 1e9, strm.from_idle, strm.n, (double)slowest / 1e6);
+	fprintf(stderr, "  per replica: dummy batches");
+	for (int d = 0; d < par.dp; d++)
+		fprintf(stderr, " %llu", (unsigned long long)res.st[d].dummy_steps);
+	fprintf(stderr, "; requests");
+	for (int d = 0; d < par.dp; d++)
+		fprintf(stderr, " %llu", (unsigned long long)sent[d]);
+	fprintf(stderr, "; steps");
+	for (int d = 0; d < par.dp; d++)
+		fprintf(stderr, " %llu", (unsigned long long)res.st[d].steps);
+	fprintf(stderr, "; DP agreements");
+	for (int d = 0; d < par.dp; d++)
+		fprintf(stderr, " %llu", (unsigned long long)res.st[d].dp_allreduces);
+	fprintf(stderr, "\n");
+	/* Every request went out, and those gated on a drain found the engine idle. */
+	ck_assert_int_eq(strm.next, strm.n);
+	for (int k = 0; k < strm.n; k++)
+		drains += strm.gate[k] == k && k;
+	ck_assert_int_ge(drains, 5);
+	ck_assert_int_ge(strm.from_idle, drains);
+	ck_assert_int_eq(res.done, strm.n);
+	ck_assert_int_eq(stream_mismatches(want, 1), 0);
+	ck_assert_int_eq(res.n_stats, par.dp);
+	for (int d = 0; d < par.dp; d++) {
+		ck_assert_uint_eq(res.st[d].free_blocks, res.st[d].num_blocks);
+		if (sent[d] < sent[least])
+			least = d;
+	}
+	ck_assert_uint_gt(sent[0], sent[least]);
+	if (par.dp == 4)
+		ck_assert_uint_eq(sent[3], 0);
+	if (par.ep) {
+		/* Coupled: one agreement before every step, on every replica alike; the least
+		 * loaded replica (on DP 4 never given a request) pads with dummy batches. */
+		ck_assert_uint_gt(res.st[least].dummy_steps, 0);
+		for (int d = 0; d < par.dp; d++) {
+			ck_assert_uint_gt(res.st[d].dp_allreduces, 0);
+			ck_assert_uint_eq(res.st[d].dp_allreduces, res.st[0].dp_allreduces);
+			ck_assert_uint_eq(res.st[d].steps, res.st[0].steps);
+		}
+	} else {
+		for (int d = 0; d < par.dp; d++) {
+			ck_assert_uint_eq(res.st[d].dummy_steps, 0);
+			ck_assert_uint_eq(res.st[d].dp_allreduces, 0);
+			ck_assert_uint_eq(res.st[d].collectives, 0); /* TP=1: none at all */
+		}
+	}
+	/* The comparison can fail: one wrong oracle token is caught, in every request that
+	 * reaches it (the requests of that prompt asking for as many tokens or more). */
+	{
+		const int k = strm.n - 1, at = strm.max_tokens[k] - 1;
+		int expect = 0;
+
+		for (int j = 0; j < strm.n; j++)
+			expect += strm.prompt[j] == strm.prompt[k] && strm.max_tokens[j] > at;
+		want[strm.prompt[k]][at] ^= 1;
+		ck_assert_int_eq(stream_mismatches(want, 0), expect);
+		want[strm.prompt[k]][at] ^= 1;
+		res.why[k] = DPS_FINISH_STOP; /* and a wrong finish reason alone */
+		ck_assert_int_eq(stream_mismatches(want, 0), 1);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -260,6 +525,7 @@ int main(void)
 	tcase_add_test(tc, test_balance);
 	tcase_add_test(tc, test_coupled_unequal);
 	tcase_add_test(tc, test_cancel_and_deadline);
+	tcase_add_loop_test(tc, test_stream, 0, sizeof(stream_pars) / sizeof(stream_pars[0]));
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

@@ -15,6 +15,13 @@
  * collectives per layer of a decode step, and the weight and KV bytes per rank. Every replica
  * runs the same tests at once (pp: one prompt each; tg: B sequences each), so tokens/s count
  * all replicas. The limits are measured after the ranks have exited, in the same run.
+ *
+ * --load gives each replica its share of the B sequences of a decode test (unbalanced
+ * loads): coupled replicas (component sizes above 1, expert parallelism) still step at B rows,
+ * padded, and a replica with none runs dummy batches, as the engine does; uncoupled replicas
+ * run only their own rows. On MoE models the expert weights read are counted as they are used
+ * (a batch touches only the experts its rows chose), and the bytes the expert dispatch moves
+ * per step are reported, summed over the ranks.
  */
 #include <errno.h>
 #include <math.h>
@@ -45,6 +52,8 @@ struct result {
 	double gbs;            /* decode: achieved read rate; prefill: product GFLOP/s */
 	double bound;          /* decode: fraction of the bandwidth bound; prefill: of the sgemm rate */
 	double calls_per_layer[DPS_COLL_KINDS]; /* decode steps, rank 0 */
+	double dispatch_bytes, expert_bytes;    /* decode: per step, every rank */
+	int real;              /* decode: sequences of every replica together */
 };
 
 static int parse_list(const char *s, int *out, int lo, int hi)
@@ -218,10 +227,11 @@ static void json_str(const char *s)
 
 /* ---- the ranks ------------------------------------------------------------------------- */
 
-enum { MSG_RESULT = 1, MSG_BYTES = 2 };
+enum { MSG_RESULT = 1, MSG_BYTES = 2, MSG_MOE = 3 };
 
 struct bmsg {
-	int32_t type, rank, test, p, b, g, rep, pad;
+	int32_t type, rank, test, p, b, g, rep, gi, bi, pad;
+	double moe_bytes, ep_bytes; /* MSG_MOE: this rank's, over the G steps of one run */
 	double secs, coll_s, lin_s, lin_flops, steps;
 	double decode_bytes, all_bytes, kv_bytes;
 	double calls_per_layer[DPS_COLL_KINDS];
@@ -232,10 +242,14 @@ struct bench {
 	int threads, reps, np, ng, nb;
 	const int *prompts, *gens, *batches;
 	int max_p, max_g, max_b;
+	int load[DPS_MAX_WORLD];   /* per replica: percent of the batch (100: all) */
+	double moe_sum[MAX_LIST][MAX_LIST], ep_sum[MAX_LIST][MAX_LIST]; /* [gi][bi], all ranks */
 	/* collected by the supervisor */
 	struct bmsg *rows;
 	int nrows, cap;
 	double decode_bytes, all_bytes, kv_bytes, rank0_bytes, rank0_kv;
+	double rep_decode_bytes[DPS_MAX_WORLD]; /* per replica: decode weights of its ranks */
+	int tp;
 	struct dps_model_config cfg;
 	int failed;
 };
@@ -254,6 +268,23 @@ static uint64_t coll_ns(struct dps_world *w)
 static int barrier(struct dps_world *w)
 {
 	return w->world > 1 ? dps_coll_barrier(w->world_c) : 0;
+}
+
+/* Replica d's real sequences of a batch of B under load percentages (at least 1 when above 0). */
+static int real_rows(const struct bench *b, int d, int B)
+{
+	const int r = B * b->load[d] / 100;
+
+	return b->load[d] == 0 ? 0 : r < 1 ? 1 : r;
+}
+
+static uint64_t dispatch_bytes(const struct dps_shard *s)
+{
+	uint64_t n = 0;
+
+	for (int k = 0; k < DPS_COLL_KINDS; k++)
+		n += s->stats.bytes[k][DPS_SG_EP];
+	return n;
 }
 
 static int rank_main(struct dps_world *w, void *arg)
@@ -342,28 +373,34 @@ static int rank_main(struct dps_world *w, void *arg)
 		for (int bi = 0; bi < b->nb && !rc; bi++)
 			for (int r = 0; r < b->reps && !rc; r++) {
 				const int G = b->gens[gi], B = b->batches[bi], V = s.cfg.vocab_size;
+				const int real = real_rows(b, w->dp_rank, B);
+				/* Coupled replicas step at B rows, padded; others run their own rows. */
+				const int rows = dps_shard_coupled(&s) ? B : real;
 				struct dps_shard_stats st0;
-				uint64_t t0, c0;
-				const float *lg;
+				uint64_t t0, c0, moe0, ep0;
+				const float *lg = NULL;
 
-				for (int i = 0; i < B; i++) {
-					tok[i] = s.cfg.bos_token_id;
+				for (int i = 0; i < rows; i++) {
+					tok[i] = i < real ? s.cfg.bos_token_id : 0;
 					pos[i] = 0;
-					seq[i] = i;
+					seq[i] = i < real ? i : -1; /* padding: writes no KV */
 				}
 				/* Position 0 of every sequence, then G decode steps, timed. */
-				lg = dps_shard_step(&s, 0, B, tok, pos, seq, NULL, &rc);
+				if (rows)
+					lg = dps_shard_step(&s, 0, rows, tok, pos, seq, NULL, &rc);
 				if (!rc)
 					rc = barrier(w);
 				st0 = s.stats;
 				c0 = coll_ns(w);
+				moe0 = s.moe_bytes;
+				ep0 = dispatch_bytes(&s);
 				t0 = dps_now_ns();
 				for (int g = 1; g <= G && lg && !rc; g++) {
-					for (int i = 0; i < B; i++) {
+					for (int i = 0; i < real; i++) {
 						tok[i] = dps_argmax_ref(lg + (size_t)i * (size_t)V, V);
 						pos[i] = g;
 					}
-					lg = dps_shard_step(&s, 0, B, tok, pos, seq, NULL, &rc);
+					lg = dps_shard_step(&s, 0, rows, tok, pos, seq, NULL, &rc);
 				}
 				if (!rc)
 					rc = barrier(w);
@@ -380,10 +417,21 @@ static int rank_main(struct dps_world *w, void *arg)
 				m.p = 0;
 				m.b = B;
 				m.g = G;
+				m.gi = gi;
+				m.bi = bi;
 				m.rep = r;
 				m.steps = G;
 				if (!rc && w->rank == 0)
 					rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
+				if (!rc && s.moe) {
+					struct bmsg e = m;
+
+					e.type = MSG_MOE;
+					e.rank = w->rank;
+					e.moe_bytes = (double)(s.moe_bytes - moe0);
+					e.ep_bytes = (double)(dispatch_bytes(&s) - ep0);
+					rc = dps_ring_push(&w->to_sup, &e, sizeof(e), 0);
+				}
 			}
 out:
 	dps_shard_free(&s);
@@ -404,8 +452,17 @@ static void on_msg(int rank, const void *msg, size_t len, void *arg)
 	if (len != sizeof(m))
 		return;
 	memcpy(&m, msg, sizeof(m));
+	if (m.type == MSG_MOE) {
+		if (m.gi >= 0 && m.gi < MAX_LIST && m.bi >= 0 && m.bi < MAX_LIST) {
+			b->moe_sum[m.gi][m.bi] += m.moe_bytes;
+			b->ep_sum[m.gi][m.bi] += m.ep_bytes;
+		}
+		return;
+	}
 	if (m.type == MSG_BYTES) {
 		b->decode_bytes += m.decode_bytes;
+		if (b->tp > 0 && m.rank / b->tp < DPS_MAX_WORLD)
+			b->rep_decode_bytes[m.rank / b->tp] += m.decode_bytes;
 		b->all_bytes += m.all_bytes;
 		b->kv_bytes += m.kv_bytes;
 		if (m.rank == 0) {
@@ -435,14 +492,17 @@ static void layout_name(const struct dps_par_cfg *p, char *buf, size_t len)
 	int n = snprintf(buf, len, "TP=%d DP=%d", p->tp, p->dp);
 
 	if (p->attn_dp > 1 || p->emb_dp > 1 || p->mlp_dp > 1 || p->lm_head_dp > 1)
-		snprintf(buf + n, len - (size_t)n, " a%d e%d m%d l%d", p->attn_dp, p->emb_dp,
-			 p->mlp_dp, p->lm_head_dp);
+		n += snprintf(buf + n, len - (size_t)n, " a%d e%d m%d l%d", p->attn_dp, p->emb_dp,
+			      p->mlp_dp, p->lm_head_dp);
+	if (p->ep && n < (int)len)
+		snprintf(buf + n, len - (size_t)n, " EP %s", p->a2a == DPS_A2A_V ? "a2a" : "ag");
 }
 
 int dps_bench_decode(int argc, char **argv)
 {
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
+	const char *load_s = NULL;
 	int reps = 3, threads = 0, json = 0, npos, rc, world, ncpu;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], np, ng, nb;
 	struct result res[3 * MAX_LIST * MAX_LIST];
@@ -462,6 +522,9 @@ int dps_bench_decode(int argc, char **argv)
 		  'n' },
 		{ "batch", DPS_FLAG_STR, &batches_s, "B,...",
 		  "decode tests: sequences per step, per replica", 0, 0, 'b' },
+		{ "load", DPS_FLAG_STR, &load_s, "PCT,...",
+		  "decode tests: each replica's share of the batch in percent, one per replica "
+		  "(unbalanced loads; default 100 each)" },
 		{ "repetitions", DPS_FLAG_INT, &reps, "R", "runs of each test", 1, 100, 'r' },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
@@ -490,6 +553,28 @@ int dps_bench_decode(int argc, char **argv)
 				"numbers (at most %d each)\n", MAX_LIST);
 		return 2;
 	}
+	for (int d = 0; d < DPS_MAX_WORLD; d++)
+		b.load[d] = 100;
+	if (load_s) {
+		int nl = 0, any = 0;
+		const char *q = load_s;
+
+		while (*q && nl < DPS_MAX_WORLD) {
+			char *end;
+			long v = strtol(q, &end, 10);
+
+			if (end == q || v < 0 || v > 100 || (*end && *end != ','))
+				break;
+			b.load[nl++] = (int)v;
+			any |= v > 0;
+			q = *end ? end + 1 : end;
+		}
+		if (*q || nl != par.dp || !any) {
+			fprintf(stderr, "dpshard bench decode: --load takes one percentage (0 to 100) per "
+					"replica, %d of them, not all 0; got '%s'\n", par.dp, load_s);
+			return 2;
+		}
+	}
 	b.max_p = b.max_g = b.max_b = 1;
 	for (int i = 0; i < np; i++)
 		b.max_p = prompts[i] > b.max_p ? prompts[i] : b.max_p;
@@ -512,6 +597,7 @@ int dps_bench_decode(int argc, char **argv)
 		return rc == -DPS_ECONFIG ? 2 : 1;
 	}
 	b.model = model_dir;
+	b.tp = par.tp;
 	b.blis_arch = blis_arch;
 	b.threads = threads;
 	b.reps = reps;
@@ -584,14 +670,23 @@ int dps_bench_decode(int argc, char **argv)
 			const int B = batches[bi], G = gens[gi];
 			const double kv_row = 2.0 * b.cfg.num_hidden_layers *
 					      b.cfg.num_key_value_heads * b.cfg.head_dim * sizeof(float);
-			double v[100], secs = 0, coll = 0;
-			int k = 0;
+			const int coupled = par.ep || par.attn_dp > 1 || par.emb_dp > 1 ||
+					    par.mlp_dp > 1 || par.lm_head_dp > 1;
+			double v[100], secs = 0, coll = 0, weights = 0;
+			int k = 0, real = 0;
 
 			memset(r, 0, sizeof(*r));
+			for (int d = 0; d < par.dp; d++) {
+				real += real_rows(&b, d, B);
+				/* An uncoupled replica with no rows runs no step and reads nothing. */
+				if (coupled || real_rows(&b, d, B))
+					weights += b.rep_decode_bytes[d];
+			}
+			r->real = real;
 			for (int i = 0; i < b.nrows; i++)
 				if (b.rows[i].test == 1 && b.rows[i].b == B && b.rows[i].g == G &&
 				    k < 100) {
-					v[k++] = (double)par.dp * B * G / b.rows[i].secs;
+					v[k++] = (double)real * G / b.rows[i].secs;
 					secs += b.rows[i].secs;
 					coll += b.rows[i].coll_s;
 					memcpy(r->calls_per_layer, b.rows[i].calls_per_layer,
@@ -603,9 +698,12 @@ int dps_bench_decode(int argc, char **argv)
 			stats(v, k ? k : 1, &r->mean, &r->sd);
 			r->step_ms = k ? secs / k / G * 1e3 : 0;
 			r->coll_ms = k ? coll / k / G * 1e3 : 0;
-			/* Every rank reads its decode weights; step s reads s + 1 positions of KV for each
-			 * of the DP x B sequences (over the TP ranks, which split the KV heads). */
-			r->bytes_per_step = b.decode_bytes + (double)par.dp * B * kv_row * (G + 3) / 2.0;
+			/* Every rank reads its decode weights (MoE: the router and the experts its rows
+			 * chose, as counted); step s reads s + 1 positions of KV for each real sequence
+			 * (over the TP ranks, which split the KV heads). */
+			r->expert_bytes = k ? b.moe_sum[gi][bi] / k / G : 0;
+			r->dispatch_bytes = k ? b.ep_sum[gi][bi] / k / G : 0;
+			r->bytes_per_step = weights + r->expert_bytes + (double)real * kv_row * (G + 3) / 2.0;
 			r->gbs = r->step_ms > 0 ? r->bytes_per_step / (r->step_ms / 1e3) / 1e9 : 0;
 			r->bound = bw > 0 ? r->gbs * 1e9 / bw : 0;
 		}
@@ -619,7 +717,13 @@ int dps_bench_decode(int argc, char **argv)
 		json_str(dps_gemm_describe());
 		printf(", \"layout\": ");
 		json_str(lname);
-		printf(", \"ranks\": %d, \"threads_per_rank\": %d,\n \"model\": ", world, threads);
+		printf(", \"ranks\": %d, \"threads_per_rank\": %d, \"expert_parallel\": %s, "
+		       "\"all2all_backend\": ", world, threads, par.ep ? "true" : "false");
+		json_str(par.ep ? dps_a2a_name(par.a2a) : "");
+		printf(", \"load_percent\": [");
+		for (int d = 0; d < par.dp; d++)
+			printf("%s%d", d ? ", " : "", b.load[d]);
+		printf("],\n \"model\": ");
 		json_str(model_dir);
 		printf(", \"weight_bytes_per_rank\": %.0f, \"kv_bytes_per_rank\": %.0f, "
 		       "\"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, \"sgemm_gflops\": %.1f,\n"
@@ -638,12 +742,17 @@ int dps_bench_decode(int argc, char **argv)
 				printf("  {\"test\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.2f, "
 				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
 				       "\"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
-				       "\"alltoall_per_layer\": %.2f, \"bytes_per_step\": %.0f, "
+				       "\"alltoall_per_layer\": %.2f, \"reducescatter_per_layer\": %.2f, "
+				       "\"bytes_per_step\": %.0f, "
+				       "\"expert_bytes_per_step\": %.0f, \"dispatch_bytes_per_step\": %.0f, "
+				       "\"sequences\": %d, "
 				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f}%s\n", r->test,
 				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
 				       r->calls_per_layer[DPS_COLL_ALLREDUCE],
 				       r->calls_per_layer[DPS_COLL_ALLGATHER],
-				       r->calls_per_layer[DPS_COLL_ALLTOALL], r->bytes_per_step, r->gbs,
+				       r->calls_per_layer[DPS_COLL_ALLTOALL],
+				       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,
+				       r->expert_bytes, r->dispatch_bytes, r->real, r->gbs,
 				       r->bound, i + 1 < nres ? "," : "");
 		}
 		printf(" ]}\n");
@@ -657,16 +766,23 @@ int dps_bench_decode(int argc, char **argv)
 		printf("measured in this run: memory read %.1f GB/s (%d threads), sgemm %.0f GFLOP/s "
 		       "(1536^3, %d thread(s))\n", bw / 1e9, world * threads < ncpu ? world * threads
 									 : ncpu, peak, threads);
-		printf("per rank (rank 0): %.1f MB of weights, %.1f MB of KV cache\n\n",
+		printf("per rank (rank 0): %.1f MB of weights, %.1f MB of KV cache\n",
 		       b.rank0_bytes / 1e6, b.rank0_kv / 1e6);
-		printf("| %-16s | %-22s | %5s | %-9s | %16s | %9s | %9s | %-11s | %-34s |\n", "model",
-		       "layout", "ranks", "test", "t/s", "step ms", "coll ms", "AR/AG/A2A", "limit");
+		if (load_s) {
+			printf("decode load per replica (percent of the batch):");
+			for (int d = 0; d < par.dp; d++)
+				printf(" %d", b.load[d]);
+			printf("\n");
+		}
+		printf("\n| %-16s | %-22s | %5s | %-9s | %16s | %9s | %9s | %-15s | %9s | %-34s |\n",
+		       "model", "layout", "ranks", "test", "t/s", "step ms", "coll ms", "AR/AG/RS/A2A",
+		       "disp KB", "limit");
 		printf("|------------------|------------------------|-------|-----------|"
-		       "------------------|-----------|-----------|-------------|"
+		       "------------------|-----------|-----------|-----------------|-----------|"
 		       "------------------------------------|\n");
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
-			char test[48], lim[64], calls[32] = "";
+			char test[48], lim[64], calls[32] = "", disp[24] = "";
 
 			if (r->prompt) {
 				snprintf(test, sizeof(test), "%.31s", r->test);
@@ -676,17 +792,24 @@ int dps_bench_decode(int argc, char **argv)
 				snprintf(test, sizeof(test), "%.31s b%d", r->test, r->batch);
 				snprintf(lim, sizeof(lim), "read %.1f GB/s = %.0f%% of bound", r->gbs,
 					 100 * r->bound);
-				snprintf(calls, sizeof(calls), "%.1f/%.1f/%.1f",
+				snprintf(calls, sizeof(calls), "%.1f/%.1f/%.1f/%.1f",
 					 r->calls_per_layer[DPS_COLL_ALLREDUCE],
 					 r->calls_per_layer[DPS_COLL_ALLGATHER],
+					 r->calls_per_layer[DPS_COLL_REDUCESCATTER],
 					 r->calls_per_layer[DPS_COLL_ALLTOALL]);
+				if (b.cfg.num_local_experts)
+					snprintf(disp, sizeof(disp), "%.1f", r->dispatch_bytes / 1e3);
+				if (load_s)
+					snprintf(test, sizeof(test), "%.31s b%d:%d", r->test, r->batch,
+						 r->real);
 			}
 			printf("| %-16.16s | %-22.22s | %5d | %-9s | %7.1f ± %6.1f | %9.3f | %9.3f | "
-			       "%-11s | %-34s |\n", name, lname, world, test, r->mean, r->sd, r->step_ms,
-			       r->coll_ms, calls, lim);
+			       "%-15s | %9s | %-34s |\n", name, lname, world, test, r->mean, r->sd,
+			       r->step_ms, r->coll_ms, calls, disp, lim);
 		}
-		printf("\nAR/AG/A2A: all-reduces, all-gathers and all-to-alls per layer of a decode "
-		       "step on rank 0\n");
+		printf("\nAR/AG/RS/A2A: all-reduces, all-gathers, reduce-scatters and all-to-alls per "
+		       "layer of a decode step on rank 0; disp KB: what the expert dispatch moves per step, every rank "
+		       "together%s\n", load_s ? "; bB:S: batch B per replica, S sequences in all" : "");
 	}
 	free(b.rows);
 	return 0;
