@@ -535,6 +535,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 		s->m_gu = calloc(rows * 2 * (size_t)s->im_e, sizeof(float));
 		s->m_eout = calloc(rows * dim, sizeof(float));
 		s->m_ix = calloc(rows, sizeof(int));
+		s->m_pad = calloc(((size_t)par->dp + 1) * (size_t)s->max_rows, sizeof(int));
 		if (s->moe == DPS_MOE_EP_A2A) {
 			s->m_send = calloc(g * k * (dim + 1), sizeof(float));
 			s->m_pos = calloc(g * k, sizeof(int));
@@ -543,7 +544,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			s->m_e2 = calloc((size_t)s->moe_items, sizeof(int));
 		}
 		if (!s->m_lg || !s->m_w || !s->m_e || !s->m_h || !s->m_y || !s->m_gather ||
-		    !s->m_gu || !s->m_eout || !s->m_ix ||
+		    !s->m_gu || !s->m_eout || !s->m_ix || !s->m_pad ||
 		    (s->moe == DPS_MOE_EP_A2A &&
 		     (!s->m_send || !s->m_pos || !s->m_recv || !s->m_ret || !s->m_e2)))
 			moe_fail = 1;
@@ -629,6 +630,7 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->m_recv);
 	free(s->m_ret);
 	free(s->m_e2);
+	free(s->m_pad);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -915,8 +917,12 @@ int dps_shard_coupled(const struct dps_shard *s)
 	return coupled;
 }
 
-/* Routes n normed rows h: each row's k experts into s->m_e and their weights into s->m_w. */
-static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int n, const float *h)
+/*
+ * Routes n normed rows h: each row's k experts into s->m_e and their weights into s->m_w. A
+ * padding row (pad[i], pad may be NULL) chooses no expert (-1): its output is never used.
+ */
+static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int n, const float *h,
+		      const int *pad)
 {
 	const int E = s->cfg.num_local_experts, k = s->cfg.num_experts_per_tok;
 
@@ -930,6 +936,9 @@ static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int 
 		for (int e = 0; e < E; e++)
 			lg[e] += w->router_bias[e];
 		dps_moe_route(lg, E, k, s->m_e + (size_t)i * (size_t)k, s->m_w + (size_t)i * (size_t)k);
+		if (pad && pad[i])
+			for (int j = 0; j < k; j++)
+				s->m_e[(size_t)i * (size_t)k + (size_t)j] = -1;
 	}
 }
 
@@ -993,7 +1002,7 @@ static void moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o)
 
 	DPS_ASSERT(R <= s->moe_rows);
 	memset(o, 0, sizeof(float) * (size_t)R * (size_t)s->cfg.hidden_size);
-	moe_route(s, w, R, h);
+	moe_route(s, w, R, h, NULL);
 	experts_run(s, w, R, h, (size_t)s->cfg.hidden_size, s->m_e, s->m_w,
 		    s->cfg.num_experts_per_tok, o);
 }
@@ -1003,7 +1012,8 @@ static void moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o)
  * the replica); o (n, hidden) gets the whole MoE output of those rows. equal: every replica
  * has n rows (a decode step), else the counts are gathered first.
  */
-static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, int equal)
+static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, int equal,
+		  const int *pad)
 {
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, dp = s->par.dp;
@@ -1034,7 +1044,7 @@ static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, i
 		memcpy(s->m_h, h, sizeof(float) * (size_t)n * (size_t)dim);
 	}
 	memset(s->m_y, 0, sizeof(float) * (size_t)R * (size_t)dim);
-	moe_route(s, w, R, s->m_h);
+	moe_route(s, w, R, s->m_h, pad);
 	experts_run(s, w, R, s->m_h, (size_t)dim, s->m_e, s->m_w, s->cfg.num_experts_per_tok,
 		    s->m_y);
 	if (dp > 1) {
@@ -1057,7 +1067,7 @@ static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, i
  * them in the router's order, and the members' rows are all-gathered over G.
  */
 static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R, const float *x,
-		   float *out)
+		   const int *pad, float *out)
 {
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, k = s->cfg.num_experts_per_tok, ep = s->ep_n;
@@ -1073,17 +1083,21 @@ static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R
 	for (int i = 0; i < m; i++)
 		dps_rmsnorm(s->m_h + (size_t)i * dim, x + (size_t)(lo + i) * dim, w->ffn_norm, dim,
 			    (float)s->cfg.rms_norm_eps);
-	moe_route(s, w, m, s->m_h);
-	/* Items by destination rank, in (row, choice) order within each. */
+	moe_route(s, w, m, s->m_h, pad ? pad + lo : NULL);
+	/* Items by destination rank, in (row, choice) order within each; padding sends none. */
 	memset(cnt, 0, sizeof(int) * (size_t)ep);
 	for (int q = 0; q < m * k; q++)
-		cnt[s->m_e[q] / s->e_per]++;
+		if (s->m_e[q] >= 0)
+			cnt[s->m_e[q] / s->e_per]++;
 	for (int p = 0, a = 0; p < ep; a += cnt[p], p++)
 		at[p] = (size_t)a;
 	for (int q = 0; q < m * k; q++) {
 		const int e = s->m_e[q];
-		float *it = s->m_send + at[e / s->e_per] * item;
+		float *it;
 
+		if (e < 0)
+			continue;
+		it = s->m_send + at[e / s->e_per] * item;
 		s->m_pos[q] = (int)at[e / s->e_per]++;
 		memcpy(it, s->m_h + (size_t)(q / k) * dim, sizeof(float) * (size_t)dim);
 		it[dim] = (float)e;
@@ -1134,7 +1148,7 @@ static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R
 		float *zi = z + (size_t)i * dim;
 
 		memcpy(zi, x + (size_t)(lo + i) * dim, sizeof(float) * (size_t)dim);
-		for (int j = 0; j < k; j++) {
+		for (int j = 0; j < k && s->m_e[(size_t)i * k] >= 0; j++) {
 			const float wt = s->m_w[(size_t)i * k + (size_t)j];
 			const float *y = s->m_send + (size_t)s->m_pos[(size_t)i * k + (size_t)j] * dim;
 
@@ -1246,7 +1260,7 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 			s->x[i] += s->o[i];
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_A2A) {
 			/* The rows stay sequence parallel over TP: no MLP column gather. */
-			rc = moe_a2a(s, l, s->tp_c, DPS_SG_TP, n, s->x, s->x);
+			rc = moe_a2a(s, l, s->tp_c, DPS_SG_TP, n, s->x, NULL, s->x);
 			if (rc)
 				goto fail;
 			continue;
@@ -1256,7 +1270,7 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 			dps_rmsnorm(s->o + (size_t)i * dim, s->x + (size_t)i * dim, w->ffn_norm, dim,
 				    eps);
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_AG) {
-			rc = moe_ag(s, l, n, s->o, s->h, 0);
+			rc = moe_ag(s, l, n, s->o, s->h, 0, NULL);
 			if (rc)
 				goto fail;
 			for (size_t i = 0; i < (size_t)n * dim; i++)
@@ -1309,8 +1323,21 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 	const int Ra = B * ca, Rm = B * cm;
 	int n_out = 0, rc, cur = cm; /* the column size the residual s->x is gathered over */
 
+	int *pad = NULL;
+
 	DPS_ASSERT(B * ce <= s->max_gather && Ra <= s->max_gather && Rm <= s->max_gather &&
 		   B * cl <= s->max_gather);
+	if (s->moe == DPS_MOE_EP_AG || s->moe == DPS_MOE_EP_A2A) {
+		/* Which rows of every replica are padding: their experts are skipped. */
+		int *mine = s->m_pad + (size_t)s->par.dp * (size_t)s->max_rows;
+
+		for (int i = 0; i < B; i++)
+			mine[i] = !r->table[i];
+		pad = s->m_pad;
+		rc = allgather(s, s->dp_c, DPS_SG_EP, mine, pad, (size_t)B, DPS_I32);
+		if (rc)
+			goto fail;
+	}
 	/* Embedding bracket: gather the ids over the column, look up the shard, reduce. */
 	rc = allgather(s, s->col_c[DPS_COMP_EMB], DPS_SG_EMB_COL, tokens, s->ids, (size_t)B,
 		       DPS_I32);
@@ -1355,7 +1382,8 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_A2A) {
 			/* Sequence parallel over the ranks holding these rows: no _dp_transition. */
 			rc = moe_a2a(s, l, ca > 1 ? s->comp_c[DPS_COMP_ATTN] : s->tp_c,
-				     ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa, s->x);
+				     ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa,
+				     pad + (size_t)(s->d / ca * ca) * (size_t)B, s->x);
 			if (rc)
 				goto fail;
 			cur = ca;
@@ -1371,7 +1399,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 				    eps);
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_AG) {
 			DPS_ASSERT(cm == 1); /* dps_par_cfg_check */
-			rc = moe_ag(s, l, B, s->h, s->o, 1);
+			rc = moe_ag(s, l, B, s->h, s->o, 1, pad);
 		} else {
 			if (moe_layer(s, l))
 				moe_tp(s, l, Rm, s->h, s->o);

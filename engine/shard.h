@@ -122,10 +122,12 @@ struct dps_shard {
 	/* Mixture of experts: this rank holds experts [e_lo, e_lo + e_n), im_e rows of each. */
 	enum dps_moe_mode moe;
 	int ep_n, ep_rank, e_per;    /* EP group (TP x DP, rank d*TP + t), experts per EP rank */
+	/* Decode with EP: padding rows (no block table) choose no expert; the DP group's padding
+	 * is gathered once per step (m_pad). */
 	int e_lo, e_n, im_e;
 	int moe_rows, moe_items;     /* scratch capacity: rows routed here, items received */
 	float *m_lg, *m_w, *m_h, *m_y, *m_gather, *m_gu, *m_eout, *m_send, *m_recv, *m_ret;
-	int *m_e, *m_ix, *m_pos, *m_e2;
+	int *m_e, *m_ix, *m_pos, *m_e2, *m_pad;
 
 	float *emb_p, *emb_d;        /* (v_tp | v_emb, hidden); emb_d == emb_p when c_emb == 1 */
 	float *lm_p, *lm_d;          /* (v_tp | v_lm, hidden) */

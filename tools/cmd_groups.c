@@ -49,6 +49,20 @@ int dps_cmd_groups(int argc, char **argv)
 	}
 	dps_groups_print(&g, stdout);
 	dps_groups_free(&g);
+	if (cfg.ep) {
+		const int ep = cfg.tp * cfg.dp;
+
+		printf("\nexpert parallel: EP group = the world group (EP degree TP x DP = %d); EP rank "
+		       "k = d*TP + t holds experts [k*E/%d, (k+1)*E/%d) of a model's E experts\n",
+		       ep, ep, ep);
+		if (cfg.a2a == DPS_A2A_V)
+			printf("  dispatch alltoallv: items to the experts' ranks and back over the "
+			       "world group, rows gathered over the group that holds them\n");
+		else
+			printf("  dispatch allgather_reducescatter: rows gathered and partial sums "
+			       "reduce-scattered over the DP groups, then all-reduced over TP\n");
+		printf("  the replicas are coupled (padding and dummy batches)\n");
+	}
 	if (show_place) {
 		struct dps_placement p = { 0 };
 		struct dps_topo t;
