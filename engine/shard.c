@@ -518,27 +518,40 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 		for (int b = 0; b < s->max_seqs * s->bps; b++)
 			s->seq_tables[b] = b < s->num_blocks ? b : 0;
 	if (s->moe) {
-		/* Rows routed on this rank: its own (TP) or up to the whole DP column's (EP). */
+		/*
+		 * Rows routed here: the MLP's (TP), the DP group's (all-gather), this rank's slice
+		 * of its replica's (all-to-all, at most max_rows). One expert meets at most every
+		 * row of the step: the MLP's, or every replica's (EP).
+		 */
 		const size_t dim = (size_t)c->hidden_size, E = (size_t)c->num_local_experts;
-		const size_t k = (size_t)c->num_experts_per_tok;
-		const size_t rows = g * (s->moe == DPS_MOE_TP ? 1 : (size_t)par->dp);
+		const size_t k = (size_t)c->num_experts_per_tok, mr = (size_t)s->max_rows;
+		const size_t all = (size_t)par->dp * mr;
+		const size_t route = s->moe == DPS_MOE_TP ? g : s->moe == DPS_MOE_EP_AG ? all : mr;
+		const size_t rows = s->moe == DPS_MOE_TP ? g : all;
 		const size_t kk = k < (size_t)s->e_n ? k : (size_t)s->e_n;
 
+		if (all * kk > INT32_MAX || g > INT32_MAX) {
+			snprintf(err, errlen, "%zu rows per step over %d replicas is too many",
+				 mr, par->dp);
+			rc = -EINVAL;
+			goto out;
+		}
+		s->moe_route = (int)route;
 		s->moe_rows = (int)rows;
-		s->moe_items = (int)(rows * kk);
-		s->m_lg = calloc(rows * E, sizeof(float));
-		s->m_w = calloc(rows * k, sizeof(float));
-		s->m_e = calloc(rows * k, sizeof(int));
-		s->m_h = calloc(rows * dim, sizeof(float));
-		s->m_y = calloc(rows * dim, sizeof(float));
+		s->moe_items = (int)(all * kk);
+		s->m_lg = calloc(route * E, sizeof(float));
+		s->m_w = calloc(route * k, sizeof(float));
+		s->m_e = calloc(route * k, sizeof(int));
+		s->m_h = calloc(route * dim, sizeof(float));
+		s->m_y = calloc(route * dim, sizeof(float));
 		s->m_gather = calloc(rows * dim, sizeof(float));
 		s->m_gu = calloc(rows * 2 * (size_t)s->im_e, sizeof(float));
 		s->m_eout = calloc(rows * dim, sizeof(float));
 		s->m_ix = calloc(rows, sizeof(int));
-		s->m_pad = calloc(((size_t)par->dp + 1) * (size_t)s->max_rows, sizeof(int));
+		s->m_pad = calloc(((size_t)par->dp + 1) * mr, sizeof(int));
 		if (s->moe == DPS_MOE_EP_A2A) {
-			s->m_send = calloc(g * k * (dim + 1), sizeof(float));
-			s->m_pos = calloc(g * k, sizeof(int));
+			s->m_send = calloc(mr * k * (dim + 1), sizeof(float));
+			s->m_pos = calloc(mr * k, sizeof(int));
 			s->m_recv = calloc((size_t)s->moe_items * (dim + 1), sizeof(float));
 			s->m_ret = calloc((size_t)s->moe_items * dim, sizeof(float));
 			s->m_e2 = calloc((size_t)s->moe_items, sizeof(int));
@@ -960,13 +973,13 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 
 		for (int q = 0; q < n * k; q++)
 			if (re[q] == e) {
+				DPS_ASSERT(cnt < s->moe_rows);
 				memcpy(s->m_gather + (size_t)cnt * (size_t)dim, x + (size_t)(q / k) * ldx,
 				       sizeof(float) * (size_t)dim);
 				s->m_ix[cnt++] = q;
 			}
 		if (!cnt)
 			continue;
-		DPS_ASSERT(cnt <= s->moe_rows);
 		s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
 		lin(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
 		for (int r = 0; r < cnt; r++) {
@@ -1000,7 +1013,7 @@ static void moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o)
 {
 	const struct dps_shard_layer *w = &s->layers[l];
 
-	DPS_ASSERT(R <= s->moe_rows);
+	DPS_ASSERT(R <= s->moe_route);
 	memset(o, 0, sizeof(float) * (size_t)R * (size_t)s->cfg.hidden_size);
 	moe_route(s, w, R, h, NULL);
 	experts_run(s, w, R, h, (size_t)s->cfg.hidden_size, s->m_e, s->m_w,
@@ -1009,30 +1022,25 @@ static void moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o)
 
 /*
  * EP, all-gather + reduce-scatter: this replica's n normed rows h (the same on every rank of
- * the replica); o (n, hidden) gets the whole MoE output of those rows. equal: every replica
- * has n rows (a decode step), else the counts are gathered first.
+ * the replica); o (n, hidden) gets the whole MoE output of those rows. cnt: every replica's
+ * row count (NULL: all n, a decode step); pad: which of the gathered rows are padding.
  */
-static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, int equal,
+static int moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, const int *cnt,
 		  const int *pad)
 {
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, dp = s->par.dp;
 	struct dps_comm *col = s->dp_c;
 	size_t counts[DPS_MAX_WORLD];
-	int cnt[DPS_MAX_WORLD], R = 0, rc;
+	int R = 0, rc;
 
-	if (dp > 1 && !equal) {
-		rc = allgather(s, col, DPS_SG_EP, &n, cnt, 1, DPS_I32);
-		if (rc)
-			return rc;
-	}
 	for (int q = 0; q < dp; q++) {
-		const int m = dp > 1 && !equal ? cnt[q] : n;
+		const int m = cnt ? cnt[q] : n;
 
 		counts[q] = (size_t)m * (size_t)dim;
 		R += m;
 	}
-	DPS_ASSERT(R <= s->moe_rows);
+	DPS_ASSERT(R <= s->moe_route);
 	if (dp > 1) {
 		if (R) {
 			count(s, DPS_COLL_ALLGATHER, DPS_SG_EP, (size_t)R * dim * sizeof(float));
@@ -1076,10 +1084,11 @@ static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R
 	const size_t item = (size_t)dim + 1;
 	struct dps_comm *world = s->w ? s->w->world_c : NULL;
 	size_t sc[DPS_MAX_WORLD], rcn[DPS_MAX_WORLD], at[DPS_MAX_WORLD];
-	int cnt[DPS_MAX_WORLD], cin[DPS_MAX_WORLD], items = 0, rc;
+	int cnt[DPS_MAX_WORLD], cin[DPS_MAX_WORLD], items = 0, sent = 0, rc;
 	float *z = s->m_y;
 
-	DPS_ASSERT(ep >= 1 && ep <= DPS_MAX_WORLD && (!world || world->n == ep));
+	DPS_ASSERT(ep >= 1 && ep <= DPS_MAX_WORLD && (!world || world->n == ep) &&
+		   m <= s->moe_route);
 	for (int i = 0; i < m; i++)
 		dps_rmsnorm(s->m_h + (size_t)i * dim, x + (size_t)(lo + i) * dim, w->ffn_norm, dim,
 			    (float)s->cfg.rms_norm_eps);
@@ -1117,10 +1126,11 @@ static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R
 		sc[p] = (size_t)cnt[p] * item;
 		rcn[p] = (size_t)cin[p] * item;
 		items += cin[p];
+		sent += cnt[p];
 	}
 	DPS_ASSERT(items <= s->moe_items);
 	if (world) {
-		count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)m * k * item * sizeof(float));
+		count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)sent * item * sizeof(float));
 		rc = dps_coll_alltoallv(world, s->m_send, sc, NULL, s->m_recv, rcn, NULL, DPS_F32);
 		if (rc)
 			return rc;
@@ -1223,7 +1233,7 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 	struct dps_comm *col = s->col_c[DPS_COMP_MLP];
 	size_t counts[DPS_MAX_WORLD];
 	int R = n, first = 0, n_out = 0, rc;
-	int *cnt = s->ids;
+	int *cnt = s->ids, *moe_cnt = NULL;
 
 	/* The MLP column's row counts (replicas prefill different amounts). */
 	if (cm > 1) {
@@ -1239,6 +1249,13 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 		}
 		/* Every replica must be loaded with the same max_rows (shard.h). */
 		DPS_ASSERT(R <= s->max_gather);
+	}
+	/* The all-gather dispatch meets every replica's rows: their counts, once per step. */
+	if (s->moe == DPS_MOE_EP_AG) {
+		moe_cnt = s->m_pad;
+		rc = allgather(s, s->dp_c, DPS_SG_EP, &n, moe_cnt, 1, DPS_I32);
+		if (rc)
+			goto fail;
 	}
 	lookup(s, s->emb_p, s->t * s->v_tp, s->v_tp, tokens, n, s->x);
 	rc = allreduce(s, s->tp_c, DPS_SG_TP, s->x, (size_t)n * dim);
@@ -1270,7 +1287,7 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 			dps_rmsnorm(s->o + (size_t)i * dim, s->x + (size_t)i * dim, w->ffn_norm, dim,
 				    eps);
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_AG) {
-			rc = moe_ag(s, l, n, s->o, s->h, 0, NULL);
+			rc = moe_ag(s, l, n, s->o, s->h, moe_cnt, NULL);
 			if (rc)
 				goto fail;
 			for (size_t i = 0; i < (size_t)n * dim; i++)
@@ -1328,13 +1345,21 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 	DPS_ASSERT(B * ce <= s->max_gather && Ra <= s->max_gather && Rm <= s->max_gather &&
 		   B * cl <= s->max_gather);
 	if (s->moe == DPS_MOE_EP_AG || s->moe == DPS_MOE_EP_A2A) {
-		/* Which rows of every replica are padding: their experts are skipped. */
+		/*
+		 * Which rows are padding (a decode row that writes no KV slot): they choose no
+		 * expert. The all-gather dispatch meets the rows of the DP group (their flags are
+		 * gathered over it), the all-to-all one those of the attention column.
+		 */
 		int *mine = s->m_pad + (size_t)s->par.dp * (size_t)s->max_rows;
 
 		for (int i = 0; i < B; i++)
-			mine[i] = !r->table[i];
+			mine[i] = r->slot[i] < 0;
 		pad = s->m_pad;
-		rc = allgather(s, s->dp_c, DPS_SG_EP, mine, pad, (size_t)B, DPS_I32);
+		if (s->moe == DPS_MOE_EP_AG)
+			rc = allgather(s, s->dp_c, DPS_SG_EP, mine, pad, (size_t)B, DPS_I32);
+		else
+			rc = allgather(s, s->col_c[DPS_COMP_ATTN], DPS_SG_ATTN_COL, mine, pad, (size_t)B,
+				       DPS_I32);
 		if (rc)
 			goto fail;
 	}
@@ -1382,8 +1407,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_A2A) {
 			/* Sequence parallel over the ranks holding these rows: no _dp_transition. */
 			rc = moe_a2a(s, l, ca > 1 ? s->comp_c[DPS_COMP_ATTN] : s->tp_c,
-				     ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa,
-				     pad + (size_t)(s->d / ca * ca) * (size_t)B, s->x);
+				     ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa, pad, s->x);
 			if (rc)
 				goto fail;
 			cur = ca;
@@ -1399,7 +1423,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 				    eps);
 		if (moe_layer(s, l) && s->moe == DPS_MOE_EP_AG) {
 			DPS_ASSERT(cm == 1); /* dps_par_cfg_check */
-			rc = moe_ag(s, l, B, s->h, s->o, 1, pad);
+			rc = moe_ag(s, l, B, s->h, s->o, NULL, pad);
 		} else {
 			if (moe_layer(s, l))
 				moe_tp(s, l, Rm, s->h, s->o);

@@ -24,7 +24,7 @@
  * sharded like the MLP (intermediate rows over TP x c_mlp) and a MoE layer is the MLP's flow
  * with each expert run once on the rows that chose it. With --enable-expert-parallel, EP rank
  * k = d*TP + t holds experts [k*E/ep, (k+1)*E/ep) whole, and a MoE layer dispatches:
- *   all-gather + reduce-scatter: gather the replica rows of the DP column (every rank of a
+ *   all-gather + reduce-scatter: gather the replica rows over the DP group (every rank of a
  *     replica holds the same rows), run the local experts on every gathered row, reduce-scatter
  *     the partial sums back to their replicas, then all-reduce over TP;
  *   all-to-all-v: the rows stay where attention left them and are split over the ranks that
@@ -76,14 +76,14 @@ const char *dps_shard_part_name(enum dps_shard_part p);
 /* Collective counters: [kind][component of the group used]; "TP" and "DP" as extra slots. */
 enum { DPS_SG_ATTN_COMP, DPS_SG_ATTN_COL, DPS_SG_EMB_COMP, DPS_SG_EMB_COL, DPS_SG_MLP_COMP,
        DPS_SG_MLP_COL, DPS_SG_LM_COMP, DPS_SG_LM_COL, DPS_SG_TP, DPS_SG_DP,
-       DPS_SG_EP, /* the expert dispatch (over the DP column or the whole EP group) */
+       DPS_SG_EP, /* the expert dispatch (over the DP group or the whole EP group) */
        DPS_SG_COUNT };
 
 /* How a rank runs the MoE layers of a model. */
 enum dps_moe_mode {
 	DPS_MOE_NONE,  /* a dense model */
 	DPS_MOE_TP,    /* no expert parallelism: every expert sharded like the MLP (TP x c_mlp) */
-	DPS_MOE_EP_AG, /* EP, all-gather + reduce-scatter over the DP column */
+	DPS_MOE_EP_AG, /* EP, all-gather + reduce-scatter over the DP group */
 	DPS_MOE_EP_A2A /* EP, all-to-all-v over the EP group */
 };
 
@@ -122,10 +122,11 @@ struct dps_shard {
 	/* Mixture of experts: this rank holds experts [e_lo, e_lo + e_n), im_e rows of each. */
 	enum dps_moe_mode moe;
 	int ep_n, ep_rank, e_per;    /* EP group (TP x DP, rank d*TP + t), experts per EP rank */
-	/* Decode with EP: padding rows (no block table) choose no expert; the DP group's padding
-	 * is gathered once per step (m_pad). */
+	/* Decode with EP: padding rows (no KV slot) choose no expert; which rows are padding is
+	 * gathered once per step (m_pad) over the group whose rows the dispatch meets. */
 	int e_lo, e_n, im_e;
-	int moe_rows, moe_items;     /* scratch capacity: rows routed here, items received */
+	int moe_route, moe_rows, moe_items; /* scratch capacity: rows routed here, rows one
+					     * expert meets, items received */
 	float *m_lg, *m_w, *m_h, *m_y, *m_gather, *m_gu, *m_eout, *m_send, *m_recv, *m_ret;
 	int *m_e, *m_ix, *m_pos, *m_e2, *m_pad;
 

@@ -524,20 +524,68 @@ START_TEST(test_moe_dispatch_counts)
 	ck_assert_int_eq(run_config(model_path("moe"), moe_par((int[]){ 2, 2, 1, 1, 1, 1, 1, 1 }),
 				    err, sizeof(err)), 0);
 	steps = (uint64_t)sh->steps;
-	/* one prefill step (counts and rows), then the rows of every decode step, and once per
-	 * decode step which rows are padding */
-	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], M * steps + M + steps - 1);
+	/* the row counts once per prefill step, the rows once per MoE layer of every step, and
+	 * once per decode step which rows are padding */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], M * steps + steps);
 	ck_assert_uint_eq(sh->calls[DPS_COLL_REDUCESCATTER][DPS_SG_EP], M * steps);
 	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLTOALL][DPS_SG_EP], 0);
 	ck_assert_int_eq(run_config(model_path("moe"), moe_par((int[]){ 2, 2, 1, 1, 1, 1, 1, 2 }),
 				    err, sizeof(err)), 0);
 	steps = (uint64_t)sh->steps;
 	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLTOALL][DPS_SG_EP], 3 * M * steps);
-	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], steps - 1);
+	/* (attention size 1: the padding flags are this replica's own, nothing gathered) */
+	ck_assert_uint_eq(sh->calls[DPS_COLL_ALLGATHER][DPS_SG_EP], 0);
 	ck_assert_uint_eq(sh->calls[DPS_COLL_REDUCESCATTER][DPS_SG_EP], 0);
 	ck_assert_uint_gt(sh->bytes[DPS_PART_EXPERTS], 0);
 	/* router (whole on every rank) + 8 of 32 experts whole, against 32 halves */
 	ck_assert_uint_lt(sh->bytes[DPS_PART_EXPERTS], tp_bytes);
+}
+END_TEST
+
+START_TEST(test_moe_padding_reads_no_expert)
+{
+	/*
+	 * A padding row as the engine builds it (KV slot PAD, but a block table, token 0 at
+	 * position 0) chooses no expert on either dispatch: a decode step with one real row and
+	 * one padding row reads the same expert bytes as the real row alone, and gives it the
+	 * same logits. Without the skip the padding row's experts would be read too.
+	 */
+	for (int a2a = DPS_A2A_AG_RS; a2a <= DPS_A2A_V; a2a++) {
+		struct dps_par_cfg par = moe_par((int[]){ 1, 1, 1, 1, 1, 1, 1, a2a });
+		struct dps_shard sd;
+		char err[512];
+		const int prompt[3] = { 1, 17, 42 }, pos3[3] = { 0, 1, 2 }, seq3[3] = { 0, 0, 0 };
+		const float *lg;
+		float *one;
+		uint64_t b0, alone, padded;
+		int rc, tok[2] = { 7, 0 }, pos[2] = { 3, 0 }, slot[2];
+		const int *tab[2];
+
+		ck_assert_msg(!dps_shard_load(&sd, NULL, &par, model_path("moe"),
+					      &(struct dps_shard_opts){ .max_pos = 16, .max_rows = 4 },
+					      err, sizeof(err)), "%s", err);
+		ck_assert_ptr_nonnull(dps_shard_step(&sd, 1, 3, prompt, pos3, seq3, NULL, &rc));
+		tab[0] = tab[1] = sd.seq_tables; /* sequence 0's blocks */
+		slot[0] = 3;
+		slot[1] = DPS_PAD_SLOT;
+		b0 = sd.moe_bytes;
+		lg = dps_shard_step_rows(&sd, 0, &(struct dps_rows){ 1, tok, pos, slot, tab, NULL },
+					 &rc);
+		ck_assert_ptr_nonnull(lg);
+		alone = sd.moe_bytes - b0;
+		one = malloc(sizeof(float) * (size_t)sd.cfg.vocab_size);
+		memcpy(one, lg, sizeof(float) * (size_t)sd.cfg.vocab_size);
+		b0 = sd.moe_bytes;
+		lg = dps_shard_step_rows(&sd, 0, &(struct dps_rows){ 2, tok, pos, slot, tab, NULL },
+					 &rc);
+		ck_assert_ptr_nonnull(lg);
+		padded = sd.moe_bytes - b0;
+		ck_assert_uint_gt(alone, 0);
+		ck_assert_uint_eq(padded, alone);
+		ck_assert(!memcmp(one, lg, sizeof(float) * (size_t)sd.cfg.vocab_size));
+		free(one);
+		dps_shard_free(&sd);
+	}
 }
 END_TEST
 
@@ -610,6 +658,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_moe_configs, 0, NMOE);
 	tcase_add_loop_test(tc, test_moe_32_ranks, 0, 2);
 	tcase_add_test(tc, test_moe_dispatch_counts);
+	tcase_add_test(tc, test_moe_padding_reads_no_expert);
 	tcase_add_test(tc, test_moe_rules);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
