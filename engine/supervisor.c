@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine/supervisor.c - the rank supervisor of supervisor.h. One call per instance: set-up,
- * fork, a poll() loop over pidfds + eventfd + signalfd, and tear-down. Only this file and
- * main() decide that processes end.
+ * fork, an io_uring loop over polls of the pidfds, the eventfd and the signalfd (and whatever
+ * else the caller runs on the ring), and tear-down. Only this file and main() decide that
+ * processes end.
  */
 #include <fcntl.h>
+#include <liburing.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -41,6 +43,10 @@ struct sup {
 	int early_rank;          /* that rank */
 	int kill_sent;
 	unsigned ncpus;
+	struct io_uring own, *ring;  /* the loop's ring: the caller's or own */
+	unsigned char *armed;        /* (world + 2): a poll is in flight for evfd, sigfd, pidfd r */
+	int n_armed;
+	uint64_t gen;                /* this run's number, in the user_data of its polls */
 };
 
 /* The instance this process supervises, for dps_sup_send (one at a time per process). */
@@ -54,6 +60,22 @@ int dps_sup_send(int rank, const void *msg, size_t len)
 		return -ESRCH;
 	rc = dps_ring_push(&active->from_sup[rank], msg, len, 1);
 	return rc == -ETIMEDOUT ? -EAGAIN : rc;
+}
+
+void dps_sup_stop(int signo)
+{
+	if (!active)
+		return;
+	if (!active->res->stop_signal && active->res->failed_rank < 0) {
+		active->res->stop_signal = signo;
+		dps_info("stopping the ranks (%s)", strsignal(signo));
+	}
+	if (!active->abort_deadline) {
+		unsigned grace = active->o->grace_ms ? active->o->grace_ms : 3000;
+
+		dps_abort_raise(&active->ctl->abort);
+		active->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
+	}
 }
 
 static int pidfd_open_compat(pid_t pid)
@@ -87,6 +109,11 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 	close(s->sigfd);
 	for (int i = 0; i < r; i++)
 		close(s->pidfds[i]);
+	/* The caller's descriptors (listening sockets, connections) are not the rank's. */
+	if (s->o->child_fn)
+		s->o->child_fn(s->o->msg_arg);
+	if (s->ring == &s->own)
+		io_uring_queue_exit(&s->own);
 	snprintf(role, sizeof(role), "rank %d", r);
 	dps_log_set_role(role);
 
@@ -221,15 +248,114 @@ static void sup_check_early(struct sup *s, char *err, size_t errlen)
 	sup_raise_abort(s);
 }
 
+/* The descriptor of poll slot i: 0 the eventfd, 1 the signalfd, 2 + r rank r's pidfd. */
+static int slot_fd(const struct sup *s, int i)
+{
+	return i == 0 ? s->evfd : i == 1 ? s->sigfd : s->pidfds[i - 2];
+}
+
+static uint64_t slot_udata(const struct sup *s, int i)
+{
+	return DPS_SUP_UDATA | (s->gen << 32) | (uint64_t)(unsigned)i;
+}
+
+static struct io_uring_sqe *get_sqe(struct io_uring *ring)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+	if (!sqe) { /* full: hand what is queued to the kernel, then there is room */
+		io_uring_submit(ring);
+		sqe = io_uring_get_sqe(ring);
+	}
+	return sqe;
+}
+
+/* Arms a one-shot poll on slot i unless one is in flight or its descriptor is gone. */
+static void arm(struct sup *s, int i)
+{
+	struct io_uring_sqe *sqe;
+
+	if (s->armed[i] || slot_fd(s, i) < 0)
+		return;
+	sqe = get_sqe(s->ring);
+	if (!sqe)
+		return; /* retried on the next turn of the loop */
+	io_uring_prep_poll_add(sqe, slot_fd(s, i), POLLIN);
+	io_uring_sqe_set_data64(sqe, slot_udata(s, i));
+	s->armed[i] = 1;
+	s->n_armed++;
+}
+
+static void on_signal(struct sup *s)
+{
+	struct signalfd_siginfo si;
+
+	while (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		const int signo = (int)si.ssi_signo;
+
+		if (s->o->signal_fn && s->o->signal_fn(signo, s->o->msg_arg))
+			continue;
+		if (signo == SIGHUP)
+			continue;
+		if (!s->res->stop_signal && s->res->failed_rank < 0) {
+			s->res->stop_signal = signo;
+			dps_info("received %s, stopping the ranks", strsignal(signo));
+		}
+		sup_raise_abort(s);
+	}
+}
+
+/* Handles one completion: the supervisor's (of this run) or the caller's. */
+static void on_cqe(struct sup *s, struct io_uring_cqe *cqe, char *err, size_t errlen)
+{
+	const uint64_t u = io_uring_cqe_get_data64(cqe);
+	int i;
+
+	if (!(u & DPS_SUP_UDATA)) {
+		if (s->o->cqe_fn)
+			s->o->cqe_fn(cqe, s->o->msg_arg);
+		return;
+	}
+	if (((u >> 32) & 0x7fffffffu) != (s->gen & 0x7fffffffu))
+		return; /* a poll of an earlier run, cancelled */
+	i = (int)(u & 0xffffffffu);
+	if (i < 0 || i >= s->lay.world + 2 || !s->armed[i])
+		return;
+	s->armed[i] = 0;
+	s->n_armed--;
+	if (i == 0)
+		sup_drain(s);
+	else if (i == 1)
+		on_signal(s);
+	else if (s->pidfds[i - 2] >= 0)
+		sup_reap(s, i - 2, err, errlen);
+}
+
+/* Waits up to timeout ms (-1: no limit) for completions and handles them all. */
+static int sup_wait(struct sup *s, int timeout, char *err, size_t errlen)
+{
+	struct __kernel_timespec ts = { timeout / 1000, (long long)(timeout % 1000) * 1000000 };
+	struct io_uring_cqe *cqe;
+	int rc;
+
+	rc = io_uring_submit_and_wait_timeout(s->ring, &cqe, 1, timeout >= 0 ? &ts : NULL, NULL);
+	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+		return rc;
+	while (io_uring_peek_cqe(s->ring, &cqe) == 0) {
+		/* Copied first: a handler may queue more work on the ring. */
+		struct io_uring_cqe c = *cqe;
+
+		io_uring_cqe_seen(s->ring, cqe);
+		on_cqe(s, &c, err, errlen);
+	}
+	return 0;
+}
+
 static int sup_loop(struct sup *s, char *err, size_t errlen)
 {
 	const int world = s->lay.world;
-	struct pollfd *pfd;
-	int i, timeout;
+	int i, timeout, rc;
 
-	pfd = calloc((size_t)world + 2, sizeof(*pfd));
-	if (!pfd)
-		return -ENOMEM;
 	while (s->alive > 0) {
 		timeout = -1;
 		if (s->o->tick_fn && !s->abort_deadline)
@@ -253,35 +379,27 @@ static int sup_loop(struct sup *s, char *err, size_t errlen)
 				timeout = (int)((s->abort_deadline - now) / 1000000ull) + 1;
 			}
 		}
-		pfd[0] = (struct pollfd){ .fd = s->evfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = s->sigfd, .events = POLLIN };
-		for (i = 0; i < world; i++)
-			pfd[2 + i] = (struct pollfd){ .fd = s->pidfds[i], .events = POLLIN };
-		if (poll(pfd, (nfds_t)world + 2, timeout) < 0 && errno != EINTR) {
-			free(pfd);
-			return -errno;
-		}
-		if (pfd[0].revents)
-			sup_drain(s);
-		if (pfd[1].revents) {
-			struct signalfd_siginfo si;
-
-			if (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si) &&
-			    si.ssi_signo != SIGHUP) {
-				if (!s->res->stop_signal && s->res->failed_rank < 0) {
-					s->res->stop_signal = (int)si.ssi_signo;
-					dps_info("received %s, stopping the ranks",
-						 strsignal((int)si.ssi_signo));
-				}
-				sup_raise_abort(s);
-			}
-		}
-		for (i = 0; i < world; i++)
-			if (s->pidfds[i] >= 0 && pfd[2 + i].revents)
-				sup_reap(s, i, err, errlen);
+		for (i = 0; i < world + 2; i++)
+			arm(s, i);
+		rc = sup_wait(s, timeout, err, errlen);
+		if (rc)
+			return rc;
 	}
 	sup_drain(s);
-	free(pfd);
+	/* Cancel the polls still in flight (eventfd, signalfd) and wait for their completions. */
+	for (i = 0; i < world + 2; i++)
+		if (s->armed[i]) {
+			struct io_uring_sqe *sqe = get_sqe(s->ring);
+
+			if (sqe) {
+				io_uring_prep_poll_remove(sqe, slot_udata(s, i));
+				io_uring_sqe_set_data64(sqe, DPS_SUP_UDATA | (s->gen << 32) |
+							     0xffffffffu);
+			}
+		}
+	for (int spins = 0; s->n_armed > 0 && spins < 100; spins++)
+		if (sup_wait(s, 10, err, errlen))
+			break;
 	return 0;
 }
 
@@ -332,6 +450,24 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 		dps_ring_attach(&s->from_sup[r], dps_layout_ring_from_sup(&s->lay, s->seg.base, r),
 				&s->ctl->abort, -1);
 	}
+	s->armed = calloc((size_t)s->lay.world + 2, 1);
+	if (!s->armed)
+		return -ENOMEM;
+	if (o->ring) {
+		s->ring = o->ring;
+	} else {
+		rc = io_uring_queue_init((unsigned)(2 * s->lay.world + 64), &s->own, 0);
+		if (rc) {
+			snprintf(err, errlen, "cannot set up an io_uring: %s", strerror(-rc));
+			return rc;
+		}
+		s->ring = &s->own;
+	}
+	{
+		static uint64_t runs;
+
+		s->gen = ++runs & 0x7fffffffu;
+	}
 	s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -359,6 +495,9 @@ static void sup_teardown(struct sup *s)
 	}
 	if (s->evfd >= 0)
 		close(s->evfd);
+	if (s->ring == &s->own)
+		io_uring_queue_exit(&s->own);
+	free(s->armed);
 	free(s->to_sup);
 	free(s->from_sup);
 	free(s->pids);

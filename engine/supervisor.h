@@ -5,7 +5,10 @@
  * dps_sup_run sweeps stale segments of dead instances, builds the layout, creates the one
  * shared segment, forks TP x DP ranks (each pinned by the placement and killed if the
  * supervisor dies, PR_SET_PDEATHSIG), and waits on the ranks' pidfds, an eventfd the ranks
- * signal when they post a message, and a signalfd for SIGTERM/SIGINT/SIGHUP. When a rank dies
+ * signal when they post a message, and a signalfd for SIGTERM/SIGINT/SIGHUP, all as polls on
+ * one io_uring, which a caller may share (opts.ring) to run its own I/O in the same loop: the
+ * supervisor's completions carry DPS_SUP_UDATA in their user_data, every other completion goes
+ * to opts.cqe_fn. When a rank dies
  * (signal, or an exit status other than 0) the supervisor raises the abort word, so every
  * peer's pending collective returns -DPS_EABORT within DPS_WAIT_SLICE_MS, names the dead rank
  * and how it died, gives the others a grace period to exit, kills what is left, and returns.
@@ -18,6 +21,12 @@
 
 #include "engine/groups.h"
 #include "engine/world.h"
+
+struct io_uring;
+struct io_uring_cqe;
+
+/* The user_data bit of the supervisor's own requests on a shared ring. */
+#define DPS_SUP_UDATA (1ull << 63)
 
 /* Exit status of a rank whose function returned -DPS_EABORT (it stopped because of a peer). */
 #define DPS_EXIT_ABORTED 3
@@ -47,6 +56,17 @@ struct dps_sup_opts {
 	int (*tick_fn)(void *arg);
 	unsigned grace_ms;         /* after an abort, how long ranks get to exit (0 = 3000) */
 	int verbose;               /* print the placement */
+	/*
+	 * Sharing the loop (all may be NULL). ring: the io_uring the loop waits on (NULL: its
+	 * own), which outlives the call; cqe_fn(cqe, msg_arg): every completion on it without
+	 * DPS_SUP_UDATA; child_fn(msg_arg): in each rank right after fork (close the caller's
+	 * descriptors there); signal_fn(signo, msg_arg): SIGTERM, SIGINT and SIGHUP first go here,
+	 * and a return of 1 means handled (else TERM and INT stop the instance, HUP is ignored).
+	 */
+	struct io_uring *ring;
+	void (*cqe_fn)(struct io_uring_cqe *cqe, void *arg);
+	void (*child_fn)(void *arg);
+	int (*signal_fn)(int signo, void *arg);
 };
 
 struct dps_sup_result {
@@ -73,5 +93,11 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
  * again on a later tick), -EMSGSIZE, or -ESRCH outside dps_sup_run.
  */
 int dps_sup_send(int rank, const void *msg, size_t len);
+
+/*
+ * From the supervisor, while dps_sup_run runs: stops the instance as signal signo would
+ * (the ranks are aborted; dps_sup_run returns -DPS_EABORT with res.stop_signal = signo).
+ */
+void dps_sup_stop(int signo);
 
 #endif
