@@ -16,7 +16,7 @@
 
 /* ---- messages ----------------------------------------------------------------------------- */
 
-enum { M_REQ = 1, M_REQ_MORE, M_CANCEL, M_WAKE, M_STOP, M_TOKENS, M_DONE, M_STATS };
+enum { M_REQ = 1, M_REQ_MORE, M_CANCEL, M_WAKE, M_STOP, M_TOKENS, M_DONE, M_STATS, M_READY };
 
 #define MSG_BYTES 4096 /* the rings' slot size (engine/world.c) */
 
@@ -53,10 +53,12 @@ struct m_done {
 };
 
 struct m_stats {
-	struct m_hdr h;
+	struct m_hdr h;        /* count: 1 for the final stats */
 	int32_t replica, pad;
 	struct dps_engine_stats st;
 };
+
+_Static_assert(sizeof(struct m_stats) <= MSG_BYTES, "stats fit one ring slot");
 
 #define REQ_IDS ((MSG_BYTES - sizeof(struct m_req)) / sizeof(int32_t))
 #define MORE_IDS ((MSG_BYTES - sizeof(struct m_more)) / sizeof(int32_t))
@@ -221,6 +223,43 @@ static void take(struct replica *R, const void *buf, size_t len)
 			reject(R, R->pend.id);
 		free(R->pend.ids);
 		memset(&R->pend, 0, sizeof(R->pend));
+	}
+}
+
+/* The replica's counts now, for the client (rank 0 of the replica). */
+static void fill_stats(struct replica *R, struct m_stats *m, int final)
+{
+	struct dps_world *w = R->w;
+	const struct dps_layout *lay = w->lay;
+	unsigned char seen[64] = { 0 };
+
+	memset(m, 0, sizeof(*m));
+	m->h.type = M_STATS;
+	m->h.count = (uint32_t)final;
+	m->replica = w->dp_rank;
+	m->st = R->st;
+	m->st.preemptions = R->s.preemptions;
+	m->st.free_blocks = (uint64_t)R->s.n_free;
+	m->st.running = (uint64_t)R->s.n_running;
+	m->st.waiting = (uint64_t)R->s.n_waiting;
+	m->st.expert_bytes = R->m.moe_bytes;
+	for (int k = 0; k < DPS_COLL_KINDS; k++)
+		for (int g = 0; g < DPS_SG_COUNT; g++)
+			m->st.collectives += R->m.stats.calls[k][g];
+	/* Each communicator of this rank once, named by the first group set that makes it. */
+	for (int si = 0; si < lay->n_sets && m->st.n_groups < DPS_ENGINE_GROUPS; si++) {
+		const struct dps_groupset *gs = lay->sets[si];
+		const int ci = lay->set_comm[si][gs->group_of[w->rank]];
+		uint64_t ns = 0;
+
+		if (ci < 0 || ci >= lay->n_comms || w->comms[ci].n < 2 || (ci < 64 && seen[ci]))
+			continue;
+		if (ci < 64)
+			seen[ci] = 1;
+		for (int k = 0; k < DPS_COLL_KINDS; k++)
+			ns += w->comms[ci].stats.ns[k];
+		dps_groupset_name(gs, m->st.group[m->st.n_groups], sizeof(m->st.group[0]));
+		m->st.group_ns[m->st.n_groups++] = ns;
 	}
 }
 
@@ -538,17 +577,37 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 {
 	const struct dps_engine_opts *o = arg;
 	struct replica R;
+	uint64_t last_stats = dps_now_ns();
 	int rc, *agree = calloc(4 * (size_t)w->dp, sizeof(int));
 
 	memset(&R, 0, sizeof(R));
 	if (!agree)
 		return -ENOMEM;
 	rc = replica_init(&R, w, o);
+	if (!rc) {
+		/* Loaded: every rank says so (the service is ready when all have). */
+		const struct m_hdr m = { M_READY, 0, w->rank };
+
+		for (int i = 0; i < w->lay->n_comms; i++)
+			w->comms[i].timing = 1;
+		rc = send_up(&R, &m, sizeof(m));
+	}
 	while (!rc) {
 		int hdr[H_LEN] = { 0 }, prefill, n;
 		float *logits = NULL;
 
 		if (R.tp0) {
+			const uint64_t now = dps_now_ns();
+
+			if (now - last_stats >= (uint64_t)DPS_ENGINE_STATS_MS * 1000000ull) {
+				struct m_stats m;
+
+				last_stats = now;
+				fill_stats(&R, &m, 0);
+				rc = send_up(&R, &m, sizeof(m));
+				if (rc)
+					break;
+			}
 			rc = poll_client(&R, 0);
 			if (rc)
 				break;
@@ -637,16 +696,11 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		if (R.tp0)
 			rc = flush_tokens(&R);
 	}
-	if (R.tp0 && (!rc || rc == -DPS_EABORT)) {
-		struct m_stats m = { { M_STATS, 0, 0 }, w->dp_rank, 0, R.st };
+	if (R.tp0 && !rc) {
+		struct m_stats m;
 
-		m.st.preemptions = R.s.preemptions;
-		m.st.free_blocks = (uint64_t)R.s.n_free;
-		for (int k = 0; k < DPS_COLL_KINDS; k++)
-			for (int g = 0; g < DPS_SG_COUNT; g++)
-				m.st.collectives += R.m.stats.calls[k][g];
-		if (!rc)
-			send_up(&R, &m, sizeof(m));
+		fill_stats(&R, &m, 1);
+		send_up(&R, &m, sizeof(m));
 	}
 	replica_free(&R);
 	free(agree);
@@ -678,6 +732,8 @@ struct dps_engine_client {
 	int *wake;                 /* replicas to wake (coupled engines sleep together) */
 	unsigned char *blocked;    /* per replica, this tick: its ring was full */
 	int first_unsent;          /* requests before it are all sent or finished */
+	int64_t base;              /* the id of reqs[0]: finished requests are dropped in front */
+	int n_ready;               /* ranks that reported the model loaded */
 };
 
 int dps_engine_client_new(struct dps_engine_client **out, int dp, int tp,
@@ -722,8 +778,23 @@ void dps_engine_client_free(struct dps_engine_client *c)
 
 static struct creq *creq_find(struct dps_engine_client *c, int64_t id)
 {
-	/* ids are dense from 0 */
-	return id >= 0 && id < c->n ? &c->reqs[id] : NULL;
+	/* ids are dense from 0; reqs[0] is request base */
+	return id >= c->base && id - c->base < c->n ? &c->reqs[id - c->base] : NULL;
+}
+
+/* A long-running client: drops the finished requests at the front once they are many. */
+static void compact(struct dps_engine_client *c)
+{
+	int head = 0;
+
+	while (head < c->n && c->reqs[head].finished && head < c->first_unsent)
+		head++;
+	if (head < 1024 || head < c->n / 2)
+		return;
+	memmove(c->reqs, c->reqs + head, sizeof(*c->reqs) * (size_t)(c->n - head));
+	c->n -= head;
+	c->base += head;
+	c->first_unsent -= head;
 }
 
 int64_t dps_engine_submit(struct dps_engine_client *c, const struct dps_engine_req *r)
@@ -750,7 +821,7 @@ int64_t dps_engine_submit(struct dps_engine_client *c, const struct dps_engine_r
 	q->n_prompt = r->n_prompt;
 	q->p = r->p;
 	q->user = r->user;
-	q->id = c->n++;
+	q->id = c->base + c->n++;
 	/* The named replica, or the least loaded: score 4 x waiting + running, rotating ties. */
 	if (r->replica >= 0) {
 		best = r->replica;
@@ -850,9 +921,45 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 	} else if (h.type == M_STATS && len >= sizeof(struct m_stats)) {
 		const struct m_stats *m = msg;
 
-		if (c->cb.stats)
-			c->cb.stats(c->cb.arg, m->replica, &m->st);
+		if (c->cb.stats && m->replica >= 0 && m->replica < c->dp)
+			c->cb.stats(c->cb.arg, m->replica, &m->st, (int)h.count);
+	} else if (h.type == M_READY) {
+		if (++c->n_ready == c->dp * c->tp && c->cb.ready)
+			c->cb.ready(c->cb.arg);
 	}
+}
+
+void dps_engine_load(const struct dps_engine_client *c, int d, int *waiting, int *running)
+{
+	*waiting = d >= 0 && d < c->dp ? c->waiting[d] : 0;
+	*running = d >= 0 && d < c->dp ? c->running[d] : 0;
+}
+
+int dps_engine_ready(const struct dps_engine_client *c)
+{
+	return c->n_ready >= c->dp * c->tp;
+}
+
+void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why)
+{
+	for (int i = 0; i < c->n; i++) {
+		struct creq *q = &c->reqs[i];
+
+		if (q->finished)
+			continue;
+		q->finished = 1;
+		q->sent_all = 1;
+		if (q->started)
+			c->running[q->replica]--;
+		else
+			c->waiting[q->replica]--;
+		c->outstanding--;
+		free(q->prompt);
+		q->prompt = NULL;
+		if (c->cb.done)
+			c->cb.done(c->cb.arg, q->user, why, q->n_gen);
+	}
+	c->n_cancels = 0;
 }
 
 /* Sends what it can of request q; 0 when all of it is out, -EAGAIN when the ring is full. */
@@ -897,6 +1004,7 @@ int dps_engine_tick(void *client)
 	struct dps_engine_client *c = client;
 	int busy = 0, keep = 0;
 
+	compact(c);
 	/*
 	 * Requests in order per replica (each receives its requests one after another, whole);
 	 * a replica whose ring is full holds back only its own.

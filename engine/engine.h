@@ -56,22 +56,38 @@ struct dps_engine_req {
 	void *user;
 };
 
+#define DPS_ENGINE_GROUPS 12     /* group sets reported in the stats, at most */
+
 struct dps_engine_stats {
 	uint64_t steps, dummy_steps, padded_rows, preemptions, prefill_steps, decode_steps;
 	uint64_t dp_allreduces;      /* cross-replica collectives (the agreement) */
-	uint64_t num_blocks, free_blocks; /* the scheduler's, at exit */
+	uint64_t num_blocks, free_blocks; /* the scheduler's (free: now, or at exit) */
 	uint64_t collectives;        /* every collective of the step, rank 0 of the replica */
+	uint64_t running, waiting;   /* the scheduler's requests now */
+	uint64_t expert_bytes;       /* MoE router and expert weights read, rank 0 of the replica */
+	/* Time rank 0 of the replica spent in collectives, per group set it belongs to: names
+	 * as dps_groupset_name gives them; sets sharing a communicator count it once. */
+	int n_groups;
+	char group[DPS_ENGINE_GROUPS][32];
+	uint64_t group_ns[DPS_ENGINE_GROUPS];
 };
 
 struct dps_engine_client;
 
-/* Callbacks of the client, in the supervisor. */
+/*
+ * Callbacks of the client, in the supervisor. stats: a replica's counts, every
+ * DPS_ENGINE_STATS_MS while it runs (final 0) and once at exit (final 1); ready: every rank
+ * has loaded the model.
+ */
 struct dps_engine_cb {
 	void (*token)(void *arg, void *user, int token);
 	void (*done)(void *arg, void *user, enum dps_finish why, int n_gen);
-	void (*stats)(void *arg, int replica, const struct dps_engine_stats *st);
+	void (*stats)(void *arg, int replica, const struct dps_engine_stats *st, int final);
 	void *arg;
+	void (*ready)(void *arg);
 };
+
+#define DPS_ENGINE_STATS_MS 500
 
 int dps_engine_client_new(struct dps_engine_client **c, int dp, int tp,
 			  const struct dps_engine_cb *cb);
@@ -88,6 +104,18 @@ void dps_engine_close_when_idle(struct dps_engine_client *c);
 
 /* Requests queued or running. */
 int dps_engine_outstanding(const struct dps_engine_client *c);
+
+/* Requests waiting (not started) and running on replica d, as the load balancer counts them. */
+void dps_engine_load(const struct dps_engine_client *c, int d, int *waiting, int *running);
+
+/* Whether every rank has reported that it loaded the model. */
+int dps_engine_ready(const struct dps_engine_client *c);
+
+/*
+ * Ends every outstanding request with why (DPS_FINISH_ERROR when the ranks died), calling
+ * the done callback for each.
+ */
+void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why);
 
 /* Requests sent to each replica so far (dp entries). */
 const uint64_t *dps_engine_sent(const struct dps_engine_client *c);

@@ -79,10 +79,12 @@ static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
 	r->done++;
 }
 
-static void on_stats(void *arg, int replica, const struct dps_engine_stats *st)
+static void on_stats(void *arg, int replica, const struct dps_engine_stats *st, int final)
 {
 	struct result *r = arg;
 
+	if (!final) /* the periodic counts while it runs */
+		return;
 	if (replica >= 0 && replica < 8)
 		r->st[replica] = *st;
 	r->n_stats++;

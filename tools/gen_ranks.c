@@ -44,10 +44,12 @@ static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
 	r->why[(intptr_t)user] = why;
 }
 
-static void on_stats(void *arg, int replica, const struct dps_engine_stats *st)
+static void on_stats(void *arg, int replica, const struct dps_engine_stats *st, int final)
 {
 	struct run *r = arg;
 
+	if (!final) /* the periodic counts while it runs */
+		return;
 	if (r->o->verbose)
 		fprintf(stderr, "replica %d: %llu steps (%llu prefill, %llu decode, %llu dummy, %llu "
 				"padding rows), %llu preemptions, %llu DP all-reduces, %llu collectives "
