@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/cmd_serve.c - `dpshard serve`: the engine as a long-running service with the
+ * OpenAI-compatible HTTP API (engine/frontend.h), for systemd (Type=notify) or a terminal.
+ *
+ * One io_uring in the supervisor carries everything: the HTTP server's accepts, receives and
+ * sends, and the supervisor's polls of the ranks' eventfd (their token rings), pidfds and the
+ * signalfd; timers are the loop's wait timeout. Life cycle:
+ *   loading    the ranks load the model; /health answers 503, requests 503
+ *   ready      READY=1 to systemd; requests served
+ *   draining   SIGTERM/SIGINT: STOPPING=1; new requests 503; running ones finish, for at
+ *              most --shutdown-timeout s; then the ranks stop, the segments go, exit 0
+ *   recovering a rank died: its requests end with an error, /health 503, the ranks are started
+ *              again and reload the model (after 1 s, then longer after repeated failures);
+ *              a start that never becomes ready, repeated, ends the service (exit 1)
+ * A second SIGTERM/SIGINT stops at once. SIGHUP reopens --log-file. WATCHDOG=1 is sent from
+ * the loop when systemd asks for it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "common/dps.h"
+#include "engine/engine.h"
+#include "engine/frontend.h"
+#include "engine/http.h"
+#include "engine/model_config.h"
+#include "engine/shard.h"
+#include "engine/supervisor.h"
+#include "engine/tokenizer.h"
+#include "tools/cmd.h"
+#include "tools/flags.h"
+
+struct serve {
+	struct io_uring ring;
+	struct dps_http *http;
+	struct dps_frontend *fe;
+	struct dps_engine_client *client;
+	const char *log_file;
+	int shutdown_timeout;
+	uint64_t drain_deadline, hard_deadline, watchdog_ns, watchdog_last;
+	int draining, stop_now, ready_sent, closing_sent;
+	enum dps_fe_state told;       /* the state last announced (STATUS=) */
+};
+
+static struct serve *S;
+
+static void reopen_log(const char *path)
+{
+	int fd;
+
+	if (!path)
+		return;
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		dps_warn("--log-file %s: %s", path, strerror(errno));
+		return;
+	}
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+}
+
+static void on_cqe(struct io_uring_cqe *cqe, void *arg)
+{
+	(void)arg;
+	dps_http_cqe(S->http, cqe);
+}
+
+static void on_msg(int rank, const void *msg, size_t len, void *arg)
+{
+	(void)arg;
+	if (S->client)
+		dps_engine_on_msg(rank, msg, len, S->client);
+}
+
+static void in_child(void *arg)
+{
+	(void)arg;
+	/* The rank keeps nothing of the frontend: no sockets, not the ring. */
+	dps_http_close_fds(S->http);
+	io_uring_queue_exit(&S->ring);
+}
+
+static int on_signal(int signo, void *arg)
+{
+	(void)arg;
+	if (signo == SIGHUP) {
+		reopen_log(S->log_file);
+		dps_info("SIGHUP: log reopened");
+		return 1;
+	}
+	if (S->draining) { /* a second one: now */
+		dps_warn("%s again: stopping now", strsignal(signo));
+		S->stop_now = 1;
+		dps_sup_stop(signo);
+		return 1;
+	}
+	S->draining = 1;
+	S->drain_deadline = dps_now_ns() + (uint64_t)S->shutdown_timeout * 1000000000ull;
+	dps_frontend_set_state(S->fe, DPS_FE_DRAINING);
+	sd_notify(0, "STOPPING=1\nSTATUS=draining: finishing the requests in flight");
+	dps_info("%s: draining (%d request(s) in flight, at most %d s)", strsignal(signo),
+		 dps_frontend_active(S->fe), S->shutdown_timeout);
+	return 1;
+}
+
+static void announce(void)
+{
+	const enum dps_fe_state st = dps_frontend_state(S->fe);
+	char msg[160];
+
+	if (st == S->told)
+		return;
+	S->told = st;
+	switch (st) {
+	case DPS_FE_READY:
+		snprintf(msg, sizeof(msg), "%sSTATUS=serving", S->ready_sent ? "" : "READY=1\n");
+		S->ready_sent = 1;
+		break;
+	case DPS_FE_LOADING:
+		snprintf(msg, sizeof(msg), "STATUS=loading the model on every rank");
+		break;
+	case DPS_FE_RECOVERING:
+		snprintf(msg, sizeof(msg), "STATUS=recovering: restarting the ranks after a failure");
+		break;
+	default:
+		return;
+	}
+	sd_notify(0, msg);
+}
+
+static int tick(void *arg)
+{
+	const uint64_t now = dps_now_ns();
+	int t = dps_http_tick(S->http), e;
+
+	(void)arg;
+	announce();
+	if (S->watchdog_ns && now - S->watchdog_last >= S->watchdog_ns / 2) {
+		sd_notify(0, "WATCHDOG=1");
+		S->watchdog_last = now;
+	}
+	if (S->watchdog_ns) {
+		const int w = (int)(S->watchdog_ns / 2000000ull) + 1;
+
+		t = t < 0 || w < t ? w : t;
+	}
+	if (S->draining && S->client && !S->closing_sent) {
+		if (!dps_frontend_active(S->fe)) {
+			/* Drained: the ranks stop once told (they have nothing left to run). */
+			dps_engine_close_when_idle(S->client);
+			S->closing_sent = 1;
+			S->hard_deadline = now + 10000000000ull;
+		} else if (now >= S->drain_deadline) {
+			dps_warn("--shutdown-timeout: %d request(s) still running end with an error",
+				 dps_frontend_active(S->fe));
+			dps_frontend_fail_all(S->fe, "shutting down");
+			S->closing_sent = 1;
+			dps_sup_stop(SIGTERM);
+		} else {
+			const int w = (int)((S->drain_deadline - now) / 1000000ull) + 1;
+
+			t = t < 0 || w < t ? w : t;
+		}
+	}
+	if (S->hard_deadline && now >= S->hard_deadline) {
+		dps_warn("the ranks did not stop in 10 s: stopping them");
+		S->hard_deadline = 0;
+		dps_sup_stop(SIGTERM);
+	}
+	if (!S->client)
+		return t;
+	e = dps_engine_tick(S->client);
+	return e >= 0 && (t < 0 || e < t) ? e : t;
+}
+
+/* Serves HTTP (health checks, 503s) for ms while no ranks run. */
+static void wait_between_runs(int ms)
+{
+	const uint64_t end = dps_now_ns() + (uint64_t)ms * 1000000ull;
+
+	while (dps_now_ns() < end && !S->draining) {
+		struct __kernel_timespec ts = { 0, 50000000 };
+		struct io_uring_cqe *cqe;
+
+		tick(NULL);
+		if (io_uring_submit_and_wait_timeout(&S->ring, &cqe, 1, &ts, NULL) < 0 &&
+		    io_uring_peek_cqe(&S->ring, &cqe))
+			continue;
+		while (io_uring_peek_cqe(&S->ring, &cqe) == 0) {
+			struct io_uring_cqe c = *cqe;
+
+			io_uring_cqe_seen(&S->ring, cqe);
+			if (!(io_uring_cqe_get_data64(&c) & DPS_SUP_UDATA))
+				dps_http_cqe(S->http, &c);
+		}
+	}
+}
+
+int dps_cmd_serve(int argc, char **argv)
+{
+	const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *unix_path = NULL;
+	const char *api_key = NULL, *blis_arch = "auto", *cpu_bind = "auto", *buckets = NULL;
+	const char *log_file = NULL;
+	int port = 8000, threads = 0, block_size = 0, max_num_seqs = 256, max_model_len = 0;
+	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
+	int max_conns = 1024, request_timeout = 0, max_tokens = 16;
+	size_t kv_mem = 0, max_body = 1u << 20;
+	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
+	struct dps_model_config cfg;
+	struct dps_tokenizer tok = { 0 };
+	struct serve s = { 0 };
+	char *pos[1], err[512], path[4200], demo[4096], *base;
+	int npos, rc, have_tok = 0, failures = 0, status = 0;
+	struct dps_flag flags[64];
+	const struct dps_flag fl[] = {
+		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
+		  "checkpoint directory (config.json + *.safetensors); default: the demo model" },
+		{ "served-model-name", DPS_FLAG_STR, &name, "NAME",
+		  "the model's name in the API (default: the directory's name)" },
+		{ "host", DPS_FLAG_STR, &host, "HOST", "address to listen on" },
+		{ "port", DPS_FLAG_INT, &port, "PORT", "TCP port (0: any free one, logged)", 0, 65535 },
+		{ "unix-socket", DPS_FLAG_STR, &unix_path, "PATH",
+		  "listen on a Unix socket instead of TCP" },
+		{ "api-key", DPS_FLAG_STR, &api_key, "KEY",
+		  "require 'Authorization: Bearer KEY' on /v1 (or set DPSHARD_API_KEY)" },
+		{ "max-body-bytes", DPS_FLAG_SIZE, &max_body, "BYTES",
+		  "largest request body; larger ones get 413" },
+		{ "max-connections", DPS_FLAG_INT, &max_conns, "N", "connections open at once", 1,
+		  1 << 20 },
+		{ "request-timeout", DPS_FLAG_INT, &request_timeout, "MS",
+		  "a request's deadline when it gives no \"timeout_ms\" (0: none)", 0, 1 << 30 },
+		{ "default-max-tokens", DPS_FLAG_INT, &max_tokens, "N",
+		  "tokens a completion may have when it gives no \"max_tokens\"", 1, 1 << 24 },
+		{ "shutdown-timeout", DPS_FLAG_INT, &shutdown_timeout, "S",
+		  "on SIGTERM, how long running requests may take to finish", 0, 86400 },
+		{ "log-file", DPS_FLAG_STR, &log_file, "FILE",
+		  "log to FILE instead of stderr (reopened on SIGHUP)" },
+		{ "disable-log-requests", DPS_FLAG_BOOL, &no_log_requests, NULL,
+		  "no log line per request" },
+		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
+		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
+		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
+		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
+		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
+		  "where ranks run (auto, off, or lists; see dpshard groups --help)" },
+		{ "block-size", DPS_FLAG_INT, &block_size, "N", "positions per KV-cache block (0: 32)",
+		  0, 1 << 16 },
+		{ "kv-cache-memory", DPS_FLAG_SIZE, &kv_mem, "BYTES",
+		  "KV cache per rank, e.g. 2G (0: half the free memory, shared by the ranks)" },
+		{ "max-num-seqs", DPS_FLAG_INT, &max_num_seqs, "N", "requests a replica runs at once",
+		  1, 1 << 16 },
+		{ "max-model-len", DPS_FLAG_INT, &max_model_len, "N",
+		  "tokens per request, prompt included (0: the model's context)", 0, 1 << 24 },
+		{ "max-num-batched-tokens", DPS_FLAG_INT, &max_batched, "N",
+		  "rows per step; longer prompts are prefilled in chunks (0: 512)", 0, 1 << 20 },
+		{ "decode-buckets", DPS_FLAG_STR, &buckets, "B,...",
+		  "decode batch sizes, ascending, ending at --max-num-seqs (default: powers of two)" },
+		{ "verbose", DPS_FLAG_BOOL, &verbose, NULL, "print each rank's shard bytes" },
+	};
+	size_t nf = sizeof(fl) / sizeof(fl[0]);
+
+	memcpy(flags, fl, sizeof(fl));
+	dps_flags_parallel(&par, flags + nf);
+	nf += DPS_PAR_FLAGS;
+	flags[nf] = (struct dps_flag)DPS_FLAGS_END;
+	rc = dps_flags_parse(flags, argc, argv, "serve", "[--model DIR] [--config FILE] [OPTIONS]",
+			     pos, 0, &npos);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (!api_key)
+		api_key = getenv("DPSHARD_API_KEY");
+	if (log_file)
+		reopen_log(log_file);
+	if (!model_dir) {
+		if (dps_cached_preset("tiny", "serve", demo, sizeof(demo)))
+			return 1;
+		model_dir = demo;
+	}
+	rc = dps_model_config_load(model_dir, &cfg, err, sizeof(err));
+	if (!rc)
+		rc = dps_par_cfg_check(&par, err, sizeof(err));
+	if (!rc)
+		rc = dps_shard_check(&cfg, &par, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "dpshard serve: %s\n", err);
+		return rc == -DPS_ECONFIG ? 2 : 1;
+	}
+	if (!max_model_len || max_model_len > cfg.max_position_embeddings)
+		max_model_len = cfg.max_position_embeddings;
+	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
+	if (!access(path, R_OK)) {
+		rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "dpshard serve: %s\n", err);
+			return 1;
+		}
+		have_tok = 1;
+	}
+	if (!name) {
+		snprintf(demo, sizeof(demo), "%s", model_dir);
+		while ((base = strrchr(demo, '/')) && !base[1] && base != demo)
+			*base = '\0'; /* trailing slashes */
+		base = strrchr(demo, '/');
+		name = strdup(base ? base + 1 : demo);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	S = &s;
+	s.log_file = log_file;
+	s.shutdown_timeout = shutdown_timeout;
+	s.told = (enum dps_fe_state)-1;
+	{
+		uint64_t usec = 0;
+
+		if (sd_watchdog_enabled(0, &usec) > 0)
+			s.watchdog_ns = usec * 1000ull;
+	}
+	rc = io_uring_queue_init((unsigned)(512 + 2 * par.tp * par.dp), &s.ring, 0);
+	if (rc) {
+		fprintf(stderr, "dpshard serve: cannot set up an io_uring: %s\n", strerror(-rc));
+		return 1;
+	}
+	{
+		const struct dps_frontend_opts fo = {
+			.model_name = name, .api_key = api_key,
+			.lim = { .tok = have_tok ? &tok : NULL, .vocab = cfg.vocab_size,
+				 .bos = cfg.bos_token_id, .eos = cfg.eos_token_id,
+				 .max_model_len = max_model_len, .default_max_tokens = max_tokens,
+				 .default_timeout_ms = (unsigned)request_timeout },
+			.dp = par.dp, .tp = par.tp, .log_requests = !no_log_requests };
+		const struct dps_http_opts ho = { .host = host, .port = port, .unix_path = unix_path,
+						  .max_body = max_body, .max_conns = max_conns,
+						  .on_request = dps_frontend_on_request,
+						  .on_close = dps_frontend_on_close };
+
+		rc = dps_frontend_new(&s.fe, &fo);
+		if (!rc) {
+			struct dps_http_opts h2 = ho;
+
+			h2.arg = s.fe;
+			rc = dps_http_start(&s.http, &s.ring, &h2, err, sizeof(err));
+			if (rc)
+				fprintf(stderr, "dpshard serve: %s\n", err);
+		}
+		if (rc) {
+			status = 1;
+			goto out;
+		}
+		dps_frontend_set_http(s.fe, s.http);
+	}
+	if (unix_path)
+		dps_info("listening on unix:%s, model '%s' on %d rank(s)", unix_path, name,
+			 par.tp * par.dp);
+	else
+		dps_info("listening on http://%s:%d, model '%s' on %d rank(s)", host,
+			 dps_http_port(s.http), name, par.tp * par.dp);
+	for (;;) {
+		struct dps_engine_cb cb = dps_frontend_engine_cb;
+		struct dps_engine_opts eo = { .model = model_dir, .blis_arch = blis_arch,
+					      .threads = threads, .block_size = block_size,
+					      .kv_cache_memory = kv_mem, .kv_fraction = 0.5,
+					      .max_num_seqs = max_num_seqs,
+					      .max_model_len = max_model_len,
+					      .max_batched_tokens = max_batched
+								    ? max_batched
+								    : (512 > max_num_seqs ? 512
+											  : max_num_seqs),
+					      .decode_buckets = buckets, .verbose = verbose };
+		struct dps_sup_opts so = { .par = par, .cpu_bind = cpu_bind,
+					   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
+					   .msg_fn = on_msg, .tick_fn = tick, .ring = &s.ring,
+					   .cqe_fn = on_cqe, .child_fn = in_child,
+					   .signal_fn = on_signal, .verbose = verbose };
+		struct dps_sup_result res;
+		int was_ready;
+
+		cb.arg = s.fe;
+		rc = dps_engine_client_new(&s.client, par.dp, par.tp, &cb);
+		if (rc) {
+			status = 1;
+			break;
+		}
+		dps_frontend_set_client(s.fe, s.client);
+		if (dps_frontend_state(s.fe) != DPS_FE_RECOVERING)
+			dps_frontend_set_state(s.fe, DPS_FE_LOADING);
+		s.closing_sent = 0;
+		rc = dps_sup_run(&so, &res, err, sizeof(err));
+		was_ready = dps_engine_ready(s.client);
+		if (s.draining || s.stop_now) {
+			dps_frontend_fail_all(s.fe, "the service stopped");
+			dps_frontend_set_client(s.fe, NULL);
+			dps_engine_client_free(s.client);
+			s.client = NULL;
+			status = rc && rc != -DPS_EABORT && !s.closing_sent ? 1 : 0;
+			break;
+		}
+		if (!rc) { /* the ranks ended on their own: not expected of a service */
+			snprintf(err, sizeof(err), "the ranks stopped");
+			rc = -DPS_ERANK;
+		}
+		dps_error("%s", err);
+		dps_frontend_set_state(s.fe, DPS_FE_RECOVERING);
+		dps_frontend_fail_all(s.fe, "the ranks failed");
+		dps_frontend_set_client(s.fe, NULL);
+		dps_engine_client_free(s.client);
+		s.client = NULL;
+		announce();
+		if (rc != -DPS_ERANK) { /* could not start at all (memory, segments): not a rank */
+			status = 1;
+			break;
+		}
+		failures = was_ready ? 1 : failures + 1;
+		if (failures > 5) {
+			dps_error("the ranks failed %d times in a row before the model was loaded: "
+				  "giving up", failures);
+			status = 1;
+			break;
+		}
+		dps_info("restarting the ranks in %d s", failures);
+		wait_between_runs(1000 * failures);
+		if (s.draining)
+			break;
+	}
+out:
+	sd_notify(0, "STOPPING=1\nSTATUS=stopped");
+	dps_http_free(s.http);
+	dps_frontend_free(s.fe);
+	io_uring_queue_exit(&s.ring);
+	if (have_tok)
+		dps_tokenizer_free(&tok);
+	S = NULL;
+	if (!status)
+		dps_info("stopped");
+	return status;
+}
