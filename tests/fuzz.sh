@@ -12,7 +12,7 @@ fail=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/dps-fuzz.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 
-for target in safetensors config tokenizer llama2c conf request; do
+for target in safetensors config tokenizer llama2c conf request http; do
 	corpus=$src/tests/fuzz/corpus/$target
 	if ! "$build/tests/fuzz_${target}_replay" -n 50000 "$corpus"/*; then
 		echo "FAIL: replay of $target"
@@ -23,11 +23,11 @@ for target in safetensors config tokenizer llama2c conf request; do
 	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
 		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/safetensors.c $src/engine/model_config.c"
 		srcs="$srcs $src/engine/tokenizer.c $src/engine/convert.c $src/engine/ckpt.c"
-		srcs="$srcs $src/engine/request.c"
+		srcs="$srcs $src/engine/request.c $src/engine/http.c $src/engine/openai.c"
 		srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c $src/common/conf.c"
 		# shellcheck disable=SC2086
 		if ! clang -g -O1 -fsanitize=fuzzer,address,undefined -include "$build/config.h" \
-			-I"$src" -I"$build" $srcs $(pkg-config --cflags --libs jansson liburing) \
+			-I"$src" -I"$build" $srcs $(pkg-config --cflags --libs jansson liburing) -lhttp_parser \
 			-o "$work/fuzz_$target" 2>"$work/cc.log"; then
 			cat "$work/cc.log"
 			echo "FAIL: cannot build the libFuzzer target $target"

@@ -212,7 +212,8 @@ int dps_cmd_serve(int argc, char **argv)
 	const char *log_file = NULL;
 	int port = 8000, threads = 0, block_size = 0, max_num_seqs = 256, max_model_len = 0;
 	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
-	int max_conns = 1024, request_timeout = 0, max_tokens = 16;
+	int max_conns = 1024, request_timeout = 0, max_tokens = 16, header_timeout = 30000;
+	int idle_timeout = 75000;
 	size_t kv_mem = 0, max_body = 1u << 20;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct dps_model_config cfg;
@@ -236,6 +237,11 @@ int dps_cmd_serve(int argc, char **argv)
 		  "largest request body; larger ones get 413" },
 		{ "max-connections", DPS_FLAG_INT, &max_conns, "N", "connections open at once", 1,
 		  1 << 20 },
+		{ "header-timeout", DPS_FLAG_INT, &header_timeout, "MS",
+		  "a request must arrive whole within this of its first byte (else 408)", 1,
+		  1 << 30 },
+		{ "keep-alive-timeout", DPS_FLAG_INT, &idle_timeout, "MS",
+		  "an idle keep-alive connection is closed after this", 1, 1 << 30 },
 		{ "request-timeout", DPS_FLAG_INT, &request_timeout, "MS",
 		  "a request's deadline when it gives no \"timeout_ms\" (0: none)", 0, 1 << 30 },
 		{ "default-max-tokens", DPS_FLAG_INT, &max_tokens, "N",
@@ -338,6 +344,8 @@ int dps_cmd_serve(int argc, char **argv)
 			.dp = par.dp, .tp = par.tp, .log_requests = !no_log_requests };
 		const struct dps_http_opts ho = { .host = host, .port = port, .unix_path = unix_path,
 						  .max_body = max_body, .max_conns = max_conns,
+						  .header_timeout_ms = (unsigned)header_timeout,
+						  .idle_timeout_ms = (unsigned)idle_timeout,
 						  .on_request = dps_frontend_on_request,
 						  .on_close = dps_frontend_on_close };
 
