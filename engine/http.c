@@ -184,7 +184,7 @@ static int cb_headers_done(http_parser *p)
 	if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
 	    p->content_length > q->max_body) {
 		q->status = 413;
-		return 1;
+		return 3; /* (1 and 2 mean "no body" and "upgrade" here: any other value fails) */
 	}
 	q->want_continue = q->expect_continue;
 	return 0;
@@ -207,7 +207,8 @@ static int cb_done(http_parser *p)
 	struct preq *q = p->data;
 
 	q->complete = 1;
-	q->keep_alive = http_should_keep_alive(p);
+	/* An Upgrade request is answered like any other, then the connection closes. */
+	q->keep_alive = http_should_keep_alive(p) && !p->upgrade;
 	http_parser_pause(p, 1); /* one request at a time */
 	return 0;
 }

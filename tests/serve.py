@@ -1,0 +1,528 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""tests/serve.py - `dpshard serve` end to end: the real binary on a free loopback port.
+
+Oracle: `dpshard generate --requests` (the engine without HTTP) for the same requests: every
+completion's token ids must equal its. Checked: completions streaming and not, /v1/models,
+/health, /metrics; 64 concurrent clients with mixed lengths all answered whole and right;
+every bad request answered with its status and a JSON error, and nothing disturbed; slow,
+half-closed and vanishing clients; deadlines; the API key; SIGKILL of a rank while requests
+run (they fail cleanly, the service recovers, later requests succeed, /dev/shm holds only the
+live instance's segments); SIGTERM drain (running requests finish, new ones get 503, exit
+0); the unit file under `systemd-analyze verify`; READY/STATUS/WATCHDOG/STOPPING on a real
+notify socket. A deliberately wrong oracle token must be reported (the check can fail).
+Exit status: 0 pass, 1 fail, 77 skip.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+DPSHARD = os.environ.get("DPSHARD", "")
+SRC = os.environ.get("DPSHARD_SRCDIR", ".")
+SHARED = os.path.join(SRC, "..", "shared")
+failures = []
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    failures.append(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+class Server:
+    """One `dpshard serve` process, its port, and its log."""
+
+    def __init__(self, tmp, model, *args, env=None, name="srv"):
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [DPSHARD, "serve", "--model", model, "--port", "0", "--cpu-bind", "off"] + list(args),
+            stdout=self.log, stderr=self.log, env=env)
+        self.port = None
+        deadline = time.time() + 30
+        while time.time() < deadline and self.port is None:
+            with open(self.log_path) as f:
+                for line in f:
+                    if "listening on http://" in line:
+                        self.port = int(line.split("listening on http://")[1].split(",")[0]
+                                        .rsplit(":", 1)[1])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.port is None:
+            raise RuntimeError("the server did not start: " + open(self.log_path).read())
+
+    def wait_ready(self, secs=60):
+        deadline = time.time() + secs
+        while time.time() < deadline:
+            try:
+                st, _ = self.get("/health")
+                if st == 200:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path, headers=None):
+        c = self.conn()
+        c.request("GET", path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+    def post(self, path, body, headers=None):
+        c = self.conn()
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        c.request("POST", path, body=data, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        out = r.read()
+        c.close()
+        return r.status, out
+
+    def complete(self, req, headers=None):
+        st, out = self.post("/v1/completions", req, headers)
+        return st, json.loads(out)
+
+    def stream(self, req):
+        """Returns (status, events, text, finish_reason, usage, saw_done)."""
+        req = dict(req, stream=True)
+        c = self.conn()
+        c.request("POST", "/v1/completions", body=json.dumps(req),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        events, text, finish, usage, done = [], "", None, None, False
+        if r.status != 200:
+            return r.status, [], "", None, None, False
+        buf = b""
+        while True:
+            chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n\n" in buf:
+                ev, buf = buf.split(b"\n\n", 1)
+                ev = ev.decode()
+                if not ev.startswith("data: "):
+                    continue
+                payload = ev[6:]
+                if payload == "[DONE]":
+                    done = True
+                    continue
+                j = json.loads(payload)
+                events.append(j)
+                if j.get("usage"):
+                    usage = j["usage"]
+                for ch in j.get("choices", []):
+                    text += ch.get("text", "")
+                    if ch.get("finish_reason"):
+                        finish = ch["finish_reason"]
+        c.close()
+        return 200, events, text, finish, usage, done
+
+    def children(self):
+        try:
+            out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)],
+                                 capture_output=True, text=True).stdout.split()
+            return [int(p) for p in out]
+        except OSError:
+            return []
+
+    def send(self, sig):
+        self.signalled = True
+        self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, secs=30):
+        """Stops the server (unless a signal was sent already) and returns its exit status."""
+        if self.proc.poll() is None and not getattr(self, "signalled", False):
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(secs)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+        finally:
+            self.log.close()
+
+
+def oracle(tmp, model, reqs, name="oracle"):
+    """Token ids of each request from `dpshard generate --requests` (no HTTP)."""
+    path = os.path.join(tmp, name + ".jsonl")
+    with open(path, "w") as f:
+        for r in reqs:
+            line = {"max_tokens": r["max_tokens"], "temperature": r.get("temperature", 0)}
+            if isinstance(r["prompt"], str):
+                line["prompt"] = r["prompt"]
+            else:
+                line["prompt_ids"] = r["prompt"]
+            if "seed" in r:
+                line["seed"] = r["seed"]
+            f.write(json.dumps(line) + "\n")
+    out = subprocess.run([DPSHARD, "generate", "--model", model, "--requests", path,
+                          "--cpu-bind", "off"], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError("generate --requests failed: " + out.stderr)
+    return [json.loads(l)["token_ids"] for l in out.stdout.splitlines() if l.strip()]
+
+
+def shm_entries():
+    return sorted(e for e in os.listdir("/dev/shm") if e.startswith("dpshard-"))
+
+
+def raw(port, data, shutdown_wr=False, wait=5.0):
+    """Sends bytes on a fresh connection; returns what comes back before the server closes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=wait)
+    s.sendall(data)
+    if shutdown_wr:
+        s.shutdown(socket.SHUT_WR)
+    got = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    except socket.timeout:
+        got += b"<timeout>"
+    s.close()
+    return got
+
+
+def compare(results, want, label):
+    """Counts the results whose token ids differ from the oracle's."""
+    bad = 0
+    for i, (got, exp) in enumerate(zip(results, want)):
+        if got != exp:
+            bad += 1
+            if bad <= 3:
+                print("  %s request %d: got %s, want %s" % (label, i, got, exp))
+    return bad + abs(len(results) - len(want))
+
+
+def main():
+    if not DPSHARD or not os.access(DPSHARD, os.X_OK):
+        print("SKIP: DPSHARD must name the built binary")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="dps-serve-")
+    try:
+        return run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(tmp):
+    st260 = os.path.join(SHARED, "models", "stories260K")
+    model = os.path.join(tmp, "st260")
+    if os.path.exists(os.path.join(st260, "stories260K.bin")):
+        subprocess.run([DPSHARD, "convert", "llama2c", os.path.join(st260, "stories260K.bin"),
+                        os.path.join(st260, "tok512.bin"), model], check=True,
+                       capture_output=True)
+        texts = True
+    else:
+        subprocess.run([DPSHARD, "mkmodel", "--preset", "tiny", "--out", model], check=True,
+                       capture_output=True)
+        texts = False
+    slow = os.path.join(tmp, "slow")  # long generations, for clients that leave mid-way
+    subprocess.run([DPSHARD, "mkmodel", "--preset", "small", "--max-position-embeddings", "4096",
+                    "--out", slow], check=True, capture_output=True)
+    shm_before = shm_entries()
+
+    # ---- completions against the oracle, on TP=1 x DP=2 ---------------------------------------
+    srv = Server(tmp, model, "--data-parallel-size", "2", "--kv-cache-memory", "64M",
+                 "--max-model-len", "256", "--max-body-bytes", "4096", "--header-timeout", "700",
+                 name="main")
+    check(srv.wait_ready(), "the server did not become ready")
+    st, body = srv.get("/v1/models")
+    check(st == 200 and json.loads(body)["data"][0]["id"] == "st260", "/v1/models: %d %s" % (st, body))
+    prompts = ["Once upon a time", "Lily and Ben", "The cat", "One day"] if texts else \
+        [[1, 5, 9], [1, 40], [1, 7, 7, 7], [1, 100]]
+    reqs = []
+    for i in range(64):
+        r = {"prompt": prompts[i % len(prompts)], "max_tokens": 1 + (i * 7) % 40, "temperature": 0}
+        if i % 5 == 4:
+            r.update(temperature=0.8, seed=i)
+        reqs.append(r)
+    want = oracle(tmp, model, reqs)
+
+    st, j = srv.complete(reqs[3])
+    check(st == 200, "completion: status %d" % st)
+    check(j["choices"][0]["token_ids"] == want[3], "completion differs from generate")
+    check(j["usage"]["completion_tokens"] == len(want[3]) and
+          j["usage"]["total_tokens"] == j["usage"]["prompt_tokens"] + len(want[3]), "usage: %s" % j)
+    check(j["choices"][0]["finish_reason"] == "length", "finish_reason %s" % j["choices"][0])
+    # The check can fail: a deliberately wrong oracle token is reported.
+    wrong = [list(w) for w in want[:4]]
+    wrong[3][0] ^= 1
+    check(compare([j["choices"][0]["token_ids"]], [wrong[3]], "self-check") == 1,
+          "self-check: a wrong oracle token was not reported")
+    # Streaming: the same text, whole, ending in [DONE], with usage when asked.
+    st, events, text, finish, usage, done = srv.stream(dict(reqs[3], stream_options={"include_usage": True}))
+    check(st == 200 and done and finish == "length", "stream: %d done=%s finish=%s" % (st, done, finish))
+    check(text == j["choices"][0]["text"], "stream text %r != %r" % (text, j["choices"][0]["text"]))
+    check(usage and usage["completion_tokens"] == len(want[3]), "stream usage %s" % usage)
+
+    # ---- 64 concurrent clients, mixed lengths ---------------------------------------------------
+    results = [None] * len(reqs)
+
+    def client(i):
+        try:
+            if i % 3 == 0:
+                s, ev, t, fin, u, d = srv.stream(dict(reqs[i], stream_options={"include_usage": True}))
+                results[i] = ("stream", s, d, fin, u and u["completion_tokens"], t)
+            else:
+                s, jj = srv.complete(reqs[i])
+                results[i] = ("plain", s, jj["choices"][0]["token_ids"], jj["choices"][0]["finish_reason"])
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            results[i] = ("error", repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(reqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    got_ids, bad = [], 0
+    for i, r in enumerate(results):
+        if r is None or r[0] == "error" or r[1] != 200:
+            bad += 1
+            print("  client %d: %s" % (i, r))
+            got_ids.append(None)
+        elif r[0] == "plain":
+            got_ids.append(r[2])
+        else:
+            ok = r[2] and r[3] == "length" and r[4] == len(want[i])
+            if not ok:
+                print("  stream client %d: %s" % (i, r[:5]))
+            bad += not ok
+            got_ids.append(want[i])  # its tokens are compared as text below
+    bad += compare([g for g in got_ids], want, "concurrent")
+    check(bad == 0, "64 concurrent clients: %d wrong or incomplete answers" % bad)
+
+    # ---- bad requests: status and a JSON error, nothing disturbed -------------------------------
+    def expect_error(st, body, code, label):
+        ok = st == code
+        try:
+            ok = ok and "message" in json.loads(body)["error"]
+        except ValueError:
+            ok = False
+        check(ok, "%s: want %d with a JSON error, got %d %r" % (label, code, st, body[:200]))
+
+    st, b = srv.post("/v1/completions", "{not json")
+    expect_error(st, b, 400, "malformed JSON")
+    st, b = srv.post("/v1/completions", {"prompt": 5})
+    expect_error(st, b, 400, "prompt of the wrong type")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": "ten"})
+    expect_error(st, b, 400, "max_tokens of the wrong type")
+    st, b = srv.post("/v1/completions", {"prompt": [1] * 300})
+    expect_error(st, b, 400, "prompt longer than --max-model-len")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 255})
+    expect_error(st, b, 400, "prompt + max_tokens over --max-model-len")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 100000]})
+    expect_error(st, b, 400, "token id outside the vocabulary")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "n": 2})
+    expect_error(st, b, 400, "n = 2")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "model": "other"})
+    expect_error(st, b, 404, "an unknown model")
+    st, b = srv.post("/v1/completions", "x" * 10000)
+    expect_error(st, b, 413, "a body over --max-body-bytes")
+    st, b = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    expect_error(st, b, 400, "chat without a template")
+    st, b = srv.get("/nowhere")
+    expect_error(st, b, 404, "an unknown endpoint")
+    st, b = srv.get("/v1/completions")
+    expect_error(st, b, 405, "GET /v1/completions")
+    got = raw(srv.port, b"BREW /coffee HTCPCP/1.0\r\n\r\n")
+    check(got.startswith(b"HTTP/1.1 400"), "a malformed request line: %r" % got[:60])
+    # A slow client: the request never completes; 408 after --header-timeout, then closed.
+    t0 = time.time()
+    got = raw(srv.port, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"pro", wait=10)
+    check(got.startswith(b"HTTP/1.1 408") and time.time() - t0 < 5, "slow client: %r" % got[:60])
+    # A half-closed client: half a request, then its side closed; the server closes too.
+    got = raw(srv.port, b"POST /v1/completions HTTP/1.1\r\nContent-Len", shutdown_wr=True, wait=10)
+    check(b"<timeout>" not in got, "half-closed client: the connection was not closed")
+    # A deadline ends a request with "timeout".
+    st, j = srv.complete({"prompt": prompts[0], "max_tokens": 200, "temperature": 0, "timeout_ms": 1})
+    check(st == 200 and j["choices"][0]["finish_reason"] == "timeout", "deadline: %s" % j)
+    # Still serving, and right.
+    st, j = srv.complete(reqs[5])
+    check(st == 200 and j["choices"][0]["token_ids"] == want[5], "after the bad requests")
+    st, b = srv.get("/metrics")
+    m = b.decode()
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                 "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                 "vllm:e2e_request_latency_seconds_bucket", "vllm:num_preemptions_total",
+                 "dpshard:dummy_batches_total", "dpshard:collective_seconds_per_step"]:
+        check(name in m, "/metrics lacks %s" % name)
+    check('finished_reason="timeout"} 1' in m, "/metrics does not count the timeout")
+    check(srv.stop() == 0, "SIGTERM with nothing running: exit status not 0")
+
+    # ---- clients that leave, SIGKILL of a rank, SIGTERM drain: long generations -----------------
+    srv = Server(tmp, slow, "--data-parallel-size", "2", "--tensor-parallel-size", "1",
+                 "--kv-cache-memory", "64M", "--shutdown-timeout", "30", name="slow")
+    check(srv.wait_ready(), "the second server did not become ready")
+    long_req = {"prompt": [1, 2, 3], "max_tokens": 3000, "temperature": 0}
+    # A client that disconnects mid-stream: its request is cancelled and its blocks freed.
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps(dict(long_req, stream=True)).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    first = s.recv(4096)
+    check(first.startswith(b"HTTP/1.1 200"), "stream start: %r" % first[:40])
+    s.close()
+    deadline, cancelled = time.time() + 10, False
+    while time.time() < deadline and not cancelled:
+        time.sleep(0.1)
+        m = srv.get("/metrics")[1].decode()
+        cancelled = 'finished_reason="cancelled"} 1' in m
+    check(cancelled, "a vanished client's request was not cancelled")
+    time.sleep(0.7)  # the replicas' counts come every 500 ms
+    m = srv.get("/metrics")[1].decode()
+    check(all(float(l.split()[-1]) == 0 for l in m.splitlines()
+              if l.startswith("vllm:kv_cache_usage_perc{")), "blocks still used after the cancel")
+
+    # SIGKILL of a rank while requests run.
+    out = [None] * 4
+
+    def long_client(i):
+        try:
+            out[i] = srv.complete(long_req) if i % 2 else srv.stream(long_req)
+        except Exception as e:  # noqa: BLE001
+            out[i] = ("exception", repr(e))
+
+    ts = [threading.Thread(target=long_client, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(0.4)
+    ranks = srv.children()
+    check(len(ranks) == 2, "want 2 rank processes, found %s" % ranks)
+    if ranks:
+        os.kill(ranks[-1], signal.SIGKILL)
+    for t in ts:
+        t.join(60)
+    for i, r in enumerate(out):
+        if i % 2:
+            check(r and r[0] == 500 and "error" in r[1], "after SIGKILL, completion %d: %s" % (i, str(r)[:200]))
+        else:
+            check(r and r[0] == 200 and r[3] == "error" and r[5], "after SIGKILL, stream %d: %s" % (i, str(r)[:200]))
+    st, _ = srv.get("/health")
+    check(st == 503 or srv.wait_ready(), "health during recovery")
+    check(srv.wait_ready(60), "the service did not recover after SIGKILL of a rank")
+    st, j = srv.complete({"prompt": [1, 2, 3], "max_tokens": 10, "temperature": 0})
+    check(st == 200 and len(j["choices"][0]["token_ids"]) == 10, "a request after recovery: %s" % j)
+    new = [e for e in shm_entries() if e not in shm_before]
+    check(all(e.startswith("dpshard-%d-" % srv.proc.pid) for e in new),
+          "/dev/shm holds segments of dead instances: %s" % new)
+    m = srv.get("/metrics")[1].decode()
+    check("dpshard:rank_restarts_total 1" in m, "the restart is not counted")
+
+    # SIGTERM drain: running requests finish, new ones get 503, exit 0.
+    drain = [None] * 2
+    ts = [threading.Thread(target=lambda i=i: drain.__setitem__(i, srv.complete(
+        {"prompt": [1, 2, 3], "max_tokens": 1500, "temperature": 0}))) for i in range(2)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    srv.send(signal.SIGTERM)
+    time.sleep(0.1)
+    try:
+        st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})
+        check(st == 503, "a new request while draining: %d %r" % (st, b[:100]))
+    except OSError as e:
+        fail("a new request while draining: %r" % e)
+    for t in ts:
+        t.join(60)
+    for r in drain:
+        check(r and r[0] == 200 and r[1]["choices"][0]["finish_reason"] == "length" and
+              len(r[1]["choices"][0]["token_ids"]) == 1500, "a request during the drain: %s" % str(r)[:200])
+    check(srv.stop() == 0, "the drained server did not exit 0")
+    check(shm_entries() == shm_before, "segments left after exit: %s" % shm_entries())
+
+    # ---- the API key ---------------------------------------------------------------------------
+    srv = Server(tmp, model, "--api-key", "s3cret", "--kv-cache-memory", "16M", name="key")
+    check(srv.wait_ready(), "the keyed server did not become ready")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})
+    expect_error(st, b, 401, "no API key")
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2},
+                     {"Authorization": "Bearer s3creT", "Content-Type": "application/json"})
+    expect_error(st, b, 401, "a wrong API key")
+    st, j = srv.complete({"prompt": [1, 2], "max_tokens": 2},
+                         {"Authorization": "Bearer s3cret", "Content-Type": "application/json"})
+    check(st == 200, "the right API key: %d" % st)
+    check(srv.get("/health")[0] == 200, "/health needs no key")
+    srv.stop()
+
+    # ---- systemd: the unit file, and the notify protocol on a real socket ------------------------
+    unit = os.path.join(SRC, "dist", "dpshard.service")
+    if shutil.which("systemd-analyze"):
+        u = os.path.join(tmp, "dpshard.service")
+        with open(unit) as f, open(u, "w") as g:
+            g.write(f.read().replace("@bindir@", os.path.dirname(DPSHARD)).replace(
+                "@sysconfdir@", tmp))
+        v = subprocess.run(["systemd-analyze", "verify", u], capture_output=True, text=True)
+        check(v.returncode == 0 and "dpshard.service" not in v.stderr,
+              "systemd-analyze verify: %s" % v.stderr.strip())
+    else:
+        print("note: systemd-analyze not found; the unit file is not verified")
+    ns = os.path.join(tmp, "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(ns)
+    sock.settimeout(0.2)
+    env = dict(os.environ, NOTIFY_SOCKET=ns, WATCHDOG_USEC="400000")
+    srv = Server(tmp, model, "--kv-cache-memory", "16M", env=env, name="notify")
+    msgs, deadline = [], time.time() + 30
+    while time.time() < deadline and not any("READY=1" in m for m in msgs):
+        try:
+            msgs.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+    check(any("READY=1" in m for m in msgs), "no READY=1: %s" % msgs)
+    check(srv.get("/health")[0] == 200, "READY=1 before /health says ready")
+    check(any(m.startswith("STATUS=loading") for m in msgs), "no STATUS while loading: %s" % msgs)
+    t0 = time.time()
+    while time.time() - t0 < 1.0:
+        try:
+            msgs.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+    check(sum("WATCHDOG=1" in m for m in msgs) >= 2, "no WATCHDOG=1 every 200 ms: %s" % msgs)
+    srv.send(signal.SIGTERM)
+    deadline = time.time() + 10
+    while time.time() < deadline and not any("STOPPING=1" in m for m in msgs):
+        try:
+            msgs.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+    check(any("STOPPING=1" in m for m in msgs), "no STOPPING=1: %s" % msgs)
+    check(srv.stop() == 0, "the notify server did not exit 0")
+    sock.close()
+
+    if failures:
+        print("serve.py: %d check(s) failed" % len(failures))
+        for name in ("main", "slow", "key", "notify"):
+            p = os.path.join(tmp, name + ".log")
+            if os.path.exists(p):
+                print("---- %s.log (last lines)" % name)
+                print("".join(open(p).readlines()[-15:]))
+        return 1
+    print("serve.py: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
