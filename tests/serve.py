@@ -45,16 +45,20 @@ def check(cond, msg):
 class Server:
     """One `dpshard serve` process, its port, and its log."""
 
-    def __init__(self, tmp, model, *args, env=None, name="srv"):
+    def __init__(self, tmp, model, *args, env=None, name="srv", log_file=None):
         self.log_path = os.path.join(tmp, name + ".log")
         self.log = open(self.log_path, "w")
+        watch = log_file or self.log_path
         self.proc = subprocess.Popen(
             [DPSHARD, "serve", "--model", model, "--port", "0", "--cpu-bind", "off"] + list(args),
             stdout=self.log, stderr=self.log, env=env)
         self.port = None
         deadline = time.time() + 30
         while time.time() < deadline and self.port is None:
-            with open(self.log_path) as f:
+            if not os.path.exists(watch):
+                time.sleep(0.05)
+                continue
+            with open(watch) as f:
                 for line in f:
                     if "listening on http://" in line:
                         self.port = int(line.split("listening on http://")[1].split(",")[0]
@@ -63,7 +67,8 @@ class Server:
                 break
             time.sleep(0.05)
         if self.port is None:
-            raise RuntimeError("the server did not start: " + open(self.log_path).read())
+            raise RuntimeError("the server did not start: " + open(self.log_path).read() +
+                               (open(watch).read() if os.path.exists(watch) else ""))
 
     def wait_ready(self, secs=60):
         deadline = time.time() + secs
@@ -453,8 +458,14 @@ def run(tmp):
     check(srv.stop() == 0, "the drained server did not exit 0")
     check(shm_entries() == shm_before, "segments left after exit: %s" % shm_entries())
 
-    # ---- the API key ---------------------------------------------------------------------------
-    srv = Server(tmp, model, "--api-key", "s3cret", "--kv-cache-memory", "16M", name="key")
+    # ---- the API key, a config file, --log-file and SIGHUP ---------------------------------------
+    conf = os.path.join(tmp, "dpshard.conf")
+    logf = os.path.join(tmp, "service.log")
+    with open(conf, "w") as f:
+        f.write("# the service's configuration\napi-key: s3cret\nkv-cache-memory: 16M\n"
+                "port: 1\nlog-file: %s\n" % logf)
+    # (the command line's --port 0 overrides the file's port 1)
+    srv = Server(tmp, model, "--config", conf, "--port", "0", name="key", log_file=logf)
     check(srv.wait_ready(), "the keyed server did not become ready")
     st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})
     expect_error(st, b, 401, "no API key")
@@ -465,7 +476,37 @@ def run(tmp):
                          {"Authorization": "Bearer s3cret", "Content-Type": "application/json"})
     check(st == 200, "the right API key: %d" % st)
     check(srv.get("/health")[0] == 200, "/health needs no key")
-    srv.stop()
+    os.rename(logf, logf + ".1")
+    srv.send(signal.SIGHUP)
+    time.sleep(0.3)
+    srv.complete({"prompt": [1, 2], "max_tokens": 2},
+                 {"Authorization": "Bearer s3cret", "Content-Type": "application/json"})
+    time.sleep(0.2)
+    check(os.path.exists(logf) and "request cmpl-" in open(logf).read(),
+          "SIGHUP did not reopen --log-file")
+    srv.signalled = False
+    check(srv.stop() == 0, "the keyed server did not exit 0")
+
+    # ---- a Unix socket ---------------------------------------------------------------------------
+    us = os.path.join(tmp, "dps.sock")
+    log = open(os.path.join(tmp, "unix.log"), "w")
+    p = subprocess.Popen([DPSHARD, "serve", "--model", model, "--unix-socket", us,
+                          "--kv-cache-memory", "16M", "--cpu-bind", "off"], stdout=log, stderr=log)
+    got, deadline = b"", time.time() + 30
+    while time.time() < deadline and not got.startswith(b"HTTP/1.1 200"):
+        time.sleep(0.05)
+        try:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(us)
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            got = c.recv(4096)
+            c.close()
+        except OSError:
+            pass
+    check(got.startswith(b"HTTP/1.1 200"), "no answer on the Unix socket: %r" % got[:60])
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(30) == 0 and not os.path.exists(us), "the Unix socket server: exit or socket left")
+    log.close()
 
     # ---- systemd: the unit file, and the notify protocol on a real socket ------------------------
     unit = os.path.join(SRC, "dist", "dpshard.service")
