@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/dps.h"
@@ -66,6 +67,7 @@ struct fe_req {
 	char *text;                   /* the completion's text so far */
 	size_t len, cap, emitted;     /* bytes of text; bytes already streamed */
 	char *stop[DPS_OAI_MAX_STOP];
+	size_t stop_len[DPS_OAI_MAX_STOP];
 	int n_stop;
 	size_t max_stop;
 	int answered;                 /* the response is complete (or the client is gone) */
@@ -93,6 +95,47 @@ static void json_str(FILE *o, const char *s, size_t n)
 {
 	fputc('"', o);
 	dps_json_escape(o, s, n);
+	fputc('"', o);
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t need;
+
+	if (s[0] < 0x80)
+		return 1;
+	need = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+		: s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+	if (!need || need > n)
+		return 0;
+	for (size_t i = 1; i < need; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
+	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))
+		return 0; /* overlong, surrogate, or beyond U+10FFFF */
+	return need;
+}
+
+/* Model text as a JSON string: a byte that is no valid UTF-8 becomes U+FFFD. */
+static void json_text(FILE *o, const char *s, size_t n)
+{
+	size_t i = 0, run = 0;
+
+	fputc('"', o);
+	while (i < n) {
+		const size_t l = utf8_len((const unsigned char *)s + i, n - i);
+
+		if (l) {
+			i += l;
+			continue;
+		}
+		dps_json_escape(o, s + run, i - run);
+		fputs("\\ufffd", o);
+		run = ++i;
+	}
+	dps_json_escape(o, s + run, n - run);
 	fputc('"', o);
 }
 
@@ -174,7 +217,7 @@ static size_t showable(const struct fe_req *r)
 			if (k > r->len)
 				continue;
 			for (int i = 0; i < r->n_stop && !prefix; i++)
-				prefix = strlen(r->stop[i]) > k &&
+				prefix = r->stop_len[i] > k &&
 					 !memcmp(r->text + r->len - k, r->stop[i], k);
 			if (prefix) {
 				n = r->len - k;
@@ -220,7 +263,7 @@ static void stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
 		return;
 	chunk_head(o, r, f->o.model_name);
 	fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-	json_str(o, r->text + r->emitted, upto - r->emitted);
+	json_text(o, r->text + r->emitted, upto - r->emitted);
 	fprintf(o, ", \"logprobs\": null, \"finish_reason\": null}]}\n\n");
 	fclose(o);
 	dps_http_stream_write(f->http, r->conn, ev, n);
@@ -291,7 +334,7 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 			   "\"model\": ", r->id, r->created);
 		json_str(o, f->o.model_name, strlen(f->o.model_name));
 		fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-		json_str(o, r->text ? r->text : "", r->len);
+		json_text(o, r->text ? r->text : "", r->len);
 		fprintf(o, ", \"logprobs\": null, \"finish_reason\": \"%s\", \"token_ids\": [", fin);
 		for (int i = 0; i < r->n_gen; i++)
 			fprintf(o, "%s%d", i ? ", " : "", r->gen[i]);
@@ -309,7 +352,7 @@ static long find_stop(const struct fe_req *r, size_t from)
 	long best = -1;
 
 	for (int i = 0; i < r->n_stop; i++) {
-		const char *hit = strstr(r->text + from, r->stop[i]);
+		const char *hit = memmem(r->text + from, r->len - from, r->stop[i], r->stop_len[i]);
 
 		if (hit && (best < 0 || hit - r->text < best))
 			best = hit - r->text;
@@ -407,7 +450,7 @@ static int authorized(const struct dps_frontend *f, const char *auth)
 
 	if (!key || !*key)
 		return 1;
-	if (!auth || strncmp(auth, "Bearer ", 7))
+	if (!auth || strncasecmp(auth, "Bearer ", 7))
 		return 0;
 	auth += 7;
 	kl = strlen(key);
@@ -476,6 +519,7 @@ static void completions(struct dps_frontend *f, const struct dps_http_req *hr)
 		const size_t l = strlen(q.stop[i]);
 
 		r->stop[i] = q.stop[i];
+		r->stop_len[i] = l;
 		q.stop[i] = NULL;
 		r->max_stop = l > r->max_stop ? l : r->max_stop;
 	}
@@ -538,9 +582,27 @@ static void health(struct dps_frontend *f, uint64_t conn)
 			 0);
 }
 
+/* s as a Prometheus label value (backslash, quote and newline escaped), in buf. */
+static const char *label(const char *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (; *s && n + 3 < len; s++) {
+		if (*s == '\\' || *s == '"' || *s == '\n') {
+			buf[n++] = '\\';
+			buf[n++] = *s == '\n' ? 'n' : *s;
+		} else {
+			buf[n++] = *s;
+		}
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
 void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 {
-	const char *name = f->o.model_name;
+	char nbuf[300], gbuf[80];
+	const char *name = label(f->o.model_name, nbuf, sizeof(nbuf));
 	uint64_t pre = f->base.preemptions, dummy = f->base.dummy_steps, steps = f->base.steps;
 
 	fprintf(o, "# HELP vllm:num_requests_running Requests running on a replica.\n"
@@ -617,7 +679,7 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 	for (int d = 0; d < f->o.dp; d++)
 		for (int g = 0; g < f->rep[d].n_groups && g < DPS_ENGINE_GROUPS; g++)
 			fprintf(o, "dpshard:collective_seconds_per_step{engine=\"%d\",group=\"%s\"} "
-				   "%.9f\n", d, f->rep[d].group[g],
+				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
 				f->rep[d].steps ? (double)f->rep[d].group_ns[g] / 1e9 /
 							 (double)f->rep[d].steps : 0.0);
 	fprintf(o, "# HELP dpshard:collective_seconds_total Time TP rank 0 of a replica spent in "
@@ -626,7 +688,7 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 	for (int d = 0; d < f->o.dp; d++)
 		for (int g = 0; g < f->rep[d].n_groups && g < DPS_ENGINE_GROUPS; g++)
 			fprintf(o, "dpshard:collective_seconds_total{engine=\"%d\",group=\"%s\"} "
-				   "%.9f\n", d, f->rep[d].group[g],
+				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
 				(double)f->rep[d].group_ns[g] / 1e9);
 	fprintf(o, "# HELP dpshard:up 1 when every rank serves, 0 while loading, draining or "
 		   "recovering.\n# TYPE dpshard:up gauge\ndpshard:up %d\n",
@@ -767,7 +829,7 @@ int dps_frontend_active(const struct dps_frontend *f)
 	return f->active;
 }
 
-void dps_frontend_fail_all(struct dps_frontend *f, const char *why)
+void dps_frontend_fail_all(struct dps_frontend *f, const char *why, int restart)
 {
 	if (f->client)
 		dps_engine_fail_all(f->client, DPS_FINISH_ERROR);
@@ -782,6 +844,7 @@ void dps_frontend_fail_all(struct dps_frontend *f, const char *why)
 		f->base.steps += f->rep[d].steps;
 		memset(&f->rep[d], 0, sizeof(f->rep[d]));
 	}
-	f->restarts++;
-	dps_warn("%s: the requests in flight end with an error", why);
+	f->restarts += restart != 0;
+	if (f->active || restart)
+		dps_warn("%s: the requests in flight end with an error", why);
 }

@@ -56,10 +56,10 @@ enum dps_fe_state dps_frontend_state(const struct dps_frontend *f);
 int dps_frontend_active(const struct dps_frontend *f);
 
 /*
- * Ends every request in flight with finish_reason "error" (the ranks died; the client's
- * requests are gone with them), and counts a restart.
+ * Ends every request in flight with finish_reason "error" (the ranks died, or the service
+ * stops; the client's requests are gone with them); restart: count a restart of the ranks.
  */
-void dps_frontend_fail_all(struct dps_frontend *f, const char *why);
+void dps_frontend_fail_all(struct dps_frontend *f, const char *why, int restart);
 
 /* Writes /metrics' text to out (for tests and the endpoint). */
 void dps_frontend_metrics(struct dps_frontend *f, FILE *out);

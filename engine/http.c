@@ -43,8 +43,8 @@ struct preq {
 	http_parser p;
 	size_t max_body;
 	struct buf url, auth, body;
-	char field[32];
-	size_t field_len, hdr_bytes;
+	char field[32], expect[16];
+	size_t field_len, hdr_bytes, expect_len;
 	int in_value, field_over, expect_continue, complete, status, keep_alive, started;
 	int want_continue; /* headers done with Expect: 100-continue: answer it */
 };
@@ -60,6 +60,8 @@ struct conn {
 	int recv_inflight, send_inflight;
 	int serving;               /* a request went to the handler; its response is not done */
 	int streaming, resp_done, close_after;
+	int head;                  /* the request is HEAD: headers only */
+	int http10;                /* an HTTP/1.0 client: no chunked encoding */
 	int closing, lingering, gone_told;
 	uint64_t t_first, t_active, t_progress, t_linger;
 };
@@ -68,6 +70,8 @@ struct dps_http {
 	struct io_uring *ring;
 	struct dps_http_opts o;
 	int lfd, port, accept_armed;
+	uint64_t accept_retry;     /* accepting failed (descriptors out): try again then */
+	uint64_t accept_warned;
 	struct conn *c;
 	int n_used;
 	char unix_path[108];
@@ -112,7 +116,7 @@ static int cb_begin(http_parser *p)
 	struct preq *q = p->data;
 
 	q->url.len = q->auth.len = q->body.len = 0;
-	q->field_len = q->hdr_bytes = 0;
+	q->field_len = q->hdr_bytes = q->expect_len = 0;
 	q->in_value = q->field_over = q->expect_continue = q->complete = q->want_continue = 0;
 	q->status = 0;
 	q->started = 1;
@@ -171,8 +175,11 @@ static int cb_value(http_parser *p, const char *at, size_t n)
 			return 1;
 		}
 	} else if (!strcmp(q->field, "expect")) {
-		if (n == 12 && !strncasecmp(at, "100-continue", 12))
-			q->expect_continue = 1;
+		/* (the value may come in pieces) */
+		for (size_t i = 0; i < n && q->expect_len + 1 < sizeof(q->expect); i++)
+			q->expect[q->expect_len++] = at[i];
+		q->expect[q->expect_len] = '\0';
+		q->expect_continue = q->expect_len == 12 && !strncasecmp(q->expect, "100-continue", 12);
 	}
 	return 0;
 }
@@ -186,7 +193,8 @@ static int cb_headers_done(http_parser *p)
 		q->status = 413;
 		return 3; /* (1 and 2 mean "no body" and "upgrade" here: any other value fails) */
 	}
-	q->want_continue = q->expect_continue;
+	/* HTTP/1.0 clients do not know 100 Continue. */
+	q->want_continue = q->expect_continue && (p->http_major > 1 || p->http_minor >= 1);
 	return 0;
 }
 
@@ -528,6 +536,8 @@ static void process(struct dps_http *h, struct conn *c)
 		c->q.complete = 0;
 		c->serving = 1;
 		c->close_after = !c->q.keep_alive;
+		c->head = c->q.p.method == HTTP_HEAD;
+		c->http10 = c->q.p.http_major == 1 && c->q.p.http_minor == 0;
 		{
 			struct dps_http_req r = { 0 };
 			char method[16], path[URL_MAX + 1];
@@ -556,9 +566,15 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	if (!(cqe->flags & IORING_CQE_F_MORE))
 		h->accept_armed = 0;
 	if (fd < 0) {
-		if (fd != -ECANCELED)
-			dps_warn("accept: %s", strerror(-fd));
-		arm_accept(h);
+		/* Out of descriptors or memory: accepting again at once would spin; the tick does
+		 * it in a moment (and the warning comes at most once a minute). */
+		const uint64_t now = dps_now_ns();
+
+		if (fd != -ECANCELED && now - h->accept_warned > 60000000000ull) {
+			dps_warn("accept: %s (retrying every 100 ms)", strerror(-fd));
+			h->accept_warned = now;
+		}
+		h->accept_retry = now + 100000000ull;
 		return;
 	}
 	for (int i = 0; i < h->o.max_conns && !c; i++)
@@ -658,12 +674,23 @@ int dps_http_tick(struct dps_http *h)
 	const uint64_t snd = (uint64_t)h->o.send_timeout_ms * 1000000ull;
 	uint64_t next = UINT64_MAX;
 
+	if (!h->accept_armed && h->lfd >= 0) {
+		if (now >= h->accept_retry)
+			arm_accept(h);
+		else
+			next = h->accept_retry;
+	}
 	for (int i = 0; i < h->o.max_conns; i++) {
 		struct conn *c = &h->c[i];
 		uint64_t due;
 
 		if (!c->used)
 			continue;
+		/* An operation that found no submission slot is tried again here. */
+		if (!c->closing && !c->send_inflight && (c->sent < c->sending.len || c->out.len))
+			kick_send(h, c);
+		if (!c->recv_inflight && (!c->closing || c->lingering) && c->in.len < IN_MAX)
+			arm_recv(h, c);
 		if (c->lingering) {
 			if (now >= c->t_linger) {
 				c->lingering = 0;
@@ -721,7 +748,7 @@ int dps_http_respond(struct dps_http *h, uint64_t conn, int status, const char *
 	c->close_after |= close;
 	snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
 	if (queue_head(c, status, content_type, cl, extra, c->close_after) ||
-	    (len && queue(c, body, len))) {
+	    (len && !c->head && queue(c, body, len))) {
 		conn_gone(h, c);
 		return -ENOTCONN;
 	}
@@ -736,7 +763,10 @@ int dps_http_stream_start(struct dps_http *h, uint64_t conn, int status,
 
 	if (!c || !c->serving || c->streaming || c->resp_done)
 		return -ENOTCONN;
-	if (queue_head(c, status, content_type, "Transfer-Encoding: chunked\r\n",
+	/* HTTP/1.0 knows no chunks: the body runs until the connection closes. */
+	if (c->http10)
+		c->close_after = 1;
+	if (queue_head(c, status, content_type, c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
 		       "Cache-Control: no-cache\r\n", c->close_after)) {
 		conn_gone(h, c);
 		return -ENOTCONN;
@@ -754,9 +784,10 @@ int dps_http_stream_write(struct dps_http *h, uint64_t conn, const char *data, s
 
 	if (!c || !c->streaming || c->resp_done)
 		return -ENOTCONN;
-	if (!len)
+	if (!len || c->head)
 		return 0;
-	if (queue(c, sz, (size_t)n) || queue(c, data, len) || queue(c, "\r\n", 2)) {
+	if ((!c->http10 && queue(c, sz, (size_t)n)) || queue(c, data, len) ||
+	    (!c->http10 && queue(c, "\r\n", 2))) {
 		dps_warn("dropping a client that lets %u MiB of its stream queue up", OUT_MAX >> 20);
 		conn_gone(h, c);
 		return -ENOTCONN;
@@ -771,7 +802,7 @@ int dps_http_stream_end(struct dps_http *h, uint64_t conn)
 
 	if (!c || !c->streaming || c->resp_done)
 		return -ENOTCONN;
-	if (queue(c, "0\r\n\r\n", 5)) {
+	if (!c->http10 && !c->head && queue(c, "0\r\n\r\n", 5)) {
 		conn_gone(h, c);
 		return -ENOTCONN;
 	}
@@ -943,6 +974,28 @@ int dps_http_port(const struct dps_http *h)
 int dps_http_conns(const struct dps_http *h)
 {
 	return h->n_used;
+}
+
+int dps_http_unsent(const struct dps_http *h)
+{
+	int n = 0;
+
+	for (int i = 0; i < h->o.max_conns; i++) {
+		const struct conn *c = &h->c[i];
+
+		n += c->used && !c->closing && (c->send_inflight || c->out.len ||
+						c->sent < c->sending.len);
+	}
+	return n;
+}
+
+void dps_http_stop_accepting(struct dps_http *h)
+{
+	if (h->lfd >= 0) {
+		shutdown(h->lfd, SHUT_RDWR); /* ends the multishot accept */
+		close(h->lfd);
+		h->lfd = -1;
+	}
 }
 
 void dps_http_close_fds(struct dps_http *h)

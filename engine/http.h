@@ -61,8 +61,11 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe);
 int dps_http_tick(struct dps_http *h);
 /* In a forked child: closes every descriptor of the server, touching nothing else. */
 void dps_http_close_fds(struct dps_http *h);
-/* Connections open now. */
+/* Connections open now; connections with response bytes not yet sent. */
 int dps_http_conns(const struct dps_http *h);
+int dps_http_unsent(const struct dps_http *h);
+/* Closes the listener (at shutdown: connections already open are still served). */
+void dps_http_stop_accepting(struct dps_http *h);
 /* Closes every connection and the listener, and frees the server. */
 void dps_http_free(struct dps_http *h);
 

@@ -121,8 +121,9 @@ static int add_stop(struct dps_oai_req *out, json_t *s, char *err, size_t errlen
 
 	if (!json_is_string(s))
 		return bad(err, errlen, "\"%s\" must be a string or a list of strings", "stop");
-	if (!n || n > DPS_OAI_STOP_BYTES) {
-		snprintf(err, errlen, "a \"stop\" string must have 1 to %d bytes", DPS_OAI_STOP_BYTES);
+	if (!n || n > DPS_OAI_STOP_BYTES || memchr(json_string_value(s), 0, n)) {
+		snprintf(err, errlen, "a \"stop\" string must have 1 to %d bytes and no NUL",
+			 DPS_OAI_STOP_BYTES);
 		return 400;
 	}
 	if (out->n_stop == DPS_OAI_MAX_STOP) {
@@ -262,6 +263,9 @@ int dps_oai_parse(const char *body, size_t len, const struct dps_oai_limits *lim
 			break;
 	}
 	json_decref(root);
+	if (!rc && out->n_stop && !lim->tok)
+		rc = bad(err, errlen, "\"%s\" strings need a tokenizer to read the text: this model "
+			 "has none (use \"stop_token_ids\")", "stop");
 	if (!rc && !have_prompt)
 		rc = bad(err, errlen, "the request has no \"%s\"", "prompt");
 	if (!rc && out->n_prompt >= lim->max_model_len) {

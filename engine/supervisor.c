@@ -106,6 +106,16 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 	/* Ctrl-C reaches the whole process group: the supervisor alone decides. */
 	signal(SIGINT, SIG_IGN);
 	sigprocmask(SIG_SETMASK, &s->oldmask, NULL);
+	{
+		/* (the caller may have blocked them for itself: a rank takes TERM and HUP) */
+		sigset_t m;
+
+		sigemptyset(&m);
+		sigaddset(&m, SIGTERM);
+		sigaddset(&m, SIGHUP);
+		sigaddset(&m, SIGINT);
+		sigprocmask(SIG_UNBLOCK, &m, NULL);
+	}
 	close(s->sigfd);
 	for (int i = 0; i < r; i++)
 		close(s->pidfds[i]);
@@ -214,6 +224,8 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 		}
 		dps_error("%s; stopping the other ranks", err);
 		sup_raise_abort(s);
+		if (s->o->fail_fn)
+			s->o->fail_fn(err, s->o->msg_arg);
 	} else if (WIFSIGNALED(st)) {
 		dps_warn("%s was killed by signal %d (%s)", who, WTERMSIG(st), strsignal(WTERMSIG(st)));
 	}
@@ -246,6 +258,8 @@ static void sup_check_early(struct sup *s, char *err, size_t errlen)
 		 s->alive);
 	dps_error("%s", err);
 	sup_raise_abort(s);
+	if (s->o->fail_fn)
+		s->o->fail_fn(err, s->o->msg_arg);
 }
 
 /* The descriptor of poll slot i: 0 the eventfd, 1 the signalfd, 2 + r rank r's pidfd. */

@@ -67,6 +67,8 @@ struct dps_sup_opts {
 	void (*cqe_fn)(struct io_uring_cqe *cqe, void *arg);
 	void (*child_fn)(void *arg);
 	int (*signal_fn)(int signo, void *arg);
+	/* fail_fn(why, msg_arg): the moment a rank failure is seen (the run then winds down). */
+	void (*fail_fn)(const char *why, void *arg);
 };
 
 struct dps_sup_result {

@@ -283,6 +283,34 @@ def run(tmp):
     check(text == j["choices"][0]["text"], "stream text %r != %r" % (text, j["choices"][0]["text"]))
     check(usage and usage["completion_tokens"] == len(want[3]), "stream usage %s" % usage)
 
+    # Keep-alive: several requests on one connection; pipelining: two in one write, two answers.
+    c = srv.conn()
+    answers = []
+    for i in range(3):
+        c.request("POST", "/v1/completions", body=json.dumps(reqs[i]),
+                  headers={"Content-Type": "application/json"})
+        rr = c.getresponse()
+        answers.append((rr.status, json.loads(rr.read())["choices"][0]["token_ids"]))
+    sock_id = c.sock.fileno() if c.sock else -1
+    check(sock_id >= 0 and answers == [(200, want[i]) for i in range(3)],
+          "keep-alive: three requests on one connection: %s" % answers)
+    c.close()
+    c = srv.conn()
+    c.request("HEAD", "/health")
+    rr = c.getresponse()
+    check(rr.status == 200 and rr.read() == b"", "HEAD /health: a body came")
+    c.request("GET", "/health")
+    rr = c.getresponse()
+    check(rr.status == 200 and b"ready" in rr.read(), "GET after HEAD on one connection")
+    c.close()
+    body = json.dumps(dict(reqs[3], stream=True)).encode()
+    got = raw(srv.port, b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    check(got.startswith(b"HTTP/1.1 200") and b"chunked" not in got and got.endswith(b"data: [DONE]\n\n"),
+          "streaming to an HTTP/1.0 client: %r" % got[-80:])
+    one = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    got = raw(srv.port, one + one.replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n"))
+    check(got.count(b"HTTP/1.1 200") == 2, "pipelining: %r" % got[:200])
+
     # ---- 64 concurrent clients, mixed lengths ---------------------------------------------------
     results = [None] * len(reqs)
 
@@ -425,8 +453,10 @@ def run(tmp):
             check(r and r[0] == 500 and "error" in r[1], "after SIGKILL, completion %d: %s" % (i, str(r)[:200]))
         else:
             check(r and r[0] == 200 and r[3] == "error" and r[5], "after SIGKILL, stream %d: %s" % (i, str(r)[:200]))
-    st, _ = srv.get("/health")
-    check(st == 503 or srv.wait_ready(), "health during recovery")
+    st, b = srv.get("/health")
+    check(st == 503 and b"recovering" in b, "health right after the failure: %d %r" % (st, b))
+    st, b = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2})
+    check(st == 503, "a request while recovering: %d %r" % (st, b[:100]))
     check(srv.wait_ready(60), "the service did not recover after SIGKILL of a rank")
     st, j = srv.complete({"prompt": [1, 2, 3], "max_tokens": 10, "temperature": 0})
     check(st == 200 and len(j["choices"][0]["token_ids"]) == 10, "a request after recovery: %s" % j)

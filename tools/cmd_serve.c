@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +50,7 @@ struct serve {
 	int shutdown_timeout;
 	uint64_t drain_deadline, hard_deadline, watchdog_ns, watchdog_last;
 	int draining, stop_now, ready_sent, closing_sent;
+	int sigfd;                    /* TERM, INT and HUP, blocked for the whole service */
 	enum dps_fe_state told;       /* the state last announced (STATUS=) */
 };
 
@@ -87,6 +90,8 @@ static void in_child(void *arg)
 	/* The rank keeps nothing of the frontend: no sockets, not the ring. */
 	dps_http_close_fds(S->http);
 	io_uring_queue_exit(&S->ring);
+	if (S->sigfd >= 0)
+		close(S->sigfd);
 }
 
 static int on_signal(int signo, void *arg)
@@ -110,6 +115,25 @@ static int on_signal(int signo, void *arg)
 	dps_info("%s: draining (%d request(s) in flight, at most %d s)", strsignal(signo),
 		 dps_frontend_active(S->fe), S->shutdown_timeout);
 	return 1;
+}
+
+/* A rank failed: from this moment the service answers 503 and its requests end. */
+static void on_fail(const char *why, void *arg)
+{
+	(void)arg;
+	if (S->draining)
+		return;
+	dps_frontend_set_state(S->fe, DPS_FE_RECOVERING);
+	dps_frontend_fail_all(S->fe, why, 1);
+}
+
+/* Signals that arrive while no ranks run (the supervisor reads them while they do). */
+static void poll_signals(void)
+{
+	struct signalfd_siginfo si;
+
+	while (S->sigfd >= 0 && read(S->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		on_signal((int)si.ssi_signo, NULL);
 }
 
 static void announce(void)
@@ -162,7 +186,7 @@ static int tick(void *arg)
 		} else if (now >= S->drain_deadline) {
 			dps_warn("--shutdown-timeout: %d request(s) still running end with an error",
 				 dps_frontend_active(S->fe));
-			dps_frontend_fail_all(S->fe, "shutting down");
+			dps_frontend_fail_all(S->fe, "shutting down", 0);
 			S->closing_sent = 1;
 			dps_sup_stop(SIGTERM);
 		} else {
@@ -185,16 +209,41 @@ static int tick(void *arg)
 /* Serves HTTP (health checks, 503s) for ms while no ranks run. */
 static void wait_between_runs(int ms)
 {
+	if (S->draining)
+		return;
 	const uint64_t end = dps_now_ns() + (uint64_t)ms * 1000000ull;
 
 	while (dps_now_ns() < end && !S->draining) {
 		struct __kernel_timespec ts = { 0, 50000000 };
 		struct io_uring_cqe *cqe;
 
+		poll_signals();
 		tick(NULL);
 		if (io_uring_submit_and_wait_timeout(&S->ring, &cqe, 1, &ts, NULL) < 0 &&
 		    io_uring_peek_cqe(&S->ring, &cqe))
 			continue;
+		while (io_uring_peek_cqe(&S->ring, &cqe) == 0) {
+			struct io_uring_cqe c = *cqe;
+
+			io_uring_cqe_seen(&S->ring, cqe);
+			if (!(io_uring_cqe_get_data64(&c) & DPS_SUP_UDATA))
+				dps_http_cqe(S->http, &c);
+		}
+	}
+}
+
+/* At exit: no new connections; the responses already queued go out (at most 2 s). */
+static void flush_responses(void)
+{
+	const uint64_t end = dps_now_ns() + 2000000000ull;
+
+	dps_http_stop_accepting(S->http);
+	while (dps_http_unsent(S->http) && dps_now_ns() < end) {
+		struct __kernel_timespec ts = { 0, 20000000 };
+		struct io_uring_cqe *cqe;
+
+		dps_http_tick(S->http);
+		io_uring_submit_and_wait_timeout(&S->ring, &cqe, 1, &ts, NULL);
 		while (io_uring_peek_cqe(&S->ring, &cqe) == 0) {
 			struct io_uring_cqe c = *cqe;
 
@@ -320,6 +369,36 @@ int dps_cmd_serve(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	S = &s;
+	s.sigfd = -1;
+	{
+		/* Blocked for the whole service: read from a signalfd between runs, and by the
+		 * supervisor's during them, so no signal falls to its default action. */
+		sigset_t m;
+
+		sigemptyset(&m);
+		sigaddset(&m, SIGTERM);
+		sigaddset(&m, SIGINT);
+		sigaddset(&m, SIGHUP);
+		sigprocmask(SIG_BLOCK, &m, NULL);
+		s.sigfd = signalfd(-1, &m, SFD_CLOEXEC | SFD_NONBLOCK);
+	}
+	{
+		/* One descriptor per connection: take what the hard limit allows. */
+		struct rlimit rl;
+
+		if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+		if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+		    (rlim_t)max_conns + 64 + 4 * (rlim_t)(par.tp * par.dp) > rl.rlim_cur) {
+			const long fit = (long)rl.rlim_cur - 64 - 4L * par.tp * par.dp;
+
+			max_conns = fit > 16 ? (int)fit : 16;
+			dps_warn("--max-connections lowered to %d: the process may open %llu files",
+				 max_conns, (unsigned long long)rl.rlim_cur);
+		}
+	}
 	s.log_file = log_file;
 	s.shutdown_timeout = shutdown_timeout;
 	s.told = (enum dps_fe_state)-1;
@@ -329,7 +408,16 @@ int dps_cmd_serve(int argc, char **argv)
 		if (sd_watchdog_enabled(0, &usec) > 0)
 			s.watchdog_ns = usec * 1000ull;
 	}
-	rc = io_uring_queue_init((unsigned)(512 + 2 * par.tp * par.dp), &s.ring, 0);
+	{
+		/* Completions in flight at most: two per connection, the accept, the polls. */
+		struct io_uring_params ip = { .flags = IORING_SETUP_CQSIZE };
+		unsigned cq = 1024;
+
+		while (cq < 2u * (unsigned)max_conns + 4u * (unsigned)(par.tp * par.dp) + 256u)
+			cq *= 2;
+		ip.cq_entries = cq;
+		rc = io_uring_queue_init_params(512 + 2 * (unsigned)(par.tp * par.dp), &s.ring, &ip);
+	}
 	if (rc) {
 		fprintf(stderr, "dpshard serve: cannot set up an io_uring: %s\n", strerror(-rc));
 		return 1;
@@ -386,7 +474,8 @@ int dps_cmd_serve(int argc, char **argv)
 					   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
 					   .msg_fn = on_msg, .tick_fn = tick, .ring = &s.ring,
 					   .cqe_fn = on_cqe, .child_fn = in_child,
-					   .signal_fn = on_signal, .verbose = verbose };
+					   .signal_fn = on_signal, .fail_fn = on_fail,
+					   .verbose = verbose };
 		struct dps_sup_result res;
 		int was_ready;
 
@@ -400,10 +489,17 @@ int dps_cmd_serve(int argc, char **argv)
 		if (dps_frontend_state(s.fe) != DPS_FE_RECOVERING)
 			dps_frontend_set_state(s.fe, DPS_FE_LOADING);
 		s.closing_sent = 0;
+		poll_signals(); /* (one that came while no ranks ran) */
+		if (s.draining) {
+			dps_engine_client_free(s.client);
+			s.client = NULL;
+			dps_frontend_set_client(s.fe, NULL);
+			break;
+		}
 		rc = dps_sup_run(&so, &res, err, sizeof(err));
 		was_ready = dps_engine_ready(s.client);
 		if (s.draining || s.stop_now) {
-			dps_frontend_fail_all(s.fe, "the service stopped");
+			dps_frontend_fail_all(s.fe, "the service stopped", 0);
 			dps_frontend_set_client(s.fe, NULL);
 			dps_engine_client_free(s.client);
 			s.client = NULL;
@@ -416,7 +512,7 @@ int dps_cmd_serve(int argc, char **argv)
 		}
 		dps_error("%s", err);
 		dps_frontend_set_state(s.fe, DPS_FE_RECOVERING);
-		dps_frontend_fail_all(s.fe, "the ranks failed");
+		dps_frontend_fail_all(s.fe, "the ranks failed", 0);
 		dps_frontend_set_client(s.fe, NULL);
 		dps_engine_client_free(s.client);
 		s.client = NULL;
@@ -439,9 +535,14 @@ int dps_cmd_serve(int argc, char **argv)
 	}
 out:
 	sd_notify(0, "STOPPING=1\nSTATUS=stopped");
+	if (s.http)
+		flush_responses();
+	/* The ring first: no send in flight may outlive the buffers the server frees. */
+	io_uring_queue_exit(&s.ring);
 	dps_http_free(s.http);
 	dps_frontend_free(s.fe);
-	io_uring_queue_exit(&s.ring);
+	if (s.sigfd >= 0)
+		close(s.sigfd);
 	if (have_tok)
 		dps_tokenizer_free(&tok);
 	S = NULL;
