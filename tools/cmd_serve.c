@@ -268,7 +268,7 @@ int dps_cmd_serve(int argc, char **argv)
 	struct dps_model_config cfg;
 	struct dps_tokenizer tok = { 0 };
 	struct serve s = { 0 };
-	char *pos[1], err[512], path[4200], demo[4096], *base;
+	char *pos[1], err[512], path[4200], demo[4096], *base, *name_buf = NULL;
 	int npos, rc, have_tok = 0, failures = 0, status = 0;
 	struct dps_flag flags[64];
 	const struct dps_flag fl[] = {
@@ -365,7 +365,9 @@ int dps_cmd_serve(int argc, char **argv)
 		while ((base = strrchr(demo, '/')) && !base[1] && base != demo)
 			*base = '\0'; /* trailing slashes */
 		base = strrchr(demo, '/');
-		name = strdup(base ? base + 1 : demo);
+		name = name_buf = strdup(base ? base + 1 : demo);
+		if (!name)
+			return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	S = &s;
@@ -543,6 +545,7 @@ out:
 	dps_frontend_free(s.fe);
 	if (s.sigfd >= 0)
 		close(s.sigfd);
+	free(name_buf);
 	if (have_tok)
 		dps_tokenizer_free(&tok);
 	S = NULL;

@@ -120,6 +120,32 @@ static int flag_set(const struct dps_flag *f, const char *cmd, const char *val)
 	}
 }
 
+/* The config file's string values, kept for the life of the process and freed at exit. */
+static char **kept;
+static size_t n_kept;
+
+static void free_kept(void)
+{
+	for (size_t i = 0; i < n_kept; i++)
+		free(kept[i]);
+	free(kept);
+	kept = NULL;
+	n_kept = 0;
+}
+
+static int keep(char *s)
+{
+	char **k = realloc(kept, sizeof(*k) * (n_kept + 1));
+
+	if (!k)
+		return -ENOMEM;
+	if (!kept)
+		atexit(free_kept);
+	kept = k;
+	kept[n_kept++] = s;
+	return 0;
+}
+
 struct conf_ctx {
 	const struct dps_flag *flags;
 	const char *cmd, *path;
@@ -161,6 +187,10 @@ static int conf_entry(void *arg, const char *key, const char *value, int line)
 	}
 	if (f->type != DPS_FLAG_STR)
 		free(copy);
+	else if (keep(copy)) {
+		free(copy);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
