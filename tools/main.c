@@ -17,7 +17,7 @@ static const struct {
 	{ "convert", dps_cmd_convert, "import a llama2.c checkpoint and tokenizer" },
 	{ "mkmodel", dps_cmd_mkmodel, "write a seeded random model of any Llama shape" },
 	{ "serve", dps_cmd_serve, "serve a model over an OpenAI-compatible HTTP API (systemd-ready)" },
-	{ "generate", dps_cmd_generate, "generate text with a model in one process (reference decoder)" },
+	{ "generate", dps_cmd_generate, "generate text: in one process, or across ranks on the serving engine" },
 };
 
 static void usage(FILE *f)
