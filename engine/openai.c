@@ -175,7 +175,7 @@ int dps_oai_parse(const char *body, size_t len, const struct dps_oai_limits *lim
 	const char *key;
 	long l;
 	double d;
-	int rc = 0, have_prompt = 0;
+	int rc = 0, have_prompt = 0, ignore_eos = 0;
 
 	memset(out, 0, sizeof(*out));
 	out->p.max_tokens = lim->default_max_tokens > 0 ? lim->default_max_tokens : 16;
@@ -254,6 +254,10 @@ int dps_oai_parse(const char *body, size_t len, const struct dps_oai_limits *lim
 					     errlen);
 				out->p.stop[out->p.n_stop++] = (int)l;
 			}
+		} else if (!strcmp(key, "ignore_eos")) {
+			if (!json_is_boolean(v))
+				rc = bad(err, errlen, "\"%s\" must be true or false", key);
+			ignore_eos = json_is_true(v);
 		} else if (!strcmp(key, "timeout_ms")) {
 			rc = get_int(v, key, 1, 1L << 40, &l, err, errlen);
 			out->p.deadline_ns = (uint64_t)l * 1000000ull;
@@ -280,8 +284,9 @@ int dps_oai_parse(const char *body, size_t len, const struct dps_oai_limits *lim
 			 out->p.max_tokens);
 		rc = 400;
 	}
-	/* The model's end: BOS (llama2.c's convention) and EOS stop a completion. */
-	if (!rc) {
+	/* The model's end: BOS (llama2.c's convention) and EOS stop a completion (unless
+	 * "ignore_eos", vLLM's, for benchmarks that want every completion max_tokens long). */
+	if (!rc && !ignore_eos) {
 		out->p.stop[out->p.n_stop++] = lim->bos;
 		if (lim->eos >= 0 && lim->eos != lim->bos)
 			out->p.stop[out->p.n_stop++] = lim->eos;

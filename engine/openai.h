@@ -5,7 +5,7 @@
  *   {"model": "m", "prompt": "Once upon a time" | [1, 403, 407], "max_tokens": 16,
  *    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "seed": 7, "stop": "\n" | ["a", "b"],
  *    "stop_token_ids": [13], "n": 1, "stream": false,
- *    "stream_options": {"include_usage": true}, "timeout_ms": 5000}
+ *    "stream_options": {"include_usage": true}, "timeout_ms": 5000, "ignore_eos": false}
  *
  * Outside input: every field is type- and range-checked and sizes are bounded before anything
  * is allocated from them. Fields the engine cannot honour (n > 1, echo, logprobs, penalties,

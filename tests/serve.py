@@ -347,6 +347,46 @@ def run(tmp):
     bad += compare([g for g in got_ids], want, "concurrent")
     check(bad == 0, "64 concurrent clients: %d wrong or incomplete answers" % bad)
 
+    # ---- dpshard bench serve against this server: shape and sanity of its results --------------
+    res = os.path.join(tmp, "bench.json")
+    b = subprocess.run([DPSHARD, "bench", "serve", "--port", str(srv.port), "--num-prompts", "24",
+                        "--request-rate", "300", "--max-concurrency", "8", "--random-input-len", "8",
+                        "--random-output-len", "12", "--vocab-size", "500", "--seed", "3",
+                        "--result-file", res], capture_output=True, text=True, timeout=120)
+    check(b.returncode == 0 and "Serving Benchmark Result" in b.stdout,
+          "bench serve: status %d, %s" % (b.returncode, b.stderr[-300:]))
+    if os.path.exists(res):
+        d = json.load(open(res))
+        check(d["completed"] == 24 and d["failed"] == 0, "bench serve: %s of 24" % d["completed"])
+        check(d["total_output_tokens"] == sum(d["output_lens"]) == 24 * 12,
+              "bench serve: output tokens %s" % d["total_output_tokens"])
+        check(d["total_input_tokens"] == sum(d["input_lens"]) == 24 * 8, "bench serve: input tokens")
+        for m in ("ttft", "tpot", "itl", "e2el"):
+            v = [d["%s_%s_ms" % (k, m)] for k in ("median", "p90", "p99")]
+            check(v == sorted(v) and d["mean_%s_ms" % m] > 0, "bench serve: %s percentiles %s" % (m, v))
+        check(d["mean_ttft_ms"] <= d["mean_e2el_ms"], "bench serve: TTFT above end-to-end")
+        check(abs(d["output_throughput"] * d["duration"] - d["total_output_tokens"]) < 1e-6 * d["total_output_tokens"] + 1e-6,
+              "bench serve: throughput x duration != tokens")
+    ds = os.path.join(tmp, "dataset.jsonl")
+    with open(ds, "w") as f:
+        for i in range(5):
+            f.write(json.dumps({"prompt": prompts[i % len(prompts)], "max_tokens": 4 + i}) + "\n")
+    b = subprocess.run([DPSHARD, "bench", "serve", "--port", str(srv.port), "--dataset", ds,
+                        "--num-prompts", "5", "--json"], capture_output=True, text=True, timeout=120)
+    try:
+        d = json.loads(b.stdout)
+        check(b.returncode == 0 and d["completed"] == 5 and d["failed"] == 0, "bench serve --dataset: %s" % d)
+    except ValueError:
+        fail("bench serve --json: not JSON: %r" % b.stdout[:200])
+    # ... and it reports failures (a port nobody listens on), exiting 1.
+    b = subprocess.run([DPSHARD, "bench", "serve", "--port", "1", "--num-prompts", "3", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    try:
+        d = json.loads(b.stdout)
+        check(b.returncode == 1 and d["failed"] == 3 and d["completed"] == 0, "bench serve, no server: %s" % d)
+    except ValueError:
+        fail("bench serve, no server: not JSON: %r" % b.stdout[:200])
+
     # ---- bad requests: status and a JSON error, nothing disturbed -------------------------------
     def expect_error(st, body, code, label):
         ok = st == code

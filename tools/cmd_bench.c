@@ -16,6 +16,8 @@ int dps_cmd_bench(int argc, char **argv)
 			   "  coll     latency and bus bandwidth of the shared-memory collectives\n"
 			   "  decode   prefill and decode tokens/s of the model beside this machine's "
 			   "limits\n"
+			   "  serve    a load generator against a running dpshard serve (latencies, "
+			   "throughput)\n"
 			   "\n`dpshard bench SUITE --help` describes a suite's options.\n");
 		return argc < 1 ? 2 : 0;
 	}
@@ -23,6 +25,8 @@ int dps_cmd_bench(int argc, char **argv)
 		return dps_bench_coll(argc - 1, argv + 1);
 	if (!strcmp(argv[0], "decode"))
 		return dps_bench_decode(argc - 1, argv + 1);
+	if (!strcmp(argv[0], "serve"))
+		return dps_bench_serve(argc - 1, argv + 1);
 	fprintf(stderr, "dpshard bench: unknown suite '%s' (try dpshard bench --help)\n", argv[0]);
 	return 2;
 }
