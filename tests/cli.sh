@@ -236,7 +236,19 @@ assert [x["test"] for x in r] == ["pp8", "tg4"], r
 assert all(x["tokens_per_s"] > 0 for x in r), r
 assert d["read_bandwidth_gbs"] > 0 and d["sgemm_gflops"] > 0, d
 assert r[1]["batch"] == 2 and r[1]["bytes_per_step"] > 0, r
+assert d["version"] and d["git_commit"] and d["cpu"] and d["cpus"] >= 1 and d["numa_nodes"] >= 1, d
+assert "BLIS" in d["blis"] or "dpshard" in d["blis"], d
 ' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
+fi
+run bench decode --preset tiny -p 8 -n 4 -b 1,2 -r 1 --csv
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	python3 -c '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+assert [r["test"] for r in rows] == ["pp8", "tg4", "tg4"], rows
+assert [r["batch"] for r in rows] == ["1", "1", "2"], rows
+assert all(float(r["tokens_per_s"]) > 0 and r["git_commit"] and r["blis"] for r in rows), rows
+' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad CSV"; sed 's/^/    /' "$tmp/py.err"; }
 fi
 # Across ranks: TP=1 x DP=2 with every component size 2 (the decode graph's collectives).
 run bench decode --preset tiny -p 8 -n 4 -b 2 -r 1 --json --data-parallel-size 2 \

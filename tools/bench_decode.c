@@ -40,6 +40,7 @@
 #include "kernels/pool.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
+#include "tools/machine.h"
 
 #define MAX_LIST 16
 
@@ -200,23 +201,6 @@ static double sgemm_rate(int n, int reps)
 	return t[(reps < 16 ? reps : 16) / 2];
 }
 
-static void cpu_model(char *out, size_t len)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[512];
-
-	snprintf(out, len, "unknown CPU");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-			snprintf(out, len, "%s", strchr(line, ':') + 2);
-			out[strcspn(out, "\n")] = 0;
-			break;
-		}
-	fclose(f);
-}
-
 /* Prints s as a JSON string. */
 static void json_str(const char *s)
 {
@@ -249,6 +233,7 @@ struct bench {
 	int nrows, cap;
 	double decode_bytes, all_bytes, kv_bytes, rank0_bytes, rank0_kv;
 	double rep_decode_bytes[DPS_MAX_WORLD]; /* per replica: decode weights of its ranks */
+	uint64_t t0;               /* when the ranks started */
 	int tp;
 	struct dps_model_config cfg;
 	int failed;
@@ -494,9 +479,16 @@ static void on_msg(int rank, const void *msg, size_t len, void *arg)
 		b->cap = b->cap ? 2 * b->cap : 64;
 	}
 	b->rows[b->nrows++] = m;
-	fprintf(stderr, "\rdpshard bench decode: %s%d%s%.0d, run %d of %d done ...     ",
-		m.test ? "tg" : "pp", m.test ? m.g : m.p, m.test ? " at batch " : "",
-		m.test ? m.b : 0, m.rep + 1, b->reps);
+	{
+		/* Time left: what the runs so far took, per run, times the runs to go. */
+		const double el = (double)(dps_now_ns() - b->t0) / 1e9;
+		const int total = b->reps * (b->np + b->ng * b->nb);
+
+		fprintf(stderr, "\rdpshard bench decode: %s%d%s%.0d, run %d of %d done (%d of %d in "
+				"all, about %.0f s left) ...     ", m.test ? "tg" : "pp",
+			m.test ? m.g : m.p, m.test ? " at batch " : "", m.test ? m.b : 0, m.rep + 1,
+			b->reps, b->nrows, total, b->nrows ? el / b->nrows * (total - b->nrows) : 0.0);
+	}
 }
 
 static void layout_name(const struct dps_par_cfg *p, char *buf, size_t len)
@@ -515,12 +507,13 @@ int dps_bench_decode(int argc, char **argv)
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
 	const char *load_s = NULL;
-	int reps = 3, threads = 0, json = 0, npos, rc, world, ncpu;
+	int reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
+	struct dps_machine mach;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], np, ng, nb;
 	struct result res[3 * MAX_LIST * MAX_LIST];
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct bench b = { 0 };
-	char *positional[1], err[512], dir[4096], cpu[256], lname[96];
+	char *positional[1], err[512], dir[4096], lname[96];
 	double bw, peak;
 	int nres = 0;
 	struct dps_flag flags[32];
@@ -545,6 +538,7 @@ int dps_bench_decode(int argc, char **argv)
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },
+		{ "csv", DPS_FLAG_BOOL, &csv, NULL, "print the results as CSV (a header line first)" },
 	};
 	size_t nf = sizeof(base) / sizeof(base[0]);
 
@@ -628,6 +622,7 @@ int dps_bench_decode(int argc, char **argv)
 					   .rank_arg = &b, .msg_fn = on_msg, .msg_arg = &b };
 		struct dps_sup_result sr;
 
+		b.t0 = dps_now_ns();
 		rc = dps_sup_run(&so, &sr, err, sizeof(err));
 	}
 	fprintf(stderr, "\r%*s\r", 70, "");
@@ -719,14 +714,27 @@ int dps_bench_decode(int argc, char **argv)
 			r->gbs = r->step_ms > 0 ? r->bytes_per_step / (r->step_ms / 1e3) / 1e9 : 0;
 			r->bound = bw > 0 ? r->gbs * 1e9 / bw : 0;
 		}
-	cpu_model(cpu, sizeof(cpu));
-	if (json) {
-		printf("{\"version\": ");
-		json_str(PACKAGE_VERSION);
-		printf(", \"cpu\": ");
-		json_str(cpu);
-		printf(", \"blis\": ");
-		json_str(dps_gemm_describe());
+	dps_machine_get(&mach);
+	if (csv) {
+		printf("model,layout,ranks,test,batch,sequences,tokens_per_s,sd,step_ms,collective_ms,"
+		       "bytes_per_step,read_gbs_or_gflops,of_bound,dispatch_bytes_per_step,"
+		       "weight_bytes_per_rank,kv_bytes_per_rank,version,git_commit,cpu,cpus,"
+		       "numa_nodes,blis\n");
+		for (int i = 0; i < nres; i++) {
+			const struct result *r = &res[i];
+			const char *bn = strrchr(model_dir, '/');
+
+			printf("\"%s\",\"%s\",%d,%s,%d,%d,%.3f,%.3f,%.4f,%.4f,%.0f,%.3f,%.4f,%.0f,%.0f,"
+			       "%.0f,%s,%s,\"%s\",%d,%d,\"%s\"\n",
+			       bn && bn[1] ? bn + 1 : model_dir, lname, world, r->test, r->batch,
+			       r->prompt ? par.dp : r->real, r->mean, r->sd, r->step_ms, r->coll_ms,
+			       r->bytes_per_step, r->gbs, r->bound, r->dispatch_bytes, b.rank0_bytes,
+			       b.rank0_kv, PACKAGE_VERSION, DPS_GIT_COMMIT, mach.cpu, mach.cpus,
+			       mach.nodes, mach.blis);
+		}
+	} else if (json) {
+		printf("{");
+		dps_machine_json(stdout, &mach);
 		printf(", \"layout\": ");
 		json_str(lname);
 		printf(", \"ranks\": %d, \"threads_per_rank\": %d, \"expert_parallel\": %s, "
@@ -773,8 +781,8 @@ int dps_bench_decode(int argc, char **argv)
 		char name[64];
 
 		snprintf(name, sizeof(name), "%s", base_name && base_name[1] ? base_name + 1 : model_dir);
-		printf("dpshard %s on %s: %s, %d rank(s) x %d thread(s)\n%s\n", PACKAGE_VERSION, cpu,
-		       lname, world, threads, dps_gemm_describe());
+		dps_machine_line(stdout, &mach);
+		printf("%s, %d rank(s) x %d thread(s)\n%s\n", lname, world, threads, mach.blis);
 		printf("measured in this run: memory read %.1f GB/s (%d threads), sgemm %.0f GFLOP/s "
 		       "(1536^3, %d thread(s))\n", bw / 1e9, world * threads < ncpu ? world * threads
 									 : ncpu, peak, threads);

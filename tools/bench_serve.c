@@ -32,6 +32,7 @@
 #include "common/dps.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
+#include "tools/machine.h"
 
 struct breq {
 	char *body;               /* the request's JSON */
@@ -536,7 +537,17 @@ int dps_bench_serve(int argc, char **argv)
 		json_object_set_new(res, "date", json_string(date));
 		json_object_set_new(res, "backend", json_string("dpshard"));
 		json_object_set_new(res, "model_id", json_string(model ? model : ""));
-		json_object_set_new(res, "dpshard_version", json_string(PACKAGE_VERSION));
+		{
+			struct dps_machine mach;
+
+			dps_machine_get(&mach);
+			json_object_set_new(res, "version", json_string(PACKAGE_VERSION));
+			json_object_set_new(res, "git_commit", json_string(DPS_GIT_COMMIT));
+			json_object_set_new(res, "cpu", json_string(mach.cpu));
+			json_object_set_new(res, "cpus", json_integer(mach.cpus));
+			json_object_set_new(res, "numa_nodes", json_integer(mach.nodes));
+			json_object_set_new(res, "blis", json_string(mach.blis));
+		}
 		json_object_set_new(res, "num_prompts", json_integer(b.n));
 		json_object_set_new(res, "request_rate", rate > 0 ? json_real(rate)
 								  : json_string("inf"));
