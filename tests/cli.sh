@@ -265,6 +265,23 @@ assert abs(t["allreduce_per_layer"] - 2.5) < 1e-9 and abs(t["alltoall_per_layer"
 assert 0 <= t["collective_ms"] <= t["step_ms"], t
 ' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
 fi
+# bench sweep: three configurations of TP=1 x DP=2 (and one the model's heads refuse), best
+# first, each with its memory per rank.
+run bench sweep --preset tiny --data-parallel-size 2 --tensor-parallel-size 1 -p 8 -n 4 -b 1,2 \
+	-r 1 --configs "1,1,1,1;2,2,2,2;1,2,1,2;3,1,1,1" --json
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+r = d["results"]
+assert len(r) == 3 and all(x["ok"] for x in r), r
+assert [x["decode_tokens_per_s"] for x in r] == sorted([x["decode_tokens_per_s"] for x in r], reverse=True), r
+assert sorted((x["attention_dp_size"], x["embedding_dp_size"], x["mlp_dp_size"], x["lm_head_dp_size"]) for x in r) == [(1, 1, 1, 1), (1, 2, 1, 2), (2, 2, 2, 2)], r
+assert all(x["weight_bytes_per_rank"] > 0 and x["kv_bytes_per_rank"] > 0 for x in r), r
+assert d["git_commit"] and d["ranked_by"] == "tg4 b2", d
+' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; show stderr "$tmp/err"; }
+	grep -q "skipping 3,1,1,1" "$tmp/err" || fail "$desc: the invalid configuration was not named"
+fi
 unset XDG_CACHE_HOME
 run bench decode -b 0
 expect_rc 2

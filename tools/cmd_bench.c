@@ -18,6 +18,8 @@ int dps_cmd_bench(int argc, char **argv)
 			   "limits\n"
 			   "  serve    a load generator against a running dpshard serve (latencies, "
 			   "throughput)\n"
+			   "  sweep    decode over every component-size configuration of a TP x DP, "
+			   "best first\n"
 			   "\n`dpshard bench SUITE --help` describes a suite's options.\n");
 		return argc < 1 ? 2 : 0;
 	}
@@ -27,6 +29,8 @@ int dps_cmd_bench(int argc, char **argv)
 		return dps_bench_decode(argc - 1, argv + 1);
 	if (!strcmp(argv[0], "serve"))
 		return dps_bench_serve(argc - 1, argv + 1);
+	if (!strcmp(argv[0], "sweep"))
+		return dps_bench_sweep(argc - 1, argv + 1);
 	fprintf(stderr, "dpshard bench: unknown suite '%s' (try dpshard bench --help)\n", argv[0]);
 	return 2;
 }
