@@ -282,6 +282,19 @@ assert d["git_commit"] and d["ranked_by"] == "tg4 b2", d
 ' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; show stderr "$tmp/err"; }
 	grep -q "skipping 3,1,1,1" "$tmp/err" || fail "$desc: the invalid configuration was not named"
 fi
+# --plot: an SVG with gnuplot, else a clear message (and exit 1); DPSHARD_GNUPLOT hides it.
+run bench sweep --preset tiny --data-parallel-size 2 -p 8 -n 4 -b 1,2 -r 1 \
+	--configs "1,1,1,1;2,2,2,2" --plot "$tmp/sweep.svg"
+if command -v gnuplot >/dev/null 2>&1; then
+	expect_rc 0 && { grep -q "<svg" "$tmp/sweep.svg" 2>/dev/null || fail "$desc: no SVG"; }
+fi
+DPSHARD_GNUPLOT=/nonexistent/gnuplot
+export DPSHARD_GNUPLOT
+run bench decode --preset tiny -p 8 -n 4 -b 1,2 -r 1 --plot "$tmp/decode.svg"
+unset DPSHARD_GNUPLOT
+expect_rc 1
+grep -q "gnuplot is not installed" "$tmp/err" || fail "$desc: no clear message without gnuplot"
+grep -q '^| tiny-seed0 ' "$tmp/out" || fail "$desc: the results must still be printed"
 unset XDG_CACHE_HOME
 run bench decode -b 0
 expect_rc 2

@@ -367,6 +367,21 @@ def run(tmp):
         check(d["mean_ttft_ms"] <= d["mean_e2el_ms"], "bench serve: TTFT above end-to-end")
         check(abs(d["output_throughput"] * d["duration"] - d["total_output_tokens"]) < 1e-6 * d["total_output_tokens"] + 1e-6,
               "bench serve: throughput x duration != tokens")
+    # Several rates in one run: a list of results, and the latency plot when gnuplot is here.
+    svg = os.path.join(tmp, "serve.svg")
+    b = subprocess.run([DPSHARD, "bench", "serve", "--port", str(srv.port), "--num-prompts", "8",
+                        "--request-rate", "100,400", "--random-input-len", "4", "--random-output-len",
+                        "6", "--vocab-size", "500", "--result-file", res, "--plot", svg],
+                       capture_output=True, text=True, timeout=120)
+    d = json.load(open(res)) if os.path.exists(res) else []
+    check(isinstance(d, list) and [x["request_rate"] for x in d] == [100, 400] and
+          all(x["completed"] == 8 for x in d), "bench serve at two rates: %s" % str(d)[:200])
+    if shutil.which("gnuplot"):
+        check(b.returncode == 0 and os.path.getsize(svg) > 1000 and "<svg" in open(svg).read(),
+              "bench serve --plot: no SVG (%s)" % b.stderr[-200:])
+    else:
+        check(b.returncode == 1 and "gnuplot is not installed" in b.stderr,
+              "bench serve --plot without gnuplot: %s" % b.stderr[-200:])
     ds = os.path.join(tmp, "dataset.jsonl")
     with open(ds, "w") as f:
         for i in range(5):

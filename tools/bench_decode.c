@@ -41,6 +41,7 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 #include "tools/machine.h"
+#include "tools/plot.h"
 
 #define MAX_LIST 16
 
@@ -506,7 +507,7 @@ int dps_bench_decode(int argc, char **argv)
 {
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
-	const char *load_s = NULL;
+	const char *load_s = NULL, *plot = NULL;
 	int reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
 	struct dps_machine mach;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], np, ng, nb;
@@ -539,6 +540,8 @@ int dps_bench_decode(int argc, char **argv)
 		  "where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },
 		{ "csv", DPS_FLAG_BOOL, &csv, NULL, "print the results as CSV (a header line first)" },
+		{ "plot", DPS_FLAG_STR, &plot, "FILE.svg",
+		  "draw decode tokens/s against the batch size (needs gnuplot)" },
 	};
 	size_t nf = sizeof(base) / sizeof(base[0]);
 
@@ -832,5 +835,20 @@ int dps_bench_decode(int argc, char **argv)
 		       "together%s\n", load_s ? "; bB:S: batch B per replica, S sequences in all" : "");
 	}
 	free(b.rows);
+	if (plot) {
+		struct dps_series sr = { .n = 0 };
+		char title[160];
+
+		snprintf(sr.name, sizeof(sr.name), "%s", lname);
+		for (int i = 0; i < nres && sr.n < 32; i++)
+			if (!res[i].prompt && res[i].gen == gens[0]) {
+				sr.x[sr.n] = res[i].batch;
+				sr.y[sr.n++] = res[i].mean;
+			}
+		snprintf(title, sizeof(title), "dpshard bench decode: tg%d, %s", gens[0], lname);
+		if (dps_plot_svg(plot, title, "sequences per step, per replica",
+				 "decode tokens/s (every replica)", &sr, 1, 1))
+			return 1;
+	}
 	return 0;
 }

@@ -33,6 +33,7 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 #include "tools/machine.h"
+#include "tools/plot.h"
 
 struct breq {
 	char *body;               /* the request's JSON */
@@ -370,53 +371,26 @@ static int load_dataset(const char *path, int want, const char *model, struct br
 	return 0;
 }
 
-int dps_bench_serve(int argc, char **argv)
+struct sopts {
+	const char *host, *api_key, *dataset, *model;
+	int port, num, conc, in_len, out_len, seed, vocab, json;
+	double ratio;
+};
+
+/* One run at one request rate (0: all at once); the result (vLLM's fields) into *out. */
+static int run_rate(const struct sopts *o, double rate, json_t **out)
 {
-	const char *host = "127.0.0.1", *api_key = NULL, *dataset = NULL, *model = NULL;
-	const char *result_file = NULL;
-	double rate = 0;           /* 0: every request at once */
-	int port = 8000, num = 100, conc = 0, in_len = 32, out_len = 32, seed = 0, vocab = 256;
-	int json_out = 0, npos, rc;
-	double ratio = 0.0;
-	char *pos[1];
+	const char *host = o->host, *api_key = o->api_key, *dataset = o->dataset;
+	const char *model = o->model;
+	const int port = o->port, num = o->num, conc = o->conc, in_len = o->in_len;
+	const int out_len = o->out_len, vocab = o->vocab, json_out = o->json;
+	const double ratio = o->ratio;
 	struct bench b = { 0 };
 	uint64_t rs;
 	double t_start, dur;
-	const struct dps_flag flags[] = {
-		{ "host", DPS_FLAG_STR, &host, "HOST", "the server" },
-		{ "port", DPS_FLAG_INT, &port, "PORT", "its port", 1, 65535 },
-		{ "api-key", DPS_FLAG_STR, &api_key, "KEY", "sent as 'Authorization: Bearer KEY'" },
-		{ "model", DPS_FLAG_STR, &model, "NAME", "the model to ask for (default: the server's)" },
-		{ "num-prompts", DPS_FLAG_INT, &num, "N", "requests to send", 1, 1 << 20 },
-		{ "request-rate", DPS_FLAG_DOUBLE, &rate, "R",
-		  "requests per second, Poisson arrivals (0: all at once)" },
-		{ "max-concurrency", DPS_FLAG_INT, &conc, "N", "requests in flight at most (0: no limit)",
-		  0, 1 << 16 },
-		{ "dataset", DPS_FLAG_STR, &dataset, "FILE",
-		  "requests from JSON lines ({\"prompt\": ..., \"max_tokens\": N}) instead of random" },
-		{ "random-input-len", DPS_FLAG_INT, &in_len, "N", "random prompts: token ids each", 1,
-		  1 << 20 },
-		{ "random-output-len", DPS_FLAG_INT, &out_len, "N", "random prompts: max_tokens", 1,
-		  1 << 20 },
-		{ "random-range-ratio", DPS_FLAG_DOUBLE, &ratio, "F",
-		  "random lengths drawn from [len * (1 - F), len * (1 + F)]" },
-		{ "vocab-size", DPS_FLAG_INT, &vocab, "V", "random prompts: ids below this", 2, 1 << 24 },
-		{ "seed", DPS_FLAG_INT, &seed, "S", "of the lengths, prompts and arrivals" },
-		{ "result-file", DPS_FLAG_STR, &result_file, "FILE",
-		  "save the result as JSON (vllm bench serve's field names)" },
-		{ "json", DPS_FLAG_BOOL, &json_out, NULL, "print the JSON result instead of the table" },
-		DPS_FLAGS_END,
-	};
+	int seed = o->seed;
 
-	rc = dps_flags_parse(flags, argc, argv, "bench serve", "[--host H] [--port P] [OPTIONS]",
-			     pos, 0, &npos);
-	if (rc)
-		return rc > 0 ? 0 : 2;
-	if (!(rate >= 0) || !isfinite(rate) || !(ratio >= 0 && ratio < 1)) {
-		fprintf(stderr, "dpshard bench serve: need --request-rate >= 0 and 0 <= "
-				"--random-range-ratio < 1\n");
-		return 2;
-	}
+	*out = NULL;
 	b.host = host;
 	b.port = port;
 	b.api_key = api_key ? api_key : getenv("DPSHARD_API_KEY");
@@ -591,14 +565,7 @@ int dps_bench_serve(int argc, char **argv)
 		for (int i = 0; i < b.n; i++)
 			json_array_append_new(a, json_string(b.r[i].ok ? "" : b.r[i].err));
 		json_object_set_new(res, "errors", a);
-		if (result_file && json_dump_file(res, result_file, JSON_INDENT(1))) {
-			fprintf(stderr, "dpshard bench serve: cannot write %s\n", result_file);
-			rc = 1;
-		}
-		if (json_out) {
-			json_dumpf(res, stdout, JSON_INDENT(1));
-			printf("\n");
-		} else {
+		if (!json_out) {
 			printf("============ Serving Benchmark Result ============\n");
 			printf("%-40s %10d\n%-40s %10d\n", "Successful requests:", ok,
 			       "Failed requests:", fails);
@@ -620,7 +587,7 @@ int dps_bench_serve(int argc, char **argv)
 			}
 			printf("==================================================\n");
 		}
-		json_decref(res);
+		*out = res;
 		free(ttft);
 		free(e2e);
 		free(tpot);
@@ -632,8 +599,125 @@ int dps_bench_serve(int argc, char **argv)
 		free(b.r);
 		sem_destroy(&b.slots);
 		pthread_mutex_destroy(&b.mu);
-		if (rc)
-			return 1;
 		return fails ? 1 : 0;
 	}
+}
+
+int dps_bench_serve(int argc, char **argv)
+{
+	struct sopts o = { .host = "127.0.0.1", .port = 8000, .num = 100, .in_len = 32,
+			   .out_len = 32, .vocab = 256 };
+	const char *rates_s = "inf", *result_file = NULL, *plot = NULL;
+	double rates[32];
+	int n_rates = 0, npos, rc, status = 0;
+	char *pos[1];
+	json_t *all = json_array();
+	struct dps_series sr[6];
+	const struct dps_flag flags[] = {
+		{ "host", DPS_FLAG_STR, &o.host, "HOST", "the server" },
+		{ "port", DPS_FLAG_INT, &o.port, "PORT", "its port", 1, 65535 },
+		{ "api-key", DPS_FLAG_STR, &o.api_key, "KEY", "sent as 'Authorization: Bearer KEY'" },
+		{ "model", DPS_FLAG_STR, &o.model, "NAME",
+		  "the model to ask for (default: the server's)" },
+		{ "num-prompts", DPS_FLAG_INT, &o.num, "N", "requests to send (per rate)", 1, 1 << 20 },
+		{ "request-rate", DPS_FLAG_STR, &rates_s, "R,...",
+		  "requests per second, Poisson arrivals; inf: all at once; a list runs each rate" },
+		{ "max-concurrency", DPS_FLAG_INT, &o.conc, "N",
+		  "requests in flight at most (0: no limit)", 0, 1 << 16 },
+		{ "dataset", DPS_FLAG_STR, &o.dataset, "FILE",
+		  "requests from JSON lines ({\"prompt\": ..., \"max_tokens\": N}) instead of random" },
+		{ "random-input-len", DPS_FLAG_INT, &o.in_len, "N", "random prompts: token ids each", 1,
+		  1 << 20 },
+		{ "random-output-len", DPS_FLAG_INT, &o.out_len, "N", "random prompts: max_tokens", 1,
+		  1 << 20 },
+		{ "random-range-ratio", DPS_FLAG_DOUBLE, &o.ratio, "F",
+		  "random lengths drawn from [len * (1 - F), len * (1 + F)]" },
+		{ "vocab-size", DPS_FLAG_INT, &o.vocab, "V", "random prompts: ids below this", 2,
+		  1 << 24 },
+		{ "seed", DPS_FLAG_INT, &o.seed, "S", "of the lengths, prompts and arrivals" },
+		{ "result-file", DPS_FLAG_STR, &result_file, "FILE",
+		  "save the result as JSON (vllm bench serve's field names; a list for several rates)" },
+		{ "json", DPS_FLAG_BOOL, &o.json, NULL, "print the JSON result instead of the table" },
+		{ "plot", DPS_FLAG_STR, &plot, "FILE.svg",
+		  "draw the latency percentiles against the request rate (needs gnuplot)" },
+		DPS_FLAGS_END,
+	};
+
+	rc = dps_flags_parse(flags, argc, argv, "bench serve", "[--host H] [--port P] [OPTIONS]",
+			     pos, 0, &npos);
+	if (rc) {
+		json_decref(all);
+		return rc > 0 ? 0 : 2;
+	}
+	for (const char *c = rates_s; *c && n_rates < 32;) {
+		char *end;
+		double r = !strncmp(c, "inf", 3) ? (end = (char *)c + 3, 0.0) : strtod(c, &end);
+
+		if (end == c || !(r >= 0) || !isfinite(r) || (*end && *end != ',')) {
+			fprintf(stderr, "dpshard bench serve: --request-rate takes positive numbers or "
+					"inf, separated by commas (got '%s')\n", rates_s);
+			json_decref(all);
+			return 2;
+		}
+		rates[n_rates++] = r;
+		c = *end ? end + 1 : end;
+	}
+	if (!n_rates || !(o.ratio >= 0 && o.ratio < 1)) {
+		fprintf(stderr, "dpshard bench serve: need a --request-rate and 0 <= "
+				"--random-range-ratio < 1\n");
+		json_decref(all);
+		return 2;
+	}
+	memset(sr, 0, sizeof(sr));
+	for (int k = 0; k < 6; k++)
+		snprintf(sr[k].name, sizeof(sr[k].name), "%s %s", k < 3 ? "TTFT" : "end-to-end",
+			 k % 3 == 0 ? "median" : k % 3 == 1 ? "p90" : "p99");
+	for (int i = 0; i < n_rates; i++) {
+		json_t *res = NULL;
+
+		if (n_rates > 1 && rates[i] > 0)
+			fprintf(stderr, "dpshard bench serve: rate %d of %d: %g requests/s\n", i + 1,
+				n_rates, rates[i]);
+		else if (n_rates > 1)
+			fprintf(stderr, "dpshard bench serve: rate %d of %d: all at once\n", i + 1,
+				n_rates);
+		rc = run_rate(&o, rates[i], &res);
+		status |= rc;
+		if (!res)
+			break;
+		if (rates[i] > 0 && sr[0].n < 32) {
+			static const char *const keys[6] = { "median_ttft_ms", "p90_ttft_ms",
+							     "p99_ttft_ms", "median_e2el_ms",
+							     "p90_e2el_ms", "p99_e2el_ms" };
+
+			for (int k = 0; k < 6; k++) {
+				sr[k].x[sr[k].n] = rates[i];
+				sr[k].y[sr[k].n++] = json_number_value(json_object_get(res, keys[k]));
+			}
+		}
+		json_array_append_new(all, res);
+	}
+	{
+		json_t *out = n_rates == 1 ? json_array_get(all, 0) : all;
+
+		if (out && result_file && json_dump_file(out, result_file, JSON_INDENT(1))) {
+			fprintf(stderr, "dpshard bench serve: cannot write %s\n", result_file);
+			status = 1;
+		}
+		if (out && o.json) {
+			json_dumpf(out, stdout, JSON_INDENT(1));
+			printf("\n");
+		}
+	}
+	if (plot) {
+		if (sr[0].n < 1) {
+			fprintf(stderr, "dpshard bench serve: --plot needs finite request rates\n");
+			status = 1;
+		} else if (dps_plot_svg(plot, "dpshard bench serve: latency against request rate",
+					"requests per second", "ms", sr, 6, 0)) {
+			status = 1;
+		}
+	}
+	json_decref(all);
+	return status ? 1 : 0;
 }

@@ -24,6 +24,7 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 #include "tools/machine.h"
+#include "tools/plot.h"
 
 #define MAX_CFG 256
 
@@ -31,6 +32,8 @@ struct cfg_result {
 	int sizes[4];                 /* attention, embedding, MLP, LM head */
 	int ok;
 	double tg, tg_sd, pp, weights, kv, step_ms, coll_ms;
+	int nb;                       /* decode tokens/s at every batch size, for --plot */
+	double bx[16], by[16];
 	char err[200];
 };
 
@@ -118,7 +121,12 @@ static void run_cfg(const char *self, char **base, int nbase, struct cfg_result 
 
 			if (t && !strncmp(t, "pp", 2))
 				r->pp = json_number_value(json_object_get(x, "tokens_per_s"));
-			else if (t && json_integer_value(json_object_get(x, "batch")) == last_batch) {
+			if (t && !strncmp(t, "tg", 2) && r->nb < 16) {
+				r->bx[r->nb] = (double)json_integer_value(json_object_get(x, "batch"));
+				r->by[r->nb++] = json_number_value(json_object_get(x, "tokens_per_s"));
+			}
+			if (t && !strncmp(t, "tg", 2) &&
+			    json_integer_value(json_object_get(x, "batch")) == last_batch) {
 				r->tg = json_number_value(json_object_get(x, "tokens_per_s"));
 				r->tg_sd = json_number_value(json_object_get(x, "sd"));
 				r->step_ms = json_number_value(json_object_get(x, "step_ms"));
@@ -135,7 +143,7 @@ static void run_cfg(const char *self, char **base, int nbase, struct cfg_result 
 int dps_bench_sweep(int argc, char **argv)
 {
 	const char *model = NULL, *preset = "bench-110m", *configs = NULL, *prompts = "128";
-	const char *gens = "32", *batches = "1,8";
+	const char *gens = "32", *batches = "1,8", *plot = NULL;
 	int tp = 1, dp = 2, reps = 2, json = 0, npos, rc, n = 0, last_batch = 1;
 	char *pos[1], self[4096], *base[16];
 	struct cfg_result *res = calloc(MAX_CFG, sizeof(*res));
@@ -157,6 +165,8 @@ int dps_bench_sweep(int argc, char **argv)
 		  "decode batch sizes; the configurations are ranked by the last", 0, 0, 'b' },
 		{ "repetitions", DPS_FLAG_INT, &reps, "R", "runs of each test", 1, 100, 'r' },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },
+		{ "plot", DPS_FLAG_STR, &plot, "FILE.svg",
+		  "draw decode tokens/s against the batch size per configuration (needs gnuplot)" },
 		DPS_FLAGS_END,
 	};
 
@@ -326,6 +336,27 @@ int dps_bench_sweep(int argc, char **argv)
 	rc = 0;
 	for (int i = 0; i < n; i++)
 		rc |= !res[i].ok;
+	if (plot) {
+		struct dps_series *sr = calloc((size_t)n, sizeof(*sr));
+		int ns = 0;
+		char title[128];
+
+		for (int i = 0; sr && i < n; i++) {
+			if (!res[i].ok)
+				continue;
+			snprintf(sr[ns].name, sizeof(sr[ns].name), "attn %d emb %d mlp %d lm %d",
+				 res[i].sizes[0], res[i].sizes[1], res[i].sizes[2], res[i].sizes[3]);
+			sr[ns].n = res[i].nb;
+			memcpy(sr[ns].x, res[i].bx, sizeof(double) * (size_t)res[i].nb);
+			memcpy(sr[ns].y, res[i].by, sizeof(double) * (size_t)res[i].nb);
+			ns++;
+		}
+		snprintf(title, sizeof(title), "dpshard bench sweep: TP=%d DP=%d, tg%s", tp, dp, gens);
+		if (!sr || dps_plot_svg(plot, title, "sequences per step, per replica",
+					"decode tokens/s (every replica)", sr, ns, 1))
+			rc = 1;
+		free(sr);
+	}
 	free(res);
 	return rc;
 }
