@@ -781,7 +781,7 @@ int dps_bench_decode(int argc, char **argv)
 		printf(" ]}\n");
 	} else {
 		const char *base_name = strrchr(model_dir, '/');
-		char name[64];
+		char name[64], size_s[32], params_s[32];
 
 		snprintf(name, sizeof(name), "%s", base_name && base_name[1] ? base_name + 1 : model_dir);
 		dps_machine_line(stdout, &mach);
@@ -797,12 +797,25 @@ int dps_bench_decode(int argc, char **argv)
 				printf(" %d", b.load[d]);
 			printf("\n");
 		}
-		printf("\n| %-16s | %-22s | %5s | %-9s | %16s | %9s | %9s | %-15s | %9s | %-34s |\n",
-		       "model", "layout", "ranks", "test", "t/s", "step ms", "coll ms", "AR/AG/RS/A2A",
-		       "disp KB", "limit");
-		printf("|------------------|------------------------|-------|-----------|"
-		       "------------------|-----------|-----------|-----------------|-----------|"
-		       "------------------------------------|\n");
+		/* llama-bench's first columns: model, size (every weight once), params. */
+		{
+			const double params = (double)dps_model_config_params(&b.cfg);
+
+			const double bytes = params * sizeof(float);
+
+			if (bytes >= 1024.0 * 1024.0 * 1024.0)
+				snprintf(size_s, sizeof(size_s), "%.2f GiB", bytes / (1 << 30));
+			else
+				snprintf(size_s, sizeof(size_s), "%.2f MiB", bytes / (1 << 20));
+			snprintf(params_s, sizeof(params_s), params >= 1e9 ? "%.2f B" : "%.2f M",
+				 params >= 1e9 ? params / 1e9 : params / 1e6);
+		}
+		printf("\n| %-16s | %9s | %8s | %-22s | %5s | %-9s | %16s | %9s | %9s | %-15s | %9s "
+		       "| %-34s |\n", "model", "size", "params", "layout", "ranks", "test", "t/s",
+		       "step ms", "coll ms", "AR/AG/RS/A2A", "disp KB", "limit");
+		printf("|------------------|-----------|----------|------------------------|-------|"
+		       "-----------|------------------|-----------|-----------|-----------------|"
+		       "-----------|------------------------------------|\n");
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
 			char test[48], lim[64], calls[32] = "", disp[24] = "";
@@ -826,9 +839,9 @@ int dps_bench_decode(int argc, char **argv)
 					snprintf(test, sizeof(test), "%.31s b%d:%d", r->test, r->batch,
 						 r->real);
 			}
-			printf("| %-16.16s | %-22.22s | %5d | %-9s | %7.1f ± %6.1f | %9.3f | %9.3f | "
-			       "%-15s | %9s | %-34s |\n", name, lname, world, test, r->mean, r->sd,
-			       r->step_ms, r->coll_ms, calls, disp, lim);
+			printf("| %-16.16s | %9s | %8s | %-22.22s | %5d | %-9s | %7.1f ± %6.1f | %9.3f "
+			       "| %9.3f | %-15s | %9s | %-34s |\n", name, size_s, params_s, lname, world,
+			       test, r->mean, r->sd, r->step_ms, r->coll_ms, calls, disp, lim);
 		}
 		printf("\nAR/AG/RS/A2A: all-reduces, all-gathers, reduce-scatters and all-to-alls per "
 		       "layer of a decode step on rank 0; disp KB: what the expert dispatch moves per step, every rank "
