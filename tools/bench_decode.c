@@ -852,7 +852,7 @@ int dps_bench_decode(int argc, char **argv)
 		struct dps_series sr = { .n = 0 };
 		char title[160];
 
-		snprintf(sr.name, sizeof(sr.name), "%s", lname);
+		snprintf(sr.name, sizeof(sr.name), "%.60s", lname);
 		for (int i = 0; i < nres && sr.n < 32; i++)
 			if (!res[i].prompt && res[i].gen == gens[0]) {
 				sr.x[sr.n] = res[i].batch;

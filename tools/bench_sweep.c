@@ -144,6 +144,7 @@ int dps_bench_sweep(int argc, char **argv)
 {
 	const char *model = NULL, *preset = "bench-110m", *configs = NULL, *prompts = "128";
 	const char *gens = "32", *batches = "1,8", *plot = NULL;
+	char *model_buf = NULL;
 	int tp = 1, dp = 2, reps = 2, json = 0, npos, rc, n = 0, last_batch = 1;
 	char *pos[1], self[4096], *base[16];
 	struct cfg_result *res = calloc(MAX_CFG, sizeof(*res));
@@ -221,11 +222,16 @@ int dps_bench_sweep(int argc, char **argv)
 				free(res);
 				return 1;
 			}
-			model = strdup(dir);
+			model = model_buf = strdup(dir);
+			if (!model) {
+				free(res);
+				return 1;
+			}
 		}
 		if (dps_model_config_load(model, &cfg, err, sizeof(err))) {
 			fprintf(stderr, "dpshard bench sweep: %s\n", err);
 			free(res);
+			free(model_buf);
 			return 1;
 		}
 		for (int i = 0; i < n; i++) {
@@ -246,6 +252,7 @@ int dps_bench_sweep(int argc, char **argv)
 	if (!n) {
 		fprintf(stderr, "dpshard bench sweep: no configuration to run\n");
 		free(res);
+		free(model_buf);
 		return 2;
 	}
 	{
@@ -254,6 +261,7 @@ int dps_bench_sweep(int argc, char **argv)
 		if (l <= 0) {
 			fprintf(stderr, "dpshard bench sweep: cannot find this program\n");
 			free(res);
+			free(model_buf);
 			return 1;
 		}
 		self[l] = '\0';
@@ -358,5 +366,6 @@ int dps_bench_sweep(int argc, char **argv)
 		free(sr);
 	}
 	free(res);
+	free(model_buf);
 	return rc;
 }
