@@ -282,6 +282,15 @@ assert d["git_commit"] and d["ranked_by"] == "tg4 b2", d
 ' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; show stderr "$tmp/err"; }
 	grep -q "skipping 3,1,1,1" "$tmp/err" || fail "$desc: the invalid configuration was not named"
 fi
+run bench sweep --preset tiny --data-parallel-size 2 -p 8 -n 4 -b 1 -r 1 --configs "1,1,1,1;2,2,2,2" --csv
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	python3 -c '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+assert [r["rank"] for r in rows] == ["1", "2"] and all(r["ok"] == "true" for r in rows), rows
+assert all(float(r["decode_tokens_per_s"]) > 0 and r["git_commit"] for r in rows), rows
+' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad CSV"; sed 's/^/    /' "$tmp/py.err"; }
+fi
 # --plot: an SVG with gnuplot, else a clear message (and exit 1); DPSHARD_GNUPLOT hides it.
 run bench sweep --preset tiny --data-parallel-size 2 -p 8 -n 4 -b 1,2 -r 1 \
 	--configs "1,1,1,1;2,2,2,2" --plot "$tmp/sweep.svg"

@@ -382,6 +382,14 @@ def run(tmp):
     else:
         check(b.returncode == 1 and "gnuplot is not installed" in b.stderr,
               "bench serve --plot without gnuplot: %s" % b.stderr[-200:])
+    b = subprocess.run([DPSHARD, "bench", "serve", "--port", str(srv.port), "--num-prompts", "4",
+                        "--request-rate", "200,inf", "--random-input-len", "4", "--random-output-len",
+                        "3", "--vocab-size", "500", "--csv"], capture_output=True, text=True, timeout=120)
+    import csv as csvmod
+    rows = list(csvmod.DictReader(b.stdout.splitlines()))
+    check(b.returncode == 0 and len(rows) == 2 and [r["completed"] for r in rows] == ["4", "4"] and
+          rows[1]["request_rate"] == '"inf"'.strip('"') and rows[0]["git_commit"],
+          "bench serve --csv: %r" % b.stdout[:300])
     ds = os.path.join(tmp, "dataset.jsonl")
     with open(ds, "w") as f:
         for i in range(5):

@@ -373,7 +373,7 @@ static int load_dataset(const char *path, int want, const char *model, struct br
 
 struct sopts {
 	const char *host, *api_key, *dataset, *model;
-	int port, num, conc, in_len, out_len, seed, vocab, json;
+	int port, num, conc, in_len, out_len, seed, vocab, json, csv;
 	double ratio;
 };
 
@@ -383,7 +383,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 	const char *host = o->host, *api_key = o->api_key, *dataset = o->dataset;
 	const char *model = o->model;
 	const int port = o->port, num = o->num, conc = o->conc, in_len = o->in_len;
-	const int out_len = o->out_len, vocab = o->vocab, json_out = o->json;
+	const int out_len = o->out_len, vocab = o->vocab, json_out = o->json || o->csv;
 	const double ratio = o->ratio;
 	struct bench b = { 0 };
 	uint64_t rs;
@@ -638,6 +638,8 @@ int dps_bench_serve(int argc, char **argv)
 		{ "result-file", DPS_FLAG_STR, &result_file, "FILE",
 		  "save the result as JSON (vllm bench serve's field names; a list for several rates)" },
 		{ "json", DPS_FLAG_BOOL, &o.json, NULL, "print the JSON result instead of the table" },
+		{ "csv", DPS_FLAG_BOOL, &o.csv, NULL,
+		  "print a CSV line per request rate instead of the table (a header line first)" },
 		{ "plot", DPS_FLAG_STR, &plot, "FILE.svg",
 		  "draw the latency percentiles against the request rate (needs gnuplot)" },
 		DPS_FLAGS_END,
@@ -707,6 +709,38 @@ int dps_bench_serve(int argc, char **argv)
 		if (out && o.json) {
 			json_dumpf(out, stdout, JSON_INDENT(1));
 			printf("\n");
+		}
+		if (o.csv) {
+			static const char *const cols[] = {
+				"request_rate", "max_concurrency", "num_prompts", "completed", "failed",
+				"duration", "total_input_tokens", "total_output_tokens",
+				"request_throughput", "output_throughput", "total_token_throughput",
+				"mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+				"mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+				"mean_itl_ms", "median_itl_ms", "p90_itl_ms", "p99_itl_ms",
+				"mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms",
+				"version", "git_commit", "cpu", "cpus", "numa_nodes", "blis" };
+			const size_t nc = sizeof(cols) / sizeof(cols[0]);
+			size_t i;
+			json_t *r;
+
+			for (size_t c = 0; c < nc; c++)
+				printf("%s%s", c ? "," : "", cols[c]);
+			printf("\n");
+			json_array_foreach(all, i, r) {
+				for (size_t c = 0; c < nc; c++) {
+					json_t *v = json_object_get(r, cols[c]);
+
+					printf("%s", c ? "," : "");
+					if (json_is_string(v))
+						printf("\"%s\"", json_string_value(v));
+					else if (json_is_integer(v))
+						printf("%lld", (long long)json_integer_value(v));
+					else if (json_is_number(v))
+						printf("%.6f", json_number_value(v));
+				}
+				printf("\n");
+			}
 		}
 	}
 	if (plot) {

@@ -145,7 +145,7 @@ int dps_bench_sweep(int argc, char **argv)
 	const char *model = NULL, *preset = "bench-110m", *configs = NULL, *prompts = "128";
 	const char *gens = "32", *batches = "1,8", *plot = NULL;
 	char *model_buf = NULL;
-	int tp = 1, dp = 2, reps = 2, json = 0, npos, rc, n = 0, last_batch = 1;
+	int tp = 1, dp = 2, reps = 2, json = 0, csv = 0, npos, rc, n = 0, last_batch = 1;
 	char *pos[1], self[4096], *base[16];
 	struct cfg_result *res = calloc(MAX_CFG, sizeof(*res));
 	struct dps_machine mach;
@@ -166,6 +166,7 @@ int dps_bench_sweep(int argc, char **argv)
 		  "decode batch sizes; the configurations are ranked by the last", 0, 0, 'b' },
 		{ "repetitions", DPS_FLAG_INT, &reps, "R", "runs of each test", 1, 100, 'r' },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },
+		{ "csv", DPS_FLAG_BOOL, &csv, NULL, "print the results as CSV (a header line first)" },
 		{ "plot", DPS_FLAG_STR, &plot, "FILE.svg",
 		  "draw decode tokens/s against the batch size per configuration (needs gnuplot)" },
 		DPS_FLAGS_END,
@@ -299,7 +300,21 @@ int dps_bench_sweep(int argc, char **argv)
 	}
 	qsort(res, (size_t)n, sizeof(*res), cmp_res);
 	dps_machine_get(&mach);
-	if (json) {
+	if (csv) {
+		printf("rank,tensor_parallel_size,data_parallel_size,attention_dp_size,"
+		       "embedding_dp_size,mlp_dp_size,lm_head_dp_size,ok,decode_tokens_per_s,sd,"
+		       "prefill_tokens_per_s,step_ms,collective_ms,weight_bytes_per_rank,"
+		       "kv_bytes_per_rank,version,git_commit,cpu,cpus,numa_nodes,blis\n");
+		for (int i = 0; i < n; i++) {
+			const struct cfg_result *r = &res[i];
+
+			printf("%d,%d,%d,%d,%d,%d,%d,%s,%.3f,%.3f,%.3f,%.4f,%.4f,%.0f,%.0f,%s,%s,\"%s\",%d,"
+			       "%d,\"%s\"\n", r->ok ? i + 1 : 0, tp, dp, r->sizes[0], r->sizes[1],
+			       r->sizes[2], r->sizes[3], r->ok ? "true" : "false", r->tg, r->tg_sd, r->pp,
+			       r->step_ms, r->coll_ms, r->weights, r->kv, PACKAGE_VERSION, DPS_GIT_COMMIT,
+			       mach.cpu, mach.cpus, mach.nodes, mach.blis);
+		}
+	} else if (json) {
 		printf("{");
 		dps_machine_json(stdout, &mach);
 		printf(", \"tensor_parallel_size\": %d, \"data_parallel_size\": %d, \"model\": ", tp,
