@@ -66,6 +66,7 @@ struct fe_req {
 	int *gen, n_gen, cap_gen;
 	char *text;                   /* the completion's text so far */
 	size_t len, cap, emitted;     /* bytes of text; bytes already streamed */
+	int ids_emitted;              /* token ids already streamed */
 	char *stop[DPS_OAI_MAX_STOP];
 	size_t stop_len[DPS_OAI_MAX_STOP];
 	int n_stop;
@@ -249,26 +250,35 @@ static void chunk_head(FILE *o, const struct fe_req *r, const char *model)
 	json_str(o, model, strlen(model));
 }
 
-/* Streams text[emitted .. upto) as one event. */
+/*
+ * Streams text[emitted .. upto) and the token ids not streamed yet as one event (the text may
+ * be empty: held back, or a model without a tokenizer).
+ */
 static void stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
 {
 	char *ev = NULL;
 	size_t n = 0;
 	FILE *o;
 
-	if (upto <= r->emitted || r->conn_gone)
+	if (upto < r->emitted)
+		upto = r->emitted;
+	if ((upto == r->emitted && r->ids_emitted == r->n_gen) || r->conn_gone)
 		return;
 	o = open_memstream(&ev, &n);
 	if (!o)
 		return;
 	chunk_head(o, r, f->o.model_name);
 	fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-	json_text(o, r->text + r->emitted, upto - r->emitted);
-	fprintf(o, ", \"logprobs\": null, \"finish_reason\": null}]}\n\n");
+	json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
+	fprintf(o, ", \"logprobs\": null, \"finish_reason\": null, \"token_ids\": [");
+	for (int i = r->ids_emitted; i < r->n_gen; i++)
+		fprintf(o, "%s%d", i > r->ids_emitted ? ", " : "", r->gen[i]);
+	fprintf(o, "]}]}\n\n");
 	fclose(o);
 	dps_http_stream_write(f->http, r->conn, ev, n);
 	free(ev);
 	r->emitted = upto;
+	r->ids_emitted = r->n_gen;
 }
 
 static const char *finish_name(enum dps_finish why)

@@ -109,6 +109,7 @@ class Server:
     def stream(self, req):
         """Returns (status, events, text, finish_reason, usage, saw_done)."""
         req = dict(req, stream=True)
+        self.stream_ids = []
         c = self.conn()
         c.request("POST", "/v1/completions", body=json.dumps(req),
                   headers={"Content-Type": "application/json"})
@@ -137,6 +138,7 @@ class Server:
                     usage = j["usage"]
                 for ch in j.get("choices", []):
                     text += ch.get("text", "")
+                    self.stream_ids += ch.get("token_ids", [])
                     if ch.get("finish_reason"):
                         finish = ch["finish_reason"]
         c.close()
@@ -474,6 +476,13 @@ def run(tmp):
                  "--kv-cache-memory", "64M", "--shutdown-timeout", "30", name="slow")
     check(srv.wait_ready(), "the second server did not become ready")
     long_req = {"prompt": [1, 2, 3], "max_tokens": 3000, "temperature": 0}
+    # A model without a tokenizer streams its token ids, one event per token.
+    short = {"prompt": [1, 2, 3], "max_tokens": 12, "temperature": 0}
+    st, j = srv.complete(short)
+    st2, events, text, finish, usage, done = srv.stream(short)
+    check(st == 200 and st2 == 200 and done and srv.stream_ids == j["choices"][0]["token_ids"] and
+          len([e for e in events if e["choices"] and e["choices"][0].get("token_ids")]) == 12,
+          "streamed token ids %s != %s" % (srv.stream_ids, j["choices"][0]["token_ids"]))
     # A client that disconnects mid-stream: its request is cancelled and its blocks freed.
     s = socket.create_connection(("127.0.0.1", srv.port))
     body = json.dumps(dict(long_req, stream=True)).encode()

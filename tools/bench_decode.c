@@ -758,12 +758,14 @@ int dps_bench_decode(int argc, char **argv)
 			if (r->prompt)
 				printf("  {\"test\": \"%s\", \"batch\": 1, \"tokens_per_s\": %.2f, "
 				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
+				       "\"compute_ms\": %.3f, "
 				       "\"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n", r->test, r->mean,
-				       r->sd, r->step_ms, r->coll_ms, r->gbs, r->bound,
+				       r->sd, r->step_ms, r->coll_ms, r->step_ms - r->coll_ms, r->gbs, r->bound,
 				       i + 1 < nres ? "," : "");
 			else
 				printf("  {\"test\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.2f, "
 				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
+				       "\"compute_ms\": %.3f, "
 				       "\"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
 				       "\"alltoall_per_layer\": %.2f, \"reducescatter_per_layer\": %.2f, "
 				       "\"bytes_per_step\": %.0f, "
@@ -771,7 +773,7 @@ int dps_bench_decode(int argc, char **argv)
 				       "\"sequences\": %d, "
 				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f}%s\n", r->test,
 				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
-				       r->calls_per_layer[DPS_COLL_ALLREDUCE],
+				       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
 				       r->calls_per_layer[DPS_COLL_ALLGATHER],
 				       r->calls_per_layer[DPS_COLL_ALLTOALL],
 				       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,

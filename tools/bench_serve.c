@@ -108,7 +108,9 @@ static void on_event(struct breq *q, const char *ev, size_t n, double t0, double
 	if (!j)
 		return;
 	ch = json_array_get(json_object_get(j, "choices"), 0);
-	if (ch && json_string_length(json_object_get(ch, "text"))) {
+	/* A chunk that carries text or token ids is a token event (vLLM: text). */
+	if (ch && (json_string_length(json_object_get(ch, "text")) ||
+		   json_array_size(json_object_get(ch, "token_ids")))) {
 		if (q->ttft == 0)
 			q->ttft = t - t0;
 		else

@@ -31,6 +31,12 @@ void dps_machine_get(struct dps_machine *m)
 		m->nodes = t.n_nodes;
 		dps_topo_free(&t);
 	}
+	/* A process that runs no product (bench serve) describes what the engine would pick. */
+	if (!strcmp(dps_gemm_describe(), "not set up")) {
+		char msg[256];
+
+		dps_gemm_setup("auto", 1, msg, sizeof(msg));
+	}
 	snprintf(m->blis, sizeof(m->blis), "%s", dps_gemm_describe());
 }
 
