@@ -782,6 +782,22 @@ static struct creq *creq_find(struct dps_engine_client *c, int64_t id)
 	return id >= c->base && id - c->base < c->n ? &c->reqs[id - c->base] : NULL;
 }
 
+/* Request q ends in the client (its counts, its prompt) and its done callback runs. */
+static void creq_end(struct dps_engine_client *c, struct creq *q, enum dps_finish why, int n_gen)
+{
+	q->finished = 1;
+	q->sent_all = 1;
+	if (q->started)
+		c->running[q->replica]--;
+	else
+		c->waiting[q->replica]--;
+	c->outstanding--;
+	free(q->prompt);
+	q->prompt = NULL;
+	if (c->cb.done)
+		c->cb.done(c->cb.arg, q->user, why, n_gen);
+}
+
 /* A long-running client: drops the finished requests at the front once they are many. */
 static void compact(struct dps_engine_client *c)
 {
@@ -908,16 +924,7 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 
 		if (!q || q->finished)
 			return;
-		q->finished = 1;
-		if (q->started)
-			c->running[q->replica]--;
-		else
-			c->waiting[q->replica]--;
-		c->outstanding--;
-		free(q->prompt);
-		q->prompt = NULL;
-		if (c->cb.done)
-			c->cb.done(c->cb.arg, q->user, (enum dps_finish)m->finish, m->n_gen);
+		creq_end(c, q, (enum dps_finish)m->finish, m->n_gen);
 	} else if (h.type == M_STATS && len >= sizeof(struct m_stats)) {
 		const struct m_stats *m = msg;
 
@@ -945,19 +952,8 @@ void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why)
 	for (int i = 0; i < c->n; i++) {
 		struct creq *q = &c->reqs[i];
 
-		if (q->finished)
-			continue;
-		q->finished = 1;
-		q->sent_all = 1;
-		if (q->started)
-			c->running[q->replica]--;
-		else
-			c->waiting[q->replica]--;
-		c->outstanding--;
-		free(q->prompt);
-		q->prompt = NULL;
-		if (c->cb.done)
-			c->cb.done(c->cb.arg, q->user, why, q->n_gen);
+		if (!q->finished)
+			creq_end(c, q, why, q->n_gen);
 	}
 	c->n_cancels = 0;
 }
@@ -1040,14 +1036,7 @@ int dps_engine_tick(void *client)
 			continue;
 		if (!q->sent) {
 			/* Never sent: it ends here. */
-			q->finished = 1;
-			q->sent_all = 1;
-			c->waiting[q->replica]--;
-			c->outstanding--;
-			free(q->prompt);
-			q->prompt = NULL;
-			if (c->cb.done)
-				c->cb.done(c->cb.arg, q->user, DPS_FINISH_CANCELLED, 0);
+			creq_end(c, q, DPS_FINISH_CANCELLED, 0);
 			continue;
 		}
 		/* After the whole request, through the same ring. */

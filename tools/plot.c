@@ -28,13 +28,15 @@ static void quoted(FILE *f, const char *s)
 int dps_plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
 		 const struct dps_series *s, int ns, int logx)
 {
-	char dir[] = "/tmp/dps-plot.XXXXXX", data[64], script[64];
+	const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	char dir[4096], data[4200], script[4200];
 	const char *gp = getenv("DPSHARD_GNUPLOT") ? getenv("DPSHARD_GNUPLOT") : "gnuplot";
 	FILE *f;
 	pid_t pid;
 	int st, rc = -1;
 	struct stat sb;
 
+	snprintf(dir, sizeof(dir), "%s/dps-plot.XXXXXX", tmp);
 	if (!mkdtemp(dir)) {
 		fprintf(stderr, "dpshard: --plot: %s\n", strerror(errno));
 		return -1;
