@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "engine/openai.h"
+#include "engine/request.h"
 
 #define MAX_PROMPT_IDS (1 << 20)
 #define MAX_TEXT (4u << 20)
@@ -22,36 +23,17 @@ static int bad(char *err, size_t errlen, const char *fmt, const char *name)
 	return 400;
 }
 
+/* The request parser's field checks (request.h), answered with 400. */
 static int get_int(json_t *v, const char *name, long lo, long hi, long *out, char *err,
 		   size_t errlen)
 {
-	json_int_t i;
-
-	if (!json_is_integer(v))
-		return bad(err, errlen, "\"%s\" must be an integer", name);
-	i = json_integer_value(v);
-	if (i < lo || i > hi) {
-		snprintf(err, errlen, "\"%s\" must be between %ld and %ld", name, lo, hi);
-		return 400;
-	}
-	*out = (long)i;
-	return 0;
+	return dps_json_int(v, name, lo, hi, out, err, errlen) ? 400 : 0;
 }
 
 static int get_num(json_t *v, const char *name, double lo, double hi, double *out, char *err,
 		   size_t errlen)
 {
-	double d;
-
-	if (!json_is_number(v))
-		return bad(err, errlen, "\"%s\" must be a number", name);
-	d = json_number_value(v);
-	if (!(d >= lo && d <= hi)) {
-		snprintf(err, errlen, "\"%s\" must be between %g and %g", name, lo, hi);
-		return 400;
-	}
-	*out = d;
-	return 0;
+	return dps_json_num(v, name, lo, hi, out, err, errlen) ? 400 : 0;
 }
 
 /* The prompt: text, a list of ids, or a list holding one of either. */

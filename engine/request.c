@@ -16,8 +16,8 @@
 #define MAX_PROMPT_IDS (1 << 20)
 #define MAX_TEXT (4u << 20)
 
-static int get_int(json_t *v, const char *name, long lo, long hi, long *out, char *err,
-		   size_t errlen)
+int dps_json_int(json_t *v, const char *name, long lo, long hi, long *out, char *err,
+		 size_t errlen)
 {
 	json_int_t i;
 
@@ -34,8 +34,8 @@ static int get_int(json_t *v, const char *name, long lo, long hi, long *out, cha
 	return 0;
 }
 
-static int get_num(json_t *v, const char *name, double lo, double hi, double *out, char *err,
-		   size_t errlen)
+int dps_json_num(json_t *v, const char *name, double lo, double hi, double *out, char *err,
+		 size_t errlen)
 {
 	double d;
 
@@ -124,31 +124,31 @@ int dps_request_parse(const char *json, size_t len, const struct dps_tokenizer *
 				if (!first)
 					out->prompt[out->n_prompt++] = bos;
 				for (i = 0; i < n && !rc; i++) {
-					rc = get_int(json_array_get(v, i), "prompt_ids", 0, vocab - 1, &l,
+					rc = dps_json_int(json_array_get(v, i), "prompt_ids", 0, vocab - 1, &l,
 						     err, errlen);
 					out->prompt[out->n_prompt++] = (int)l;
 				}
 			}
 		} else if (!strcmp(key, "max_tokens")) {
-			rc = get_int(v, key, 1, 1 << 24, &l, err, errlen);
+			rc = dps_json_int(v, key, 1, 1 << 24, &l, err, errlen);
 			out->p.max_tokens = (int)l;
 		} else if (!strcmp(key, "temperature")) {
-			rc = get_num(v, key, 0, 100, &d, err, errlen);
+			rc = dps_json_num(v, key, 0, 100, &d, err, errlen);
 			out->p.sampling.temperature = (float)d;
 		} else if (!strcmp(key, "top_p")) {
-			rc = get_num(v, key, 1e-9, 1, &d, err, errlen);
+			rc = dps_json_num(v, key, 1e-9, 1, &d, err, errlen);
 			out->p.sampling.top_p = (float)d;
 		} else if (!strcmp(key, "top_k")) {
-			rc = get_int(v, key, 0, 1 << 24, &l, err, errlen);
+			rc = dps_json_int(v, key, 0, 1 << 24, &l, err, errlen);
 			out->p.sampling.top_k = (int)l;
 		} else if (!strcmp(key, "seed")) {
-			rc = get_int(v, key, 0, (long)INT32_MAX, &l, err, errlen);
+			rc = dps_json_int(v, key, 0, (long)INT32_MAX, &l, err, errlen);
 			out->p.sampling.seed = (uint64_t)l;
 		} else if (!strcmp(key, "replica")) {
-			rc = get_int(v, key, 0, 1 << 20, &l, err, errlen);
+			rc = dps_json_int(v, key, 0, 1 << 20, &l, err, errlen);
 			out->replica = (int)l;
 		} else if (!strcmp(key, "timeout_ms")) {
-			rc = get_int(v, key, 1, 1L << 40, &l, err, errlen);
+			rc = dps_json_int(v, key, 1, 1L << 40, &l, err, errlen);
 			out->p.deadline_ns = (uint64_t)l * 1000000ull;
 		} else if (!strcmp(key, "stop_ids")) {
 			size_t n = json_array_size(v);
@@ -159,7 +159,7 @@ int dps_request_parse(const char *json, size_t len, const struct dps_tokenizer *
 				rc = -EINVAL;
 			}
 			for (size_t i = 0; i < n && !rc; i++) {
-				rc = get_int(json_array_get(v, i), "stop_ids", 0, vocab - 1, &l, err,
+				rc = dps_json_int(json_array_get(v, i), "stop_ids", 0, vocab - 1, &l, err,
 					     errlen);
 				out->p.stop[out->p.n_stop++] = (int)l;
 			}

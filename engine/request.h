@@ -34,4 +34,14 @@ int dps_request_parse(const char *json, size_t len, const struct dps_tokenizer *
 		      size_t errlen);
 void dps_parsed_req_free(struct dps_parsed_req *r);
 
+/*
+ * A JSON field v named name: an integer in [lo, hi] into *out, or a number in [lo, hi]; else
+ * -EINVAL with a message naming the field (also used by the HTTP body parser, openai.c).
+ */
+struct json_t;
+int dps_json_int(struct json_t *v, const char *name, long lo, long hi, long *out, char *err,
+		 size_t errlen);
+int dps_json_num(struct json_t *v, const char *name, double lo, double hi, double *out,
+		 char *err, size_t errlen);
+
 #endif
