@@ -5,6 +5,7 @@
  * mkmodel/convert.
  */
 #include <dirent.h>
+#include <math.h>
 #include <jansson.h>
 #include <string.h>
 #include <unistd.h>
@@ -444,7 +445,13 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 		float *q = dst + o * per * inner;
 
 		for (uint64_t i = 0; i < valid * inner; i++) {
-			if (t->dtype == DPS_ST_BF16) {
+			if (t->dtype == DPS_ST_I64) {
+				int64_t v;
+
+				/* Exact below 2^24: token ids and offsets are. */
+				memcpy(&v, stage + (o * valid * inner + i) * 8, 8);
+				q[i] = (float)v;
+			} else if (t->dtype == DPS_ST_BF16) {
 				const uint32_t u = (uint32_t)s[i] << 16;
 
 				memcpy(&q[i], &u, 4);
@@ -549,6 +556,17 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 						rc = -EIO;
 						break;
 					}
+					continue;
+				}
+				if (t[i].dtype == DPS_ST_I64) {
+					for (uint64_t q = 0; q < m && !rc; q++) {
+						const int64_t v = (int64_t)llroundf(src[q]);
+
+						if (fwrite(&v, 8, 1, f) != 1)
+							rc = -EIO;
+					}
+					if (rc)
+						break;
 					continue;
 				}
 				for (uint64_t q = 0; q < m; q++)

@@ -91,6 +91,19 @@ struct replica {
 	unsigned char *wire;         /* a published batch */
 	size_t wire_cap;
 	int *scratch;
+	/* Speculative decoding (spec_k > 0): the draft, its catch-up rows as every rank holds
+	 * them, and the proposals of the requests it drafts for. */
+	struct dps_shard dm;
+	int spec_k;
+	int n_cu, n_prop;
+	int *cu_tok, *cu_pos, *cu_slot, *cu_tix, *cu_src, *cu_tables;
+	unsigned char *cu_want;
+	const int **cu_table;
+	int *p_pos, *p_tix, *p_tok;  /* per proposing request: last row's position, table, drafts */
+	struct dps_req **p_req;      /* TP rank 0: whose */
+	float *hin, *hprev, *hout;
+	int *d_tok, *d_pos, *d_slot; /* a recurrent pass's rows */
+	const int **d_table;
 };
 
 static int send_up(struct replica *R, const void *msg, size_t len)
@@ -243,6 +256,11 @@ static void fill_stats(struct replica *R, struct m_stats *m, int final)
 	m->st.running = (uint64_t)R->s.n_running;
 	m->st.waiting = (uint64_t)R->s.n_waiting;
 	m->st.expert_bytes = R->m.moe_bytes;
+	m->st.spec_k = R->spec_k;
+	m->st.spec_drafts = R->s.spec.drafts;
+	m->st.spec_draft_tokens = R->s.spec.draft_tokens;
+	m->st.spec_accepted = R->s.spec.accepted;
+	memcpy(m->st.spec_accepted_pos, R->s.spec.accepted_pos, sizeof(m->st.spec_accepted_pos));
 	for (int k = 0; k < DPS_COLL_KINDS; k++)
 		for (int g = 0; g < DPS_SG_COUNT; g++)
 			m->st.collectives += R->m.stats.calls[k][g];
@@ -416,6 +434,181 @@ static int run_rows(struct replica *R, int prefill, int n, float **logits)
 	return *logits ? 0 : rc;
 }
 
+/*
+ * Publishes the draft's catch-up rows (TP rank 0 from the scheduler; the peers read them):
+ * [length][n, n_prop][tokens][pos][slot][table index][source row][want][tables].
+ */
+static int publish_catchup(struct replica *R)
+{
+	struct dps_world *w = R->w;
+	int hdr[3] = { 0 };
+	uint32_t total;
+	size_t off = sizeof(uint32_t), len;
+	int rc = 0;
+
+	if (R->tp0) {
+		const struct dps_catchup *cu = &R->s.cu;
+		int nt = 0;
+
+		R->n_cu = cu->n;
+		R->n_prop = cu->n_prop;
+		for (int k = 0, p = 0; k < cu->n; k++) {
+			R->cu_tok[k] = cu->token[k];
+			R->cu_pos[k] = cu->pos[k];
+			R->cu_slot[k] = cu->slot[k];
+			R->cu_src[k] = cu->row[k];
+			R->cu_want[k] = cu->want[k];
+			if (!k || cu->req[k] != cu->req[k - 1]) {
+				const struct dps_req *r = cu->req[k];
+
+				memset(R->cu_tables + (size_t)nt * (size_t)R->bpr, 0,
+				       sizeof(int) * (size_t)R->bpr);
+				memcpy(R->cu_tables + (size_t)nt * (size_t)R->bpr, r->blocks,
+				       sizeof(int) * (size_t)r->n_blocks);
+				nt++;
+			}
+			R->cu_tix[k] = nt - 1;
+			if (cu->want[k])
+				R->p_req[p++] = cu->req[k];
+		}
+		hdr[2] = nt;
+	}
+	if (w->tp == 1)
+		return 0;
+	if (R->tp0) {
+		const size_t n = (size_t)R->n_cu;
+
+		hdr[0] = R->n_cu;
+		hdr[1] = R->n_prop;
+#define PUT(p, bytes) (memcpy(R->wire + off, (p), (bytes)), off += (bytes))
+		PUT(hdr, sizeof(hdr));
+		PUT(R->cu_tok, sizeof(int) * n);
+		PUT(R->cu_pos, sizeof(int) * n);
+		PUT(R->cu_slot, sizeof(int) * n);
+		PUT(R->cu_tix, sizeof(int) * n);
+		PUT(R->cu_src, sizeof(int) * n);
+		PUT(R->cu_want, n);
+		PUT(R->cu_tables, sizeof(int) * (size_t)hdr[2] * (size_t)R->bpr);
+#undef PUT
+		total = (uint32_t)off;
+		memcpy(R->wire, &total, sizeof(total));
+		for (size_t at = 0; at < total && !rc; at += MSG_BYTES)
+			rc = dps_ring_push(&w->replica, R->wire + at,
+					   total - at < MSG_BYTES ? total - at : MSG_BYTES, 0);
+		return rc;
+	}
+	rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire, MSG_BYTES, &len, 0);
+	if (rc)
+		return rc;
+	memcpy(&total, R->wire, sizeof(total));
+	if (total < sizeof(uint32_t) + sizeof(hdr) || total > R->wire_cap)
+		return -EPROTO;
+	for (size_t at = len; at < total && !rc; at += len)
+		rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire + at, MSG_BYTES,
+				  &len, 0);
+	if (rc)
+		return rc;
+#define GET(p, bytes) (memcpy((p), R->wire + off, (bytes)), off += (bytes))
+	GET(hdr, sizeof(hdr));
+	if (hdr[0] < 0 || hdr[0] > R->rows_cap || hdr[1] < 0 || hdr[1] > hdr[0])
+		return -EPROTO;
+	R->n_cu = hdr[0];
+	R->n_prop = hdr[1];
+	GET(R->cu_tok, sizeof(int) * (size_t)R->n_cu);
+	GET(R->cu_pos, sizeof(int) * (size_t)R->n_cu);
+	GET(R->cu_slot, sizeof(int) * (size_t)R->n_cu);
+	GET(R->cu_tix, sizeof(int) * (size_t)R->n_cu);
+	GET(R->cu_src, sizeof(int) * (size_t)R->n_cu);
+	GET(R->cu_want, (size_t)R->n_cu);
+	GET(R->cu_tables, sizeof(int) * (size_t)hdr[2] * (size_t)R->bpr);
+#undef GET
+	return 0;
+}
+
+/* The draft's token: its argmax over the draft vocabulary, as a target id. */
+static int draft_token(const struct dps_shard *dm, const float *lg)
+{
+	const int V = dm->cfg.vocab_size;
+	int best = 0;
+
+	for (int v = 1; v < V; v++)
+		if (lg[v] > lg[best])
+			best = v;
+	return best + dm->d2t[best];
+}
+
+/*
+ * After a target step: the draft catches up on the positions the step kept (reading the
+ * target's hidden states of those rows), and proposes spec_k tokens for every request that
+ * may be drafted, recurrently on its own hidden state. Every rank of the replica runs the
+ * same passes; with --draft-mlp-dp-size > 1 every replica runs all spec_k of them, rows or not.
+ */
+static int draft_passes(struct replica *R)
+{
+	struct dps_shard *dm = &R->dm;
+	const size_t dim = (size_t)dm->cfg.hidden_size, V = (size_t)dm->cfg.vocab_size;
+	const int K = R->spec_k, bs = dm->block_size;
+	struct dps_rows rows;
+	const float *lg;
+	int rc = publish_catchup(R);
+
+	if (rc)
+		return rc;
+	for (int k = 0; k < R->n_cu; k++) {
+		if (R->cu_src[k] < 0 || R->cu_src[k] >= R->rows_cap || R->cu_tix[k] < 0 ||
+		    R->cu_tix[k] > R->zero_table)
+			return -EPROTO;
+		memcpy(R->hin + (size_t)k * 3 * dim, R->m.aux + (size_t)R->cu_src[k] * 3 * dim,
+		       sizeof(float) * 3 * dim);
+		R->cu_table[k] = R->cu_tables + (size_t)R->cu_tix[k] * (size_t)R->bpr;
+	}
+	rows = (struct dps_rows){ R->n_cu, R->cu_tok, R->cu_pos, R->cu_slot,
+				  (const int *const *)R->cu_table, R->cu_want };
+	lg = dps_shard_draft_step(dm, &R->m, &rows, R->hin, 1, R->hout, &rc);
+	if (!lg)
+		return rc;
+	R->st.draft_steps++;
+	for (int k = 0, p = 0; k < R->n_cu; k++)
+		if (R->cu_want[k]) {
+			R->p_pos[p] = R->cu_pos[k];
+			R->p_tix[p] = R->cu_tix[k];
+			R->p_tok[(size_t)p * K] = draft_token(dm, lg + (size_t)p * V);
+			memcpy(R->hprev + (size_t)p * dim, R->hout + (size_t)k * dim,
+			       sizeof(float) * dim);
+			p++;
+		}
+	for (int j = 1; j < K; j++) {
+		const int n = R->n_prop;
+
+		for (int p = 0; p < n; p++) {
+			const int pos = R->p_pos[p] + j;
+			const int *table = R->cu_tables + (size_t)R->p_tix[p] * (size_t)R->bpr;
+
+			R->d_tok[p] = R->p_tok[(size_t)p * K + (size_t)(j - 1)];
+			R->d_pos[p] = pos;
+			R->d_slot[p] = table[pos / bs] * bs + pos % bs;
+			R->d_table[p] = table;
+		}
+		rows = (struct dps_rows){ n, R->d_tok, R->d_pos, R->d_slot,
+					  (const int *const *)R->d_table, NULL };
+		lg = dps_shard_draft_step(dm, &R->m, &rows, R->hprev, 0, R->hout, &rc);
+		if (!lg)
+			return rc;
+		R->st.draft_steps++;
+		for (int p = 0; p < n; p++)
+			R->p_tok[(size_t)p * K + (size_t)j] = draft_token(dm, lg + (size_t)p * V);
+		memcpy(R->hprev, R->hout, sizeof(float) * (size_t)n * dim);
+	}
+	if (R->tp0)
+		for (int p = 0; p < R->n_prop; p++) {
+			struct dps_req *r = R->p_req[p];
+
+			memcpy(r->draft, R->p_tok + (size_t)p * K, sizeof(int) * (size_t)K);
+			r->n_draft = K;
+		}
+	return 0;
+}
+
 static long mem_available(void)
 {
 	FILE *f = fopen("/proc/meminfo", "r");
@@ -486,7 +679,29 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 				    : (size_t)((double)mem_available() *
 					       (o->kv_fraction > 0 ? o->kv_fraction : 0.5) /
 					       (double)w->world);
-	rows = sc.max_batched_tokens + sc.max_num_seqs;
+	R->spec_k = o->spec_model ? o->spec_k : 0;
+	sc.spec_k = R->spec_k;
+	if (R->spec_k < 0 || R->spec_k > DPS_MAX_SPEC || (o->spec_model && !R->spec_k)) {
+		fprintf(stderr, "rank %d: --num-speculative-tokens must be between 1 and %d with "
+			"--speculative-model\n", w->rank, DPS_MAX_SPEC);
+		return -EINVAL;
+	}
+	if (R->spec_k) {
+		/* The draft's one layer keeps its own KV in the same blocks: share the budget in
+		 * proportion to the KV heads of every layer. */
+		struct dps_model_config dc;
+		double tkv, dkv;
+
+		rc = dps_model_config_load(o->spec_model, &dc, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "rank %d: --speculative-model: %s\n", w->rank, err);
+			return rc;
+		}
+		tkv = (double)cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim;
+		dkv = (double)dc.num_key_value_heads * dc.head_dim;
+		budget = (size_t)((double)budget * tkv / (tkv + dkv));
+	}
+	rows = sc.max_batched_tokens + sc.max_num_seqs * (1 + R->spec_k);
 	rc = dps_shard_load(&R->m, w, &w->lay->groups.cfg, o->model,
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = sc.block_size,
@@ -503,7 +718,32 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->m.trace = o->trace;
 	if (o->verbose)
 		describe_rank(&R->m, w);
-	R->coupled = dps_shard_coupled(&R->m); /* component sizes above 1, or expert parallelism */
+	if (R->spec_k) {
+		rc = dps_shard_load(&R->dm, w, &w->lay->groups.cfg, o->spec_model,
+				    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
+							      .max_rows = rows,
+							      .block_size = sc.block_size,
+							      .num_blocks = R->m.num_blocks,
+							      .target = &R->m },
+				    err, sizeof(err));
+		if (!rc)
+			rc = dps_shard_set_aux(&R->m, R->dm.aux_l, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "rank %d: --speculative-model: %s\n", w->rank, err);
+			return rc;
+		}
+		R->dm.trace = o->trace;
+		if (o->verbose)
+			describe_rank(&R->dm, w);
+		if (w->rank == 0)
+			fprintf(stderr, "Eagle3 draft %s: %d tokens per step, vocabulary %d, fusing "
+				"target layers %d, %d, %d; its MLP over TP x %d\n", o->spec_model,
+				R->spec_k, R->dm.cfg.vocab_size, R->dm.aux_l[0], R->dm.aux_l[1],
+				R->dm.aux_l[2], R->dm.c[DPS_COMP_MLP]);
+	}
+	/* Component sizes above 1 (the draft MLP's when a draft runs), or expert parallelism. */
+	R->coupled = dps_shard_coupled(&R->m) ||
+		     (R->spec_k && R->m.c[DPS_COMP_DRAFT_MLP] > 1);
 	/* Every rank of the replica must hold the blocks rank 0 hands out: take the smallest. */
 	sc.num_blocks = R->m.num_blocks;
 	if (w->tp > 1) {
@@ -545,13 +785,43 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->zero_table = sc.max_num_seqs;
 	R->tables = calloc((size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr, sizeof(int));
 	R->out = calloc(1, MSG_BYTES);
-	R->wire_cap = sizeof(uint32_t) + sizeof(int) * H_LEN + (size_t)rows * (4 * sizeof(int) + 1) +
+	/* A step's rows or the draft's catch-up rows (one more int each). */
+	R->wire_cap = sizeof(uint32_t) + sizeof(int) * (H_LEN + 3) +
+		      (size_t)rows * (5 * sizeof(int) + 1) +
 		      sizeof(int) * (size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr;
 	R->wire = malloc(R->wire_cap + MSG_BYTES);
 	R->scratch = calloc((size_t)R->m.cfg.vocab_size, sizeof(int));
 	if (!R->tokens || !R->pos || !R->slot || !R->tix || !R->want || !R->table || !R->tables ||
 	    !R->out || !R->scratch || !R->wire)
 		return -ENOMEM;
+	if (R->spec_k) {
+		const size_t dim = (size_t)R->m.cfg.hidden_size, ns = (size_t)sc.max_num_seqs;
+
+		R->cu_tok = calloc((size_t)rows, sizeof(int));
+		R->cu_pos = calloc((size_t)rows, sizeof(int));
+		R->cu_slot = calloc((size_t)rows, sizeof(int));
+		R->cu_tix = calloc((size_t)rows, sizeof(int));
+		R->cu_src = calloc((size_t)rows, sizeof(int));
+		R->cu_want = calloc((size_t)rows, 1);
+		R->cu_table = calloc((size_t)rows, sizeof(*R->cu_table));
+		R->cu_tables = calloc((ns + 1) * (size_t)R->bpr, sizeof(int));
+		R->p_pos = calloc(ns, sizeof(int));
+		R->p_tix = calloc(ns, sizeof(int));
+		R->p_tok = calloc(ns * (size_t)R->spec_k, sizeof(int));
+		R->p_req = calloc(ns, sizeof(*R->p_req));
+		R->hin = calloc((size_t)rows * 3 * dim, sizeof(float));
+		R->hout = calloc((size_t)rows * dim, sizeof(float));
+		R->hprev = calloc(ns * dim, sizeof(float));
+		R->d_tok = calloc(ns, sizeof(int));
+		R->d_pos = calloc(ns, sizeof(int));
+		R->d_slot = calloc(ns, sizeof(int));
+		R->d_table = calloc(ns, sizeof(*R->d_table));
+		if (!R->cu_tok || !R->cu_pos || !R->cu_slot || !R->cu_tix || !R->cu_src ||
+		    !R->cu_want || !R->cu_table || !R->cu_tables || !R->p_pos || !R->p_tix ||
+		    !R->p_tok || !R->p_req || !R->hin || !R->hout || !R->hprev || !R->d_tok ||
+		    !R->d_pos || !R->d_slot || !R->d_table)
+			return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -560,6 +830,27 @@ static void replica_free(struct replica *R)
 	if (R->tp0)
 		dps_sched_free(&R->s);
 	dps_shard_free(&R->m);
+	if (R->spec_k)
+		dps_shard_free(&R->dm);
+	free(R->cu_tok);
+	free(R->cu_pos);
+	free(R->cu_slot);
+	free(R->cu_tix);
+	free(R->cu_src);
+	free(R->cu_want);
+	free(R->cu_table);
+	free(R->cu_tables);
+	free(R->p_pos);
+	free(R->p_tix);
+	free(R->p_tok);
+	free(R->p_req);
+	free(R->hin);
+	free(R->hout);
+	free(R->hprev);
+	free(R->d_tok);
+	free(R->d_pos);
+	free(R->d_slot);
+	free(R->d_table);
 	free(R->pend.ids);
 	free(R->tokens);
 	free(R->pos);
@@ -695,6 +986,8 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
 		if (R.tp0)
 			rc = flush_tokens(&R);
+		if (!rc && R.spec_k)
+			rc = draft_passes(&R);
 	}
 	if (R.tp0 && !rc) {
 		struct m_stats m;

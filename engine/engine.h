@@ -40,6 +40,10 @@ struct dps_engine_opts {
 	int max_num_seqs, max_model_len, max_batched_tokens;
 	const char *decode_buckets;  /* NULL: powers of two */
 	int verbose, trace;
+	/* Eagle3 speculative decoding: the draft's directory (NULL: none) and the tokens it
+	 * proposes per step (--num-speculative-tokens). */
+	const char *spec_model;
+	int spec_k;
 };
 
 /* The rank side: run with dps_sup_run, arg a struct dps_engine_opts. */
@@ -65,6 +69,11 @@ struct dps_engine_stats {
 	uint64_t collectives;        /* every collective of the step, rank 0 of the replica */
 	uint64_t running, waiting;   /* the scheduler's requests now */
 	uint64_t expert_bytes;       /* MoE router and expert weights read, rank 0 of the replica */
+	/* Speculative decoding: verifications, tokens drafted and accepted (in all, and at each
+	 * draft position), draft passes. */
+	uint64_t spec_drafts, spec_draft_tokens, spec_accepted, draft_steps;
+	uint64_t spec_accepted_pos[DPS_MAX_SPEC];
+	int spec_k;
 	/* Time rank 0 of the replica spent in collectives, per group set it belongs to: names
 	 * as dps_groupset_name gives them; sets sharing a communicator count it once. */
 	int n_groups;

@@ -188,3 +188,281 @@ out:
 	free(g);
 	return rc;
 }
+
+/* ---- Eagle3 drafts ------------------------------------------------------------------------- */
+
+/* Reads tensor name (d0 x d1, or d0 when d1 is 0) of ck whole into a new F32 array. */
+static float *read_whole(struct dps_ckpt *ck, const char *name, uint64_t d0, uint64_t d1,
+			 char *err, size_t errlen)
+{
+	const uint64_t shape[2] = { d0, d1 };
+	float *p = malloc(sizeof(float) * (size_t)d0 * (size_t)(d1 ? d1 : 1));
+
+	if (!p) {
+		snprintf(err, errlen, "out of memory reading '%s'", name);
+		return NULL;
+	}
+	if (dps_ckpt_load_shard(ck, name, d1 ? 2 : 1, shape, 0, 0, 1, p, err, errlen)) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* A constant-filled or zero tensor of its own, freed with the others. */
+static float *filled(size_t n, float v)
+{
+	float *p = malloc(sizeof(float) * (n ? n : 1));
+
+	for (size_t i = 0; p && i < n; i++)
+		p[i] = v;
+	return p;
+}
+
+int dps_mkmodel_draft(const char *target, enum dps_draft_kind kind, int draft_vocab,
+		      uint64_t seed, enum dps_st_dtype dt, const char *outdir, char *err,
+		      size_t errlen)
+{
+	struct dps_ckpt ck;
+	struct dps_model_config c, tc;
+	struct dps_st_writer_tensor t[16];
+	struct gen g[16];
+	float *own[16] = { 0 };
+	int n = 0, n_own = 0, rc, *ids = NULL;
+	uint64_t h, im, q, V;
+	char path[4096];
+
+	memset(t, 0, sizeof(t));
+	rc = dps_ckpt_open(&ck, target, err, errlen);
+	if (rc)
+		return rc;
+	tc = ck.cfg;
+	h = (uint64_t)tc.hidden_size;
+	if (draft_vocab <= 0 || draft_vocab > tc.vocab_size)
+		draft_vocab = tc.vocab_size;
+	V = (uint64_t)draft_vocab;
+	/* The draft: one dense layer of the target's width, its head size, no grouped KV. */
+	memset(&c, 0, sizeof(c));
+	c.hidden_size = tc.hidden_size;
+	c.intermediate_size = tc.intermediate_size;
+	c.num_hidden_layers = 1;
+	c.head_dim = tc.head_dim;
+	if (tc.hidden_size % tc.head_dim) {
+		snprintf(err, errlen, "%s: hidden_size %d is not a multiple of head_dim %d; a draft "
+			 "needs hidden_size / head_dim heads", target, tc.hidden_size, tc.head_dim);
+		rc = -EINVAL;
+		goto out;
+	}
+	c.num_attention_heads = c.num_key_value_heads = tc.hidden_size / tc.head_dim;
+	c.vocab_size = tc.vocab_size;
+	c.draft_vocab_size = draft_vocab;
+	c.rms_norm_eps = tc.rms_norm_eps;
+	c.rope_theta = tc.rope_theta;
+	c.max_position_embeddings = tc.max_position_embeddings;
+	c.bos_token_id = tc.bos_token_id;
+	c.eos_token_id = tc.eos_token_id;
+	c.eagle3 = 1;
+	im = (uint64_t)c.intermediate_size;
+	q = (uint64_t)c.num_attention_heads * (uint64_t)c.head_dim; /* == h */
+	if (mkdir(outdir, 0755) && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", outdir, strerror(errno));
+		goto out;
+	}
+	/* Which target ids the draft vocabulary holds (ascending): all, the first ones (self), or a
+	 * seeded random subset (random). */
+	ids = malloc(sizeof(int) * (size_t)tc.vocab_size);
+	if (!ids) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < tc.vocab_size; i++)
+		ids[i] = i;
+	if (kind == DPS_DRAFT_RANDOM && draft_vocab < tc.vocab_size) {
+		/* Fisher-Yates over the ids (seeded), keep draft_vocab of them, then sort. */
+		for (int i = tc.vocab_size - 1; i > 0; i--) {
+			const int j = (int)(mix64(seed ^ 0xd2d2d2d2ull ^ (uint64_t)i) % (uint64_t)(i + 1));
+			const int x = ids[i];
+
+			ids[i] = ids[j];
+			ids[j] = x;
+		}
+		for (int i = 1; i < draft_vocab; i++) /* insertion sort of the kept ids */
+			for (int j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
+				const int x = ids[j];
+
+				ids[j] = ids[j - 1];
+				ids[j - 1] = x;
+			}
+	}
+#define OWN(p) (own[n_own++] = (p))
+#define PUT(nm, nd, d0, d1, ptr)                                                        \
+	do {                                                                            \
+		snprintf(t[n].name, sizeof(t[n].name), "%s", nm);                       \
+		t[n].dtype = dt;                                                        \
+		t[n].ndim = nd;                                                         \
+		t[n].shape[0] = d0;                                                     \
+		t[n].shape[1] = d1;                                                     \
+		t[n].data = ptr;                                                        \
+		n++;                                                                    \
+	} while (0)
+#define GEN(nm, nd, d0, d1, mu, sd)                                                     \
+	do {                                                                            \
+		snprintf(t[n].name, sizeof(t[n].name), "%s", nm);                       \
+		t[n].dtype = dt;                                                        \
+		t[n].ndim = nd;                                                         \
+		t[n].shape[0] = d0;                                                     \
+		t[n].shape[1] = d1;                                                     \
+		g[n] = (struct gen){ seed, (uint64_t)n + 1000, sd, mu };                \
+		t[n].gen = gen_fill;                                                    \
+		t[n].gen_arg = &g[n];                                                   \
+		n++;                                                                    \
+	} while (0)
+	{
+		float *d2t = OWN(malloc(sizeof(float) * (size_t)V));
+
+		if (!d2t) {
+			rc = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		for (uint64_t i = 0; i < V; i++)
+			d2t[i] = (float)(ids[i] - (int)i);
+		PUT("d2t", 1, V, 0, d2t);
+		t[n - 1].dtype = DPS_ST_I64;
+	}
+	if (kind == DPS_DRAFT_RANDOM) {
+		const float std = 0.02f;
+
+		GEN("fc.weight", 2, h, 3 * h, 0.0f, std);
+		GEN("midlayer.hidden_norm.weight", 1, h, 0, 1.0f, 0.1f);
+		GEN("midlayer.input_layernorm.weight", 1, h, 0, 1.0f, 0.1f);
+		GEN("midlayer.self_attn.q_proj.weight", 2, q, 2 * h, 0.0f, std);
+		GEN("midlayer.self_attn.k_proj.weight", 2, q, 2 * h, 0.0f, std);
+		GEN("midlayer.self_attn.v_proj.weight", 2, q, 2 * h, 0.0f, std);
+		GEN("midlayer.self_attn.o_proj.weight", 2, h, q, 0.0f, std / 1.4142f);
+		GEN("midlayer.post_attention_layernorm.weight", 1, h, 0, 1.0f, 0.1f);
+		GEN("midlayer.mlp.gate_proj.weight", 2, im, h, 0.0f, std);
+		GEN("midlayer.mlp.up_proj.weight", 2, im, h, 0.0f, std);
+		GEN("midlayer.mlp.down_proj.weight", 2, h, im, 0.0f, std / 1.4142f);
+		GEN("norm.weight", 1, h, 0, 1.0f, 0.1f);
+		GEN("lm_head.weight", 2, V, h, 0.0f, std);
+	} else {
+		/*
+		 * Self-distilled. The draft at position i sees the embedding e of token i+1 and the
+		 * target's inputs of layers 0 (e(token i)), N/2 and N-1 at position i. fc forms
+		 * x(N-1, i) - x(0, i): what layers 0..N-2 added at position i, taken as what they add
+		 * at i+1. Attention copies e back in: q = k = a * norm(e) per head (each position
+		 * attends to itself), v = norm(e), o = the embedding rows' mean RMS. So the residual
+		 * approximates the target's input of its last layer at i+1. The MLP is the last
+		 * layer's (when dense); norm and LM head are the target's: the draft predicts the
+		 * token after i+1 as the target would without its last attention.
+		 */
+		const int N = tc.num_hidden_layers, last = N - 1;
+		const char *head = tc.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+		float *fc = OWN(calloc((size_t)h * 3 * (size_t)h, sizeof(float)));
+		float *qk = OWN(calloc((size_t)q * 2 * (size_t)h, sizeof(float)));
+		float *v = OWN(calloc((size_t)q * 2 * (size_t)h, sizeof(float)));
+		float *o = OWN(calloc((size_t)h * (size_t)q, sizeof(float)));
+		float *emb, *lm = NULL, *gate = NULL, *up = NULL, *down = NULL, *post = NULL, *norm;
+		const float a = sqrtf(60.0f / sqrtf((float)c.head_dim));
+		double rms = 0;
+		char nm[128];
+
+		c.n_aux = 3;
+		c.aux_layers[0] = 0;
+		c.aux_layers[1] = N / 2;
+		c.aux_layers[2] = last;
+		if (!fc || !qk || !v || !o) {
+			rc = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		emb = OWN(read_whole(&ck, "model.embed_tokens.weight", (uint64_t)tc.vocab_size, h,
+				     err, errlen));
+		if (emb)
+			lm = tc.tie_word_embeddings ? emb
+						    : OWN(read_whole(&ck, head, (uint64_t)tc.vocab_size, h,
+								     err, errlen));
+		norm = lm ? OWN(read_whole(&ck, "model.norm.weight", h, 0, err, errlen)) : NULL;
+		if (!norm) {
+			rc = -EINVAL;
+			goto out;
+		}
+		if (!dps_cfg_layer_moe(&tc, last)) {
+			snprintf(nm, sizeof(nm), "model.layers.%d.mlp.gate_proj.weight", last);
+			gate = OWN(read_whole(&ck, nm, im, h, err, errlen));
+			snprintf(nm, sizeof(nm), "model.layers.%d.mlp.up_proj.weight", last);
+			up = gate ? OWN(read_whole(&ck, nm, im, h, err, errlen)) : NULL;
+			snprintf(nm, sizeof(nm), "model.layers.%d.mlp.down_proj.weight", last);
+			down = up ? OWN(read_whole(&ck, nm, h, im, err, errlen)) : NULL;
+			snprintf(nm, sizeof(nm), "model.layers.%d.post_attention_layernorm.weight",
+				 last);
+			post = down ? OWN(read_whole(&ck, nm, h, 0, err, errlen)) : NULL;
+			if (!post) {
+				rc = -EINVAL;
+				goto out;
+			}
+		} else { /* a MoE last layer: no dense MLP to copy */
+			gate = OWN(filled((size_t)im * (size_t)h, 0));
+			up = OWN(filled((size_t)im * (size_t)h, 0));
+			down = OWN(filled((size_t)im * (size_t)h, 0));
+			post = OWN(filled((size_t)h, 1));
+		}
+		for (int i = 0; i < tc.vocab_size; i++) {
+			double ss = 0;
+
+			for (uint64_t k = 0; k < h; k++)
+				ss += (double)emb[(size_t)i * h + k] * emb[(size_t)i * h + k];
+			rms += sqrt(ss / (double)h);
+		}
+		rms /= tc.vocab_size;
+		for (uint64_t r = 0; r < h; r++) {
+			fc[r * 3 * h + r] = -1.0f;        /* - x(0, i) */
+			fc[r * 3 * h + 2 * h + r] = 1.0f; /* + x(N-1, i) */
+			qk[r * 2 * h + r] = a;
+			v[r * 2 * h + r] = 1.0f;
+			o[r * q + r] = (float)rms;
+		}
+		PUT("fc.weight", 2, h, 3 * h, fc);
+		PUT("midlayer.hidden_norm.weight", 1, h, 0, OWN(filled((size_t)h, 1)));
+		PUT("midlayer.input_layernorm.weight", 1, h, 0, OWN(filled((size_t)h, 1)));
+		PUT("midlayer.self_attn.q_proj.weight", 2, q, 2 * h, qk);
+		PUT("midlayer.self_attn.k_proj.weight", 2, q, 2 * h, qk);
+		PUT("midlayer.self_attn.v_proj.weight", 2, q, 2 * h, v);
+		PUT("midlayer.self_attn.o_proj.weight", 2, h, q, o);
+		PUT("midlayer.post_attention_layernorm.weight", 1, h, 0, post);
+		PUT("midlayer.mlp.gate_proj.weight", 2, im, h, gate);
+		PUT("midlayer.mlp.up_proj.weight", 2, im, h, up);
+		PUT("midlayer.mlp.down_proj.weight", 2, h, im, down);
+		PUT("norm.weight", 1, h, 0, norm);
+		PUT("lm_head.weight", 2, V, h, lm); /* the first draft_vocab rows (ids ascend from 0) */
+		for (int i = 0; i < n_own; i++)
+			if (!own[i]) {
+				rc = -ENOMEM;
+				snprintf(err, errlen, "out of memory");
+				goto out;
+			}
+	}
+#undef GEN
+#undef PUT
+#undef OWN
+	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
+	rc = dps_st_write(path, t, n);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/config.json", outdir);
+	rc = dps_model_config_save(&c, path);
+	if (rc)
+		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
+out:
+	for (int i = 0; i < n_own; i++)
+		if (!(i > 0 && own[i] == own[i - 1]))
+			free(own[i]);
+	free(ids);
+	dps_ckpt_close(&ck);
+	return rc;
+}

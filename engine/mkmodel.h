@@ -35,4 +35,20 @@ uint64_t dps_model_config_params(const struct dps_model_config *c);
 int dps_mkmodel(const struct dps_model_config *c, uint64_t seed, enum dps_st_dtype dt,
 		const char *outdir, char *err, size_t errlen);
 
+/* What dps_mkmodel_draft makes. */
+enum dps_draft_kind {
+	DPS_DRAFT_RANDOM, /* seeded random weights, a random subset of the target's ids */
+	DPS_DRAFT_SELF    /* derived from the target's own weights (mkmodel.c says how) */
+};
+
+/*
+ * Writes an Eagle3 draft of the checkpoint in target (config.json naming
+ * LlamaForCausalLMEagle3, draft_vocab_size, the fused layers; fc.weight, midlayer.*,
+ * norm.weight, lm_head.weight and d2t as I64) into outdir. draft_vocab <= 0: the target's
+ * vocabulary. Returns 0 or a negative code with a message in err.
+ */
+int dps_mkmodel_draft(const char *target, enum dps_draft_kind kind, int draft_vocab,
+		      uint64_t seed, enum dps_st_dtype dt, const char *outdir, char *err,
+		      size_t errlen);
+
 #endif

@@ -132,6 +132,50 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 			c->dense_layers[l / 64] |= 1ull << (l % 64);
 		}
 	}
+	if (get_int(root, "draft_vocab_size", 0, 1, DPS_CFG_MAX_VOCAB, &c->draft_vocab_size, err,
+		    errlen))
+		goto out;
+	v = json_object_get(root, "architectures");
+	if (json_is_array(v)) {
+		size_t i;
+		json_t *e;
+
+		json_array_foreach(v, i, e)
+			if (json_is_string(e) && strstr(json_string_value(e), "Eagle3"))
+				c->eagle3 = 1;
+	}
+	c->eagle3 |= c->draft_vocab_size > 0;
+	v = json_object_get(root, "eagle_aux_hidden_state_layer_ids");
+	if (!v && json_is_object(json_object_get(root, "eagle_config")))
+		v = json_object_get(json_object_get(root, "eagle_config"),
+				    "eagle_aux_hidden_state_layer_ids");
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *e;
+
+		if (!json_is_array(v) || json_array_size(v) != 3) {
+			snprintf(err, errlen, "config.json: 'eagle_aux_hidden_state_layer_ids' must be "
+				 "a list of three target layer indices");
+			goto out;
+		}
+		json_array_foreach(v, i, e) {
+			json_int_t l = json_is_integer(e) ? json_integer_value(e) : -1;
+
+			if (l < 0 || l >= DPS_CFG_MAX_LAYERS) {
+				snprintf(err, errlen, "config.json: 'eagle_aux_hidden_state_layer_ids' "
+					 "entry %zu is not a layer index", i);
+				goto out;
+			}
+			c->aux_layers[i] = (int)l;
+		}
+		c->n_aux = 3;
+		c->eagle3 = 1;
+	}
+	if (c->draft_vocab_size > c->vocab_size) {
+		snprintf(err, errlen, "config.json: draft_vocab_size %d is larger than vocab_size %d",
+			 c->draft_vocab_size, c->vocab_size);
+		goto out;
+	}
 	v = json_object_get(root, "tie_word_embeddings");
 	if (v && !json_is_null(v)) {
 		if (!json_is_boolean(v)) {
@@ -251,6 +295,20 @@ int dps_model_config_save(const struct dps_model_config *c, const char *path)
 		    json_object_set_new(root, "architectures",
 					json_pack("[s]", "GptOssForCausalLM")) ||
 		    json_object_set_new(root, "model_type", json_string("gpt_oss"))) {
+			json_decref(root);
+			return -ENOMEM;
+		}
+	}
+	if (c->eagle3) {
+		json_t *aux = c->n_aux ? json_pack("[i,i,i]", c->aux_layers[0], c->aux_layers[1],
+						  c->aux_layers[2]) : json_null();
+
+		if (!aux || json_object_set_new(root, "draft_vocab_size",
+						json_integer(c->draft_vocab_size ? c->draft_vocab_size
+										 : c->vocab_size)) ||
+		    json_object_set_new(root, "eagle_aux_hidden_state_layer_ids", aux) ||
+		    json_object_set_new(root, "architectures",
+					json_pack("[s]", "LlamaForCausalLMEagle3"))) {
 			json_decref(root);
 			return -ENOMEM;
 		}

@@ -34,6 +34,15 @@ struct dps_model_config {
 	int num_local_experts, num_experts_per_tok;
 	double swiglu_limit;
 	unsigned long long dense_layers[DPS_CFG_MAX_LAYERS_WORDS]; /* bit l: layer l is dense */
+	/*
+	 * An Eagle3 draft (architectures "LlamaForCausalLMEagle3", or a draft_vocab_size): one
+	 * decoder layer over the target's hidden states. draft_vocab_size: its LM head's rows (0:
+	 * vocab_size); aux_layers: the target layers whose input hidden states it fuses
+	 * (eagle_aux_hidden_state_layer_ids, top level or in eagle_config; n_aux 0: the default
+	 * 2, N/2, N-3 of the target's N layers).
+	 */
+	int eagle3, draft_vocab_size;
+	int aux_layers[3], n_aux;
 };
 
 /* Upper bounds that keep every size computation far from overflow. */

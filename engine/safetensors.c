@@ -19,13 +19,14 @@ const char *dps_st_dtype_name(enum dps_st_dtype t)
 	case DPS_ST_F32: return "F32";
 	case DPS_ST_BF16: return "BF16";
 	case DPS_ST_F16: return "F16";
+	case DPS_ST_I64: return "I64";
 	}
 	return "?";
 }
 
 size_t dps_st_dtype_size(enum dps_st_dtype t)
 {
-	return t == DPS_ST_F32 ? 4 : 2;
+	return t == DPS_ST_I64 ? 8 : t == DPS_ST_F32 ? 4 : 2;
 }
 
 static int parse_dtype(const char *s, enum dps_st_dtype *t)
@@ -36,6 +37,8 @@ static int parse_dtype(const char *s, enum dps_st_dtype *t)
 		*t = DPS_ST_BF16;
 	else if (!strcmp(s, "F16"))
 		*t = DPS_ST_F16;
+	else if (!strcmp(s, "I64"))
+		*t = DPS_ST_I64;
 	else
 		return -EINVAL;
 	return 0;
@@ -89,7 +92,7 @@ static int parse_tensor(const char *name, const json_t *v, uint64_t data_off, ui
 		return -EINVAL;
 	}
 	if (parse_dtype(json_string_value(dt), &t->dtype)) {
-		snprintf(err, errlen, "tensor '%s': unsupported dtype '%.16s' (F32, BF16 and F16 are)",
+		snprintf(err, errlen, "tensor '%s': unsupported dtype '%.16s' (F32, BF16, F16 and I64 are)",
 			 name, json_string_value(dt));
 		return -EINVAL;
 	}

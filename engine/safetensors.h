@@ -19,7 +19,8 @@
 #define DPS_ST_MAX_HEADER (100u << 20) /* bytes of JSON header accepted */
 #define DPS_ST_MAX_DIMS 8
 
-enum dps_st_dtype { DPS_ST_F32, DPS_ST_BF16, DPS_ST_F16 };
+enum dps_st_dtype { DPS_ST_F32, DPS_ST_BF16, DPS_ST_F16,
+		   DPS_ST_I64 /* integer tensors (an Eagle3 draft's d2t), read as F32 */ };
 
 struct dps_st_tensor {
 	char *name;

@@ -61,14 +61,20 @@ int dps_sched_bucket(const struct dps_sched_cfg *cfg, int n)
 
 int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *err, size_t errlen)
 {
-	const int rows = cfg->max_batched_tokens + cfg->max_num_seqs;
+	const int rows = cfg->max_batched_tokens + cfg->max_num_seqs * (1 + cfg->spec_k);
 
 	memset(s, 0, sizeof(*s));
 	s->cfg = *cfg;
 	if (cfg->block_size < 1 || cfg->num_blocks < 1 || cfg->max_num_seqs < 1 ||
 	    cfg->max_model_len < 2 || cfg->max_batched_tokens < 1 || cfg->n_buckets < 1 ||
 	    (long)cfg->num_blocks * cfg->block_size < cfg->max_model_len ||
-	    cfg->max_batched_tokens < cfg->max_num_seqs) {
+	    cfg->max_batched_tokens < cfg->max_num_seqs || cfg->spec_k < 0 ||
+	    cfg->spec_k > DPS_MAX_SPEC) {
+		if (cfg->spec_k < 0 || cfg->spec_k > DPS_MAX_SPEC) {
+			snprintf(err, errlen, "--num-speculative-tokens %d is outside [0, %d]",
+				 cfg->spec_k, DPS_MAX_SPEC);
+			return -EINVAL;
+		}
 		if (cfg->max_batched_tokens < cfg->max_num_seqs && cfg->max_batched_tokens >= 1) {
 			snprintf(err, errlen, "--max-num-batched-tokens %d is less than --max-num-seqs "
 				 "%d: some running requests would get no decode row in a step",
@@ -90,8 +96,20 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 	s->b.table = calloc((size_t)rows, sizeof(*s->b.table));
 	s->b.want = calloc((size_t)rows, 1);
 	s->b.req = calloc((size_t)rows, sizeof(*s->b.req));
+	s->b.verify = calloc((size_t)rows, 1);
+	if (cfg->spec_k) {
+		s->cu.row = calloc((size_t)rows, sizeof(int));
+		s->cu.token = calloc((size_t)rows, sizeof(int));
+		s->cu.pos = calloc((size_t)rows, sizeof(int));
+		s->cu.slot = calloc((size_t)rows, sizeof(int));
+		s->cu.want = calloc((size_t)rows, 1);
+		s->cu.req = calloc((size_t)rows, sizeof(*s->cu.req));
+		if (!s->cu.row || !s->cu.token || !s->cu.pos || !s->cu.slot || !s->cu.want ||
+		    !s->cu.req)
+			s->b.verify = (free(s->b.verify), NULL);
+	}
 	if (!s->free_blocks || !s->waiting || !s->running || !s->b.tokens || !s->b.pos ||
-	    !s->b.slot || !s->b.table || !s->b.want || !s->b.req) {
+	    !s->b.slot || !s->b.table || !s->b.want || !s->b.req || !s->b.verify) {
 		dps_sched_free(s);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
@@ -125,6 +143,13 @@ void dps_sched_free(struct dps_sched *s)
 	free(s->b.table);
 	free(s->b.want);
 	free(s->b.req);
+	free(s->b.verify);
+	free(s->cu.row);
+	free(s->cu.token);
+	free(s->cu.pos);
+	free(s->cu.slot);
+	free(s->cu.want);
+	free(s->cu.req);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -174,6 +199,7 @@ static void release_blocks(struct dps_sched *s, struct dps_req *r)
 		s->free_blocks[s->n_free++] = r->blocks[i];
 	r->n_blocks = 0;
 	r->computed = 0;
+	r->n_draft = 0;
 }
 
 static void remove_from(struct dps_req **list, int *n, struct dps_req *r)
@@ -235,6 +261,57 @@ static int grow(struct dps_sched *s, struct dps_req *r, int upto)
 	return 0;
 }
 
+/* A row that writes nothing and is never sampled. */
+static void pad_row(struct dps_batch *b)
+{
+	b->tokens[b->n] = 0;
+	b->pos[b->n] = 0;
+	b->slot[b->n] = DPS_PAD_SLOT;
+	b->table[b->n] = NULL;
+	b->want[b->n] = 0;
+	b->req[b->n] = NULL;
+	b->verify[b->n] = 0;
+	b->n++;
+}
+
+/*
+ * A decoding request with speculation: its last token then its spec_k drafted tokens (every
+ * row wanted, the first marked verify), or its last token and spec_k padding rows.
+ */
+static void add_spec_rows(struct dps_sched *s, struct dps_req *r)
+{
+	struct dps_batch *b = &s->b;
+	const int bs = s->cfg.block_size, K = s->cfg.spec_k, p0 = r->computed;
+	const int drafted = r->n_draft == K && grow(s, r, p0 + 1 + K) == 0;
+
+	r->n_draft = 0;
+	b->tokens[b->n] = r->ids[p0];
+	b->pos[b->n] = p0;
+	b->slot[b->n] = r->blocks[p0 / bs] * bs + p0 % bs;
+	b->table[b->n] = r->blocks;
+	b->want[b->n] = 1;
+	b->req[b->n] = r;
+	b->verify[b->n] = (unsigned char)drafted;
+	b->n++;
+	for (int j = 1; j <= K; j++) {
+		const int p = p0 + j;
+
+		if (!drafted) {
+			pad_row(b);
+			continue;
+		}
+		b->tokens[b->n] = r->draft[j - 1];
+		b->pos[b->n] = p;
+		b->slot[b->n] = r->blocks[p / bs] * bs + p % bs;
+		b->table[b->n] = r->blocks;
+		b->want[b->n] = 1;
+		b->req[b->n] = r;
+		b->verify[b->n] = 0;
+		b->n++;
+	}
+	r->computed = p0 + 1;
+}
+
 /* Appends rows for r's positions [computed, computed + take). */
 static void add_rows(struct dps_sched *s, struct dps_req *r, int take)
 {
@@ -250,6 +327,7 @@ static void add_rows(struct dps_sched *s, struct dps_req *r, int take)
 		b->table[b->n] = r->blocks;
 		b->want[b->n] = p == r->n_ids - 1;
 		b->req[b->n] = r;
+		b->verify[b->n] = 0;
 		if (!b->want[b->n])
 			b->prefill = 1;
 		b->n++;
@@ -295,7 +373,10 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 		}
 		if (take <= 0)
 			continue;
-		add_rows(s, r, take);
+		if (s->cfg.spec_k && need == 1)
+			add_spec_rows(s, r); /* the spec_k extra rows are not counted in the budget */
+		else
+			add_rows(s, r, take);
 		budget -= take;
 	}
 	/* Then new requests, first come first served, while they fit; none in a step that had to
@@ -323,18 +404,62 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 	}
 	b->n_real = b->n;
 	if (b->n && !b->prefill) {
-		const int bucket = dps_sched_bucket(&s->cfg, b->n);
+		/* Buckets count requests; with speculation each has 1 + spec_k rows. */
+		const int per = 1 + s->cfg.spec_k;
+		const int bucket = dps_sched_bucket(&s->cfg, b->n / per) * per;
 
-		for (; b->n < bucket; b->n++) {
-			b->tokens[b->n] = 0;
-			b->pos[b->n] = 0;
-			b->slot[b->n] = DPS_PAD_SLOT;
-			b->table[b->n] = NULL;
-			b->want[b->n] = 0;
-			b->req[b->n] = NULL;
-		}
+		while (b->n < bucket)
+			pad_row(b);
 	}
 	return b->n;
+}
+
+/* The draft's catch-up rows after a step (struct dps_catchup). */
+static void catch_up(struct dps_sched *s)
+{
+	const struct dps_batch *b = &s->b;
+	struct dps_catchup *cu = &s->cu;
+
+	for (int i = 0; i < b->n;) {
+		struct dps_req *r = b->req[i];
+		const int i0 = i;
+
+		if (!r) {
+			i++;
+			continue;
+		}
+		while (i < b->n && b->req[i] == r) /* a request's rows follow each other */
+			i++;
+		if (r->state != DPS_REQ_RUNNING)
+			continue;
+		for (int p = b->pos[i0]; p < r->computed && i0 + p - b->pos[i0] < i; p++) {
+			const int k = cu->n++;
+
+			cu->row[k] = i0 + p - b->pos[i0];
+			cu->token[k] = r->ids[p + 1];
+			cu->pos[k] = p;
+			cu->slot[k] = b->slot[cu->row[k]];
+			cu->req[k] = r;
+			cu->want[k] = 0;
+		}
+		if (cu->n && cu->req[cu->n - 1] == r && dps_sched_reserve_draft(s, r) == 0) {
+			cu->want[cu->n - 1] = 1;
+			cu->n_prop++;
+		}
+	}
+}
+
+int dps_sched_reserve_draft(struct dps_sched *s, struct dps_req *r)
+{
+	const int K = s->cfg.spec_k;
+
+	r->n_draft = 0;
+	if (!K || r->state != DPS_REQ_RUNNING || r->computed != r->n_ids - 1)
+		return -1;
+	/* The verification feeds positions computed .. computed + K. */
+	if (r->computed + K >= s->cfg.max_model_len)
+		return -1;
+	return grow(s, r, r->computed + 1 + K);
 }
 
 static void reap(struct dps_sched *s, struct dps_req **list, int *n,
@@ -355,6 +480,66 @@ static void reap(struct dps_sched *s, struct dps_req **list, int *n,
 	(void)s;
 }
 
+/* Appends a sampled token to r (or ends r on a stop token); 1 while r keeps running. */
+static int append(struct dps_sched *s, struct dps_req *r, int token, int eos,
+		  void (*emit)(void *arg, struct dps_req *r, int token), void *arg)
+{
+	int stop = token == eos;
+
+	for (int k = 0; k < r->p.n_stop; k++)
+		stop |= token == r->p.stop[k];
+	if (stop) {
+		finish(s, r, DPS_FINISH_STOP);
+		return 0;
+	}
+	r->ids[r->n_ids++] = token;
+	if (emit)
+		emit(arg, r, token);
+	if (r->n_ids - r->n_prompt >= r->p.max_tokens || r->n_ids >= s->cfg.max_model_len) {
+		finish(s, r, DPS_FINISH_LENGTH);
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * The 1 + K logits rows of a verification: row j is the target's distribution after the
+ * request's last token and drafts 1..j. Drafts are accepted in order while the target agrees
+ * (dps_sample_verify); the first disagreement emits the target's own token there, and when
+ * all K agree row K gives a bonus token. The positions of rejected drafts become free again:
+ * computed stops after the last accepted one, and the next step overwrites them.
+ */
+static void verify(struct dps_sched *s, struct dps_req *r, float *lg, int vocab, int eos,
+		   int *scratch, void (*emit)(void *arg, struct dps_req *r, int token), void *arg)
+{
+	const int K = s->cfg.spec_k, p0 = r->computed - 1;
+	int token, j;
+
+	s->spec.drafts++;
+	s->spec.draft_tokens += (uint64_t)K;
+	for (j = 0; j <= K; j++) {
+		float *row = lg + (size_t)j * (size_t)vocab;
+		int ok = 0;
+
+		if (j < K) {
+			ok = dps_sample_verify(row, vocab, &r->p.sampling, &r->rng, r->draft[j],
+					       scratch, &token);
+			if (ok) {
+				s->spec.accepted++;
+				s->spec.accepted_pos[j]++;
+			}
+		} else {
+			token = dps_sample(row, vocab, &r->p.sampling, &r->rng, scratch);
+		}
+		if (!append(s, r, token, eos, emit, arg))
+			return;
+		if (!ok)
+			break;
+	}
+	/* Positions p0 .. p0 + accepted hold tokens of the sequence now. */
+	r->computed = p0 + 1 + j;
+}
+
 void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, int *scratch,
 		      void (*emit)(void *arg, struct dps_req *r, int token),
 		      void (*done)(void *arg, struct dps_req *r), void *arg)
@@ -363,28 +548,27 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 
 	for (int i = 0, o = 0; i < b->n && logits; i++) {
 		struct dps_req *r = b->req[i];
-		int token, stop;
+		int token;
 
 		if (!b->want[i])
 			continue;
 		o++;
 		if (!r || r->state != DPS_REQ_RUNNING)
 			continue;
-		token = dps_sample(logits + (size_t)(o - 1) * (size_t)vocab, vocab, &r->p.sampling,
-				   &r->rng, scratch);
-		stop = token == eos;
-		for (int k = 0; k < r->p.n_stop; k++)
-			stop |= token == r->p.stop[k];
-		if (stop) {
-			finish(s, r, DPS_FINISH_STOP);
+		if (b->verify[i]) {
+			verify(s, r, logits + (size_t)(o - 1) * (size_t)vocab, vocab, eos, scratch,
+			       emit, arg);
+			i += s->cfg.spec_k;
+			o += s->cfg.spec_k;
 			continue;
 		}
-		r->ids[r->n_ids++] = token;
-		if (emit)
-			emit(arg, r, token);
-		if (r->n_ids - r->n_prompt >= r->p.max_tokens || r->n_ids >= s->cfg.max_model_len)
-			finish(s, r, DPS_FINISH_LENGTH);
+		token = dps_sample(logits + (size_t)(o - 1) * (size_t)vocab, vocab, &r->p.sampling,
+				   &r->rng, scratch);
+		append(s, r, token, eos, emit, arg);
 	}
+	s->cu.n = s->cu.n_prop = 0;
+	if (s->cfg.spec_k && logits)
+		catch_up(s);
 	b->n = 0;
 	reap(s, s->running, &s->n_running, done, arg);
 	reap(s, s->waiting, &s->n_waiting, done, arg);

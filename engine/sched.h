@@ -24,6 +24,7 @@
 
 #define DPS_MAX_STOP 8
 #define DPS_MAX_BUCKETS 32
+#define DPS_MAX_SPEC 15 /* --num-speculative-tokens at most */
 
 enum dps_req_state { DPS_REQ_WAITING, DPS_REQ_RUNNING, DPS_REQ_FINISHED };
 
@@ -52,12 +53,15 @@ struct dps_req {
 	int preempted;              /* times preempted */
 	struct dps_rng rng;
 	uint64_t seq;               /* admission order, for "newest" */
+	int draft[DPS_MAX_SPEC];    /* target ids the draft proposed after the last token */
+	int n_draft;                /* 0, or spec_k when the next step verifies them */
 };
 
 struct dps_sched_cfg {
 	int block_size, num_blocks;
 	int max_num_seqs, max_model_len, max_batched_tokens;
 	int buckets[DPS_MAX_BUCKETS], n_buckets; /* ascending; the last equals max_num_seqs */
+	int spec_k;                 /* speculative tokens per decode step (0: no speculation) */
 };
 
 /* One step's rows, as the model takes them (struct dps_rows), plus whose they are. */
@@ -67,6 +71,36 @@ struct dps_batch {
 	const int **table;
 	unsigned char *want;
 	struct dps_req **req;       /* (n) the request of each row, NULL for padding */
+	/*
+	 * Speculation: verify[i] marks the first of the 1 + spec_k rows of a request that verifies
+	 * its draft (its last token, then the drafted ones; every row wanted). A decoding request
+	 * without a draft has 1 row and spec_k padding rows, so a decode batch is always
+	 * requests x (1 + spec_k) rows.
+	 */
+	unsigned char *verify;
+};
+
+/* Counts of speculative decoding (vLLM's spec_decode metrics). */
+struct dps_spec_stats {
+	uint64_t drafts;            /* verifications run */
+	uint64_t draft_tokens;      /* tokens drafted and verified */
+	uint64_t accepted;          /* of those, accepted */
+	uint64_t accepted_pos[DPS_MAX_SPEC]; /* accepted at draft position j */
+};
+
+/*
+ * Speculation: what the draft runs after a step (dps_sched_update fills it). Catch-up rows:
+ * for every request still running, each position the step fed and kept, with the token that
+ * follows it (the draft at position p reads the target's hidden state at p and token p + 1);
+ * row[k] is the step's row whose hidden states it reads. want[k] marks a request's last row
+ * when the request is decoding and may be drafted (dps_sched_reserve_draft): its output
+ * starts the draft's spec_k proposals.
+ */
+struct dps_catchup {
+	int n, n_prop;
+	int *row, *token, *pos, *slot;
+	unsigned char *want;
+	struct dps_req **req;
 };
 
 struct dps_sched {
@@ -77,6 +111,8 @@ struct dps_sched {
 	uint64_t admitted;
 	uint64_t preemptions;
 	struct dps_batch b;
+	struct dps_spec_stats spec;
+	struct dps_catchup cu;
 };
 
 /*
@@ -120,6 +156,13 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns);
 void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, int *scratch,
 		      void (*emit)(void *arg, struct dps_req *r, int token),
 		      void (*done)(void *arg, struct dps_req *r), void *arg);
+
+/*
+ * Speculation, after dps_sched_update: whether request r (running, decoding) may be drafted
+ * for the next step: its verification must stay inside max_model_len; the blocks for it are
+ * reserved now (0: yes, blocks held; -1: no, the next step decodes it plainly).
+ */
+int dps_sched_reserve_draft(struct dps_sched *s, struct dps_req *r);
 
 /* Requests waiting or running. */
 static inline int dps_sched_pending(const struct dps_sched *s)

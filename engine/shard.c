@@ -252,6 +252,15 @@ static void load_experts(struct loader *L, int l)
 	}
 }
 
+/* Layer l's tensor name: "model.layers.<l>.<suffix>", or "midlayer.<suffix>" in a draft. */
+static void lname(const struct dps_shard *s, char *buf, size_t len, int l, const char *suffix)
+{
+	if (s->draft)
+		snprintf(buf, len, "midlayer.%s", suffix);
+	else
+		snprintf(buf, len, "model.layers.%d.%s", l, suffix);
+}
+
 static void load_layer(struct loader *L, int l)
 {
 	struct dps_shard *s = L->s;
@@ -260,20 +269,21 @@ static void load_layer(struct loader *L, int l)
 	const uint64_t dim = (uint64_t)c->hidden_size, im = (uint64_t)c->intermediate_size;
 	const uint64_t qd = (uint64_t)c->num_attention_heads * (uint64_t)s->hd;
 	const uint64_t kvd = (uint64_t)c->num_key_value_heads * (uint64_t)s->hd;
+	const uint64_t qin = (uint64_t)s->qkv_in; /* 2 * hidden for an Eagle3 draft */
 	const int hd = s->hd, t = s->t, ca = s->c[DPS_COMP_ATTN];
 	const int e = s->j[DPS_COMP_ATTN] + t * ca, gm = s->j[DPS_COMP_MLP] * s->par.tp + t;
 	const size_t rows_p = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
 	char nq[96], nk[96], nv[96], no[96], ng[96], nu[96], nd[96], n1[96], n2[96];
 
-	snprintf(nq, sizeof(nq), "model.layers.%d.self_attn.q_proj.weight", l);
-	snprintf(nk, sizeof(nk), "model.layers.%d.self_attn.k_proj.weight", l);
-	snprintf(nv, sizeof(nv), "model.layers.%d.self_attn.v_proj.weight", l);
-	snprintf(no, sizeof(no), "model.layers.%d.self_attn.o_proj.weight", l);
-	snprintf(ng, sizeof(ng), "model.layers.%d.mlp.gate_proj.weight", l);
-	snprintf(nu, sizeof(nu), "model.layers.%d.mlp.up_proj.weight", l);
-	snprintf(nd, sizeof(nd), "model.layers.%d.mlp.down_proj.weight", l);
-	snprintf(n1, sizeof(n1), "model.layers.%d.input_layernorm.weight", l);
-	snprintf(n2, sizeof(n2), "model.layers.%d.post_attention_layernorm.weight", l);
+	lname(s, nq, sizeof(nq), l, "self_attn.q_proj.weight");
+	lname(s, nk, sizeof(nk), l, "self_attn.k_proj.weight");
+	lname(s, nv, sizeof(nv), l, "self_attn.v_proj.weight");
+	lname(s, no, sizeof(no), l, "self_attn.o_proj.weight");
+	lname(s, ng, sizeof(ng), l, "mlp.gate_proj.weight");
+	lname(s, nu, sizeof(nu), l, "mlp.up_proj.weight");
+	lname(s, nd, sizeof(nd), l, "mlp.down_proj.weight");
+	lname(s, n1, sizeof(n1), l, "input_layernorm.weight");
+	lname(s, n2, sizeof(n2), l, "post_attention_layernorm.weight");
 
 	w->attn_norm = alloc_part(L, DPS_PART_NORMS, dim);
 	w->ffn_norm = alloc_part(L, DPS_PART_NORMS, dim);
@@ -282,17 +292,17 @@ static void load_layer(struct loader *L, int l)
 		whole1(L, n2, dim, w->ffn_norm);
 	}
 	/* Prefill (plain TP): this TP position's query heads, then the KV heads they read. */
-	w->wqkv_p = alloc_part(L, DPS_PART_ATTN_PREFILL, rows_p * dim);
+	w->wqkv_p = alloc_part(L, DPS_PART_ATTN_PREFILL, rows_p * qin);
 	w->wo_p = alloc_part(L, DPS_PART_ATTN_PREFILL, dim * (size_t)s->hq_t * (size_t)hd);
 	if (w->wqkv_p && w->wo_p) {
-		range(L, nq, qd, dim, 0, (int64_t)t * s->hq_t * hd, (uint64_t)s->hq_t * (uint64_t)hd,
+		range(L, nq, qd, qin, 0, (int64_t)t * s->hq_t * hd, (uint64_t)s->hq_t * (uint64_t)hd,
 		      w->wqkv_p);
 		for (int k = 0; k < s->nkv_t; k++) {
-			float *kr = w->wqkv_p + ((size_t)s->hq_t + (size_t)k) * (size_t)hd * dim;
-			float *vr = kr + (size_t)s->nkv_t * (size_t)hd * dim;
+			float *kr = w->wqkv_p + ((size_t)s->hq_t + (size_t)k) * (size_t)hd * qin;
+			float *vr = kr + (size_t)s->nkv_t * (size_t)hd * qin;
 
-			range(L, nk, kvd, dim, 0, (int64_t)s->kv_t[k] * hd, (uint64_t)hd, kr);
-			range(L, nv, kvd, dim, 0, (int64_t)s->kv_t[k] * hd, (uint64_t)hd, vr);
+			range(L, nk, kvd, qin, 0, (int64_t)s->kv_t[k] * hd, (uint64_t)hd, kr);
+			range(L, nv, kvd, qin, 0, (int64_t)s->kv_t[k] * hd, (uint64_t)hd, vr);
 		}
 		columns(L, no, dim, qd, (int64_t)t * s->hq_t * hd, s->hq_t * hd, w->wo_p,
 			s->hq_t * hd, 0);
@@ -347,11 +357,125 @@ static float *vocab_shard(struct loader *L, enum dps_shard_part part, const char
 	return p;
 }
 
+/*
+ * An Eagle3 draft of target T: checks its config against T's and fixes what the draft's
+ * shards follow (one layer, the draft vocabulary, the fused layers, the target's context).
+ */
+static int draft_config(struct dps_shard *s, const struct dps_shard *T, const char *dir,
+			char *err, size_t errlen)
+{
+	struct dps_model_config *c = &s->cfg;
+	const struct dps_model_config *tc = &T->cfg;
+	const int N = tc->num_hidden_layers;
+
+	if (!c->eagle3) {
+		snprintf(err, errlen, "%s: not an Eagle3 draft (its config.json names no "
+			 "LlamaForCausalLMEagle3 architecture, draft_vocab_size or "
+			 "eagle_aux_hidden_state_layer_ids)", dir);
+		return -EINVAL;
+	}
+	if (c->num_local_experts || c->num_hidden_layers != 1) {
+		snprintf(err, errlen, "%s: an Eagle3 draft has one dense decoder layer (this config "
+			 "has %d layers%s)", dir, c->num_hidden_layers,
+			 c->num_local_experts ? " and experts" : "");
+		return -EINVAL;
+	}
+	if (c->hidden_size != tc->hidden_size) {
+		snprintf(err, errlen, "%s: the draft's hidden_size %d differs from the target's %d "
+			 "(the draft reads the target's token embedding)", dir, c->hidden_size,
+			 tc->hidden_size);
+		return -EINVAL;
+	}
+	if (c->draft_vocab_size)
+		c->vocab_size = c->draft_vocab_size;
+	if (c->vocab_size > tc->vocab_size) {
+		snprintf(err, errlen, "%s: the draft vocabulary (%d) is larger than the target's (%d)",
+			 dir, c->vocab_size, tc->vocab_size);
+		return -EINVAL;
+	}
+	if (c->n_aux) {
+		for (int k = 0; k < 3; k++)
+			if (c->aux_layers[k] >= N) {
+				snprintf(err, errlen, "%s: eagle_aux_hidden_state_layer_ids names layer "
+					 "%d; the target has %d layers", dir, c->aux_layers[k], N);
+				return -EINVAL;
+			}
+	} else {
+		/* vLLM's default, (2, N/2, N-3), kept inside a small target. */
+		const int def[3] = { 2, N / 2, N - 3 };
+
+		for (int k = 0; k < 3; k++)
+			c->aux_layers[k] = def[k] < 0 ? 0 : def[k] >= N ? N - 1 : def[k];
+		c->n_aux = 3;
+	}
+	if (c->max_position_embeddings < tc->max_position_embeddings)
+		c->max_position_embeddings = tc->max_position_embeddings;
+	s->draft = 1;
+	s->target_vocab = tc->vocab_size;
+	memcpy(s->aux_l, c->aux_layers, sizeof(s->aux_l));
+	return 0;
+}
+
+/* The draft's fusion columns, hidden_norm and d2t (each draft id's offset to its target id). */
+static void load_draft_extras(struct loader *L)
+{
+	struct dps_shard *s = L->s;
+	const uint64_t dim = (uint64_t)s->cfg.hidden_size, V = (uint64_t)s->cfg.vocab_size;
+	const struct dps_st_tensor *d2t;
+
+	s->fc_w = (int)((3 * dim + (uint64_t)s->par.tp - 1) / (uint64_t)s->par.tp);
+	s->fc = alloc_part(L, DPS_PART_MLP, dim * (size_t)s->fc_w);
+	s->hidden_norm = alloc_part(L, DPS_PART_NORMS, dim);
+	if (s->fc && s->hidden_norm) {
+		columns(L, "fc.weight", dim, 3 * dim, (int64_t)s->t * s->fc_w, s->fc_w, s->fc, s->fc_w,
+			0);
+		whole1(L, "midlayer.hidden_norm.weight", dim, s->hidden_norm);
+	}
+	s->d2t = calloc(V, sizeof(int));
+	if (!s->d2t) {
+		if (!L->rc) {
+			L->rc = -ENOMEM;
+			snprintf(L->err, L->errlen, "out of memory");
+		}
+		return;
+	}
+	d2t = dps_ckpt_find(&L->ck, "d2t", NULL);
+	if (!d2t && V != (uint64_t)s->target_vocab && !L->rc) {
+		snprintf(L->err, L->errlen, "%s: no 'd2t' tensor, and the draft vocabulary (%llu) is "
+			 "not the target's (%d)", L->ck.dir, (unsigned long long)V, s->target_vocab);
+		L->rc = -EINVAL;
+	}
+	if (d2t && !L->rc) {
+		float *tmp = malloc(sizeof(float) * V);
+
+		if (!tmp) {
+			L->rc = -ENOMEM;
+			snprintf(L->err, L->errlen, "out of memory");
+			return;
+		}
+		whole1(L, "d2t", V, tmp);
+		for (uint64_t i = 0; i < V && !L->rc; i++) {
+			const double t = (double)i + (double)tmp[i];
+
+			if (!(t >= 0 && t < s->target_vocab)) {
+				snprintf(L->err, L->errlen, "%s: d2t maps draft token %llu to %.0f, outside "
+					 "the target's vocabulary of %d", L->ck.dir,
+					 (unsigned long long)i, t, s->target_vocab);
+				L->rc = -EINVAL;
+			}
+			s->d2t[i] = (int)tmp[i];
+		}
+		free(tmp);
+	}
+}
+
 int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_par_cfg *par,
 		   const char *dir, const struct dps_shard_opts *opts, char *err, size_t errlen)
 {
 	struct loader L = { .s = s, .err = err, .errlen = errlen };
 	struct dps_model_config *c = &s->cfg;
+	const struct dps_shard *T = opts ? opts->target : NULL;
+	struct dps_par_cfg dpar;
 	const char *head;
 	int maxc = 1, tp = par->tp, rc, moe_fail = 0;
 	size_t kv, cache, g, wide;
@@ -365,6 +489,20 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (rc)
 		return rc;
 	*c = L.ck.cfg;
+	if (T) {
+		/* The draft: its MLP over TP x --draft-mlp-dp-size, the rest over TP. */
+		rc = draft_config(s, T, dir, err, errlen);
+		if (rc)
+			goto out;
+		dpar = *par;
+		dpar.attn_dp = dpar.emb_dp = dpar.lm_head_dp = 1;
+		dpar.mlp_dp = par->draft_mlp_dp;
+		dpar.ep = 0;
+		dpar.a2a = 0;
+		par = &dpar;
+		s->par = dpar;
+	}
+	s->qkv_in = (s->draft ? 2 : 1) * c->hidden_size;
 	rc = dps_shard_check(c, par, err, errlen);
 	if (rc)
 		goto out;
@@ -381,6 +519,10 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (w) {
 		s->tp_c = w->tp_c;
 		s->dp_c = w->dp_c;
+		if (s->draft) {
+			s->comp_c[DPS_COMP_MLP] = w->comp_tp_c[DPS_COMP_DRAFT_MLP];
+			s->col_c[DPS_COMP_MLP] = w->dp_col_c[DPS_COMP_DRAFT_MLP];
+		}
 	}
 	attention_geometry(s);
 	if (!s->kv_t || !s->q2kv) {
@@ -408,13 +550,17 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 		}
 	}
 
-	/* Embedding and LM head: plain TP for prefill, the component group for decode. */
-	s->emb_p = vocab_shard(&L, DPS_PART_EMB_PREFILL, "model.embed_tokens.weight", s->t, s->v_tp);
-	s->emb_d = s->c[DPS_COMP_EMB] > 1
-			   ? vocab_shard(&L, DPS_PART_EMB_DECODE, "model.embed_tokens.weight",
-					 s->j[DPS_COMP_EMB] * tp + s->t, s->v_emb)
-			   : s->emb_p;
-	head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+	/* Embedding and LM head: plain TP for prefill, the component group for decode. A draft
+	 * reads the target's embedding. */
+	if (!s->draft) {
+		s->emb_p = vocab_shard(&L, DPS_PART_EMB_PREFILL, "model.embed_tokens.weight", s->t,
+				       s->v_tp);
+		s->emb_d = s->c[DPS_COMP_EMB] > 1
+				   ? vocab_shard(&L, DPS_PART_EMB_DECODE, "model.embed_tokens.weight",
+						 s->j[DPS_COMP_EMB] * tp + s->t, s->v_emb)
+				   : s->emb_p;
+	}
+	head = c->tie_word_embeddings && !s->draft ? "model.embed_tokens.weight" : "lm_head.weight";
 	s->lm_p = vocab_shard(&L, DPS_PART_LM_PREFILL, head, s->t, s->v_tp);
 	s->lm_d = s->c[DPS_COMP_LM_HEAD] > 1
 			  ? vocab_shard(&L, DPS_PART_LM_DECODE, head,
@@ -422,7 +568,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			  : s->lm_p;
 	s->final_norm = alloc_part(&L, DPS_PART_NORMS, (size_t)c->hidden_size);
 	if (s->final_norm)
-		whole1(&L, "model.norm.weight", (uint64_t)c->hidden_size, s->final_norm);
+		whole1(&L, s->draft ? "norm.weight" : "model.norm.weight", (uint64_t)c->hidden_size,
+		       s->final_norm);
 	s->layers = calloc((size_t)c->num_hidden_layers, sizeof(*s->layers));
 	if (!s->layers && !L.rc) {
 		L.rc = -ENOMEM;
@@ -430,6 +577,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	}
 	for (int l = 0; l < c->num_hidden_layers && !L.rc; l++)
 		load_layer(&L, l);
+	if (s->draft)
+		load_draft_extras(&L);
 	rc = L.rc;
 	if (rc)
 		goto out;
@@ -493,7 +642,9 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (wide < (size_t)c->hidden_size)
 		wide = (size_t)c->hidden_size;
 	s->x = calloc(g * (size_t)c->hidden_size, sizeof(float));
-	s->h = calloc(g * (size_t)c->hidden_size, sizeof(float));
+	s->h = calloc(g * (size_t)s->qkv_in, sizeof(float));
+	if (s->draft)
+		s->fcin = calloc((size_t)s->max_rows * (size_t)s->fc_w, sizeof(float));
 	s->o = calloc(g * (size_t)c->hidden_size, sizeof(float));
 	s->qkv = calloc(2 * g * wide, sizeof(float));
 	/* att and att2 also hold a replica's K/V projections and the all-to-all blocks. */
@@ -562,7 +713,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 		     (!s->m_send || !s->m_pos || !s->m_recv || !s->m_ret || !s->m_e2)))
 			moe_fail = 1;
 	}
-	if (moe_fail || !s->key_cache || !s->value_cache || !s->x || !s->h || !s->o || !s->qkv || !s->att ||
+	if ((s->draft && !s->fcin) || moe_fail || !s->key_cache || !s->value_cache || !s->x || !s->h || !s->o || !s->qkv || !s->att ||
 	    !s->att2 || !s->gu || !s->scores || !s->cs || !s->lg || !s->lg2 || !s->logits ||
 	    !s->ids || !s->rows_slot || !s->rows_table || !s->seq_tables) {
 		snprintf(err, errlen, "rank %d: cannot allocate the KV cache (%zu bytes) and scratch",
@@ -644,6 +795,11 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->m_ret);
 	free(s->m_e2);
 	free(s->m_pad);
+	free(s->aux);
+	free(s->fc);
+	free(s->hidden_norm);
+	free(s->fcin);
+	free(s->d2t);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -810,7 +966,7 @@ static void attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r, c
 	const size_t width = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
 	float *q = s->qkv;
 
-	lin(s, q, h, w->wqkv_p, n, (int)width, dim);
+	lin(s, q, h, w->wqkv_p, n, (int)width, s->qkv_in);
 	attend(s, l, r, q, width, q + (size_t)s->hq_t * hd,
 	       q + (size_t)(s->hq_t + s->nkv_t) * hd, width, s->att);
 	lin(s, o, s->att, w->wo_p, n, dim, s->hq_t * hd);
@@ -925,8 +1081,9 @@ int dps_shard_coupled(const struct dps_shard *s)
 {
 	int coupled = s->par.ep;
 
+	/* The draft MLP's size couples only when a draft runs (the engine adds it then). */
 	for (int k = 0; k < DPS_COMP_COUNT; k++)
-		coupled |= s->c[k] > 1;
+		coupled |= k != DPS_COMP_DRAFT_MLP && s->c[k] > 1;
 	return coupled;
 }
 
@@ -1223,6 +1380,156 @@ static int project(struct dps_shard *s, const float *h, int m, const float *tabl
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
+/* Keeps this replica's n rows x (the input of layer l) where an Eagle3 draft fuses them. */
+static void keep_aux(struct dps_shard *s, int l, const float *x, int n)
+{
+	const size_t dim = (size_t)s->cfg.hidden_size;
+
+	for (int k = 0; k < s->n_aux; k++)
+		if (s->aux_l[k] == l)
+			for (int i = 0; i < n; i++)
+				memcpy(s->aux + ((size_t)i * 3 + (size_t)k) * dim, x + (size_t)i * dim,
+				       sizeof(float) * dim);
+}
+
+int dps_shard_set_aux(struct dps_shard *s, const int *aux, char *err, size_t errlen)
+{
+	for (int k = 0; k < 3; k++)
+		if (aux[k] < 0 || aux[k] >= s->cfg.num_hidden_layers) {
+			snprintf(err, errlen, "the draft fuses layer %d; the target has %d layers",
+				 aux[k], s->cfg.num_hidden_layers);
+			return -EINVAL;
+		}
+	free(s->aux);
+	s->aux = calloc((size_t)s->max_rows * 3 * (size_t)s->cfg.hidden_size, sizeof(float));
+	if (!s->aux) {
+		s->n_aux = 0;
+		snprintf(err, errlen, "out of memory for the draft's hidden states");
+		return -ENOMEM;
+	}
+	memcpy(s->aux_l, aux, sizeof(s->aux_l));
+	s->n_aux = 3;
+	return 0;
+}
+
+const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t,
+				  const struct dps_rows *r, const float *hin, int fused,
+				  float *hout, int *rcp)
+{
+	const int n = r->n, dim = d->cfg.hidden_size, cm = d->c[DPS_COMP_MLP];
+	const struct dps_shard_layer *w = &d->layers[0];
+	const float eps = (float)d->cfg.rms_norm_eps;
+	struct dps_comm *col = d->col_c[DPS_COMP_MLP];
+	size_t counts[DPS_MAX_WORLD];
+	int R = n, first = 0, n_out = 0, rc = 0, dummy;
+
+	if (!rcp)
+		rcp = &dummy;
+	*rcp = 0;
+	DPS_ASSERT(d->draft && n >= 0 && n <= d->max_rows);
+	for (int i = 0; i < n; i++)
+		DPS_ASSERT(r->tokens[i] >= 0 && r->tokens[i] < t->cfg.vocab_size && r->pos[i] >= 0 &&
+			   r->pos[i] < d->max_pos && r->slot[i] < d->num_blocks * d->block_size &&
+			   (r->table[i] || r->slot[i] < 0));
+	if (!n && cm == 1)
+		return d->logits; /* nothing here, and no replica waits for this one */
+	d->steps++;
+	d->cur_prefill = 0;
+	d->cur_layer = 0;
+	/* The draft MLP column's row counts: replicas draft different amounts. */
+	if (cm > 1) {
+		int *cnt = d->ids;
+
+		rc = allgather(d, col, DPS_SG_MLP_COL, &n, cnt, 1, DPS_I32);
+		if (rc)
+			goto fail;
+		R = 0;
+		for (int q = 0; q < cm; q++) {
+			counts[q] = (size_t)cnt[q] * (size_t)dim;
+			if (q < d->j[DPS_COMP_MLP])
+				first += cnt[q];
+			R += cnt[q];
+		}
+		DPS_ASSERT(R <= d->max_gather);
+	}
+	if (n) {
+		/* The target's token embedding (plain TP shard) into o. */
+		lookup((struct dps_shard *)t, t->emb_p, t->t * t->v_tp, t->v_tp, r->tokens, n, d->o);
+		rc = allreduce(d, d->tp_c, DPS_SG_TP, d->o, (size_t)n * dim);
+		if (rc)
+			goto fail;
+		/* The residual x: fc over the three fused states (this rank's columns), or the
+		 * draft's own previous state. */
+		if (fused) {
+			const size_t w3 = 3 * (size_t)dim, c0 = (size_t)d->t * (size_t)d->fc_w;
+			const size_t cn = c0 >= w3 ? 0 : w3 - c0 < (size_t)d->fc_w ? w3 - c0
+										    : (size_t)d->fc_w;
+
+			for (int i = 0; i < n; i++) {
+				float *dst = d->fcin + (size_t)i * (size_t)d->fc_w;
+
+				memcpy(dst, hin + (size_t)i * w3 + c0, sizeof(float) * cn);
+				memset(dst + cn, 0, sizeof(float) * ((size_t)d->fc_w - cn));
+			}
+			lin(d, d->x, d->fcin, d->fc, n, dim, d->fc_w);
+			rc = allreduce(d, d->tp_c, DPS_SG_TP, d->x, (size_t)n * dim);
+			if (rc)
+				goto fail;
+		} else {
+			memcpy(d->x, hin, sizeof(float) * (size_t)n * dim);
+		}
+		/* Attention over [input_layernorm(embedding), hidden_norm(x)]. */
+		for (int i = 0; i < n; i++) {
+			float *h = d->h + (size_t)i * 2 * (size_t)dim;
+
+			dps_rmsnorm(h, d->o + (size_t)i * dim, w->attn_norm, dim, eps);
+			dps_rmsnorm(h + dim, d->x + (size_t)i * dim, d->hidden_norm, dim, eps);
+		}
+		attn_prefill(d, 0, r, d->h, d->o);
+		rc = allreduce(d, d->tp_c, DPS_SG_TP, d->o, (size_t)n * dim);
+		if (rc)
+			goto fail;
+		for (size_t i = 0; i < (size_t)n * dim; i++)
+			d->x[i] += d->o[i];
+		for (int i = 0; i < n; i++)
+			dps_rmsnorm(d->o + (size_t)i * dim, d->x + (size_t)i * dim, w->ffn_norm, dim,
+				    eps);
+	}
+	/* The MLP over TP x c_draft_mlp: gather the column's rows, reduce, keep mine. */
+	if (cm > 1) {
+		count(d, DPS_COLL_ALLGATHER, DPS_SG_MLP_COL, (size_t)R * dim * sizeof(float));
+		rc = dps_coll_allgatherv(col, d->o, d->h, counts, NULL, DPS_F32);
+		if (rc)
+			goto fail;
+	} else {
+		memcpy(d->h, d->o, sizeof(float) * (size_t)n * dim);
+	}
+	if (R)
+		mlp(d, 0, R, d->h, d->o);
+	rc = allreduce(d, d->comp_c[DPS_COMP_MLP], cm > 1 ? DPS_SG_MLP_COMP : DPS_SG_TP, d->o,
+		       (size_t)R * dim);
+	if (rc)
+		goto fail;
+	for (size_t i = 0; i < (size_t)n * dim; i++)
+		d->x[i] += d->o[(size_t)first * dim + i];
+	d->cur_layer = -1;
+	if (hout)
+		memcpy(hout, d->x, sizeof(float) * (size_t)n * dim);
+	for (int i = 0; i < n; i++)
+		if (!r->want || r->want[i]) {
+			dps_rmsnorm(d->h + (size_t)n_out * dim, d->x + (size_t)i * dim, d->final_norm,
+				    dim, eps);
+			n_out++;
+		}
+	rc = project(d, d->h, n_out, d->lm_p, d->v_tp, d->tp_c, DPS_SG_TP, 0, n_out, d->logits);
+	if (rc)
+		goto fail;
+	return d->logits;
+fail:
+	*rcp = rc;
+	return NULL;
+}
+
 static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, int *rcp)
 {
 	const int n = r->n, *tokens = r->tokens;
@@ -1265,6 +1572,8 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 		const struct dps_shard_layer *w = &s->layers[l];
 
 		s->cur_layer = l;
+		if (s->n_aux)
+			keep_aux(s, l, s->x, n);
 		for (int i = 0; i < n; i++)
 			dps_rmsnorm(s->h + (size_t)i * dim, s->x + (size_t)i * dim, w->attn_norm, dim,
 				    eps);
@@ -1383,6 +1692,8 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 		float *xa = s->o; /* x at the attention's size */
 
 		s->cur_layer = l;
+		if (s->n_aux)
+			keep_aux(s, l, s->x + (size_t)(s->d % cur) * (size_t)B * (size_t)dim, B);
 		rc = dps_dp_transition(s, s->x, xa, B, dim, cur, ca, s->col_c[DPS_COMP_ATTN],
 				       DPS_SG_ATTN_COL);
 		if (rc)

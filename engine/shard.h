@@ -58,6 +58,11 @@ struct dps_shard_opts {
 	int max_blocks;  /* and then at most this many blocks (0: no limit) */
 	int max_rows; /* rows per step of any replica (0: 1); the same on every rank, since a
 		       * rank gathers the rows of other replicas */
+	/*
+	 * Non-NULL: dir is an Eagle3 draft of this (loaded) target, sharded as the draft is
+	 * (below); num_blocks should then be the target's, so that its block tables serve both.
+	 */
+	const struct dps_shard *target;
 };
 
 /* What a layout of a component holds on this rank. */
@@ -153,6 +158,20 @@ struct dps_shard {
 	double linear_flops;
 	int trace;                     /* print every collective on stderr */
 	uint64_t steps;                /* steps run since load */
+
+	/*
+	 * Eagle3. A target keeps the input hidden states of layers aux_l[0..2] of its own rows of
+	 * every step, (rows, 3 * hidden), in aux (after dps_shard_set_aux). A draft (draft = 1):
+	 * one decoder layer whose q/k/v read qkv_in = 2 * hidden inputs, fc (hidden, fc_w)
+	 * columns [t * fc_w, (t + 1) * fc_w) of the (hidden, 3 * hidden) fusion (all-reduced over
+	 * TP), hidden_norm, an LM head over the draft vocabulary (cfg.vocab_size) and d2t: draft
+	 * id -> target id.
+	 */
+	int n_aux, aux_l[3];
+	float *aux;
+	int draft, qkv_in, fc_w, target_vocab;
+	float *fc, *hidden_norm, *fcin;
+	int *d2t;
 	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
 };
 
@@ -187,7 +206,8 @@ struct dps_rows {
 
 /*
  * Whether the replicas of this layout must step together (DP padding, dummy batches, the global
- * unfinished check): any component size above 1, or expert parallelism.
+ * unfinished check): any component size above 1 (the draft MLP's only when a draft runs, which
+ * the caller adds), or expert parallelism.
  */
 int dps_shard_coupled(const struct dps_shard *s);
 
@@ -204,6 +224,26 @@ const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct 
  */
 const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
 			    const int *pos, const int *seq, const unsigned char *want, int *rc);
+
+/*
+ * Keeps the input hidden states of the target's layers aux[0..2] from now on (for an Eagle3
+ * draft). 0 or -ENOMEM / -EINVAL (a layer out of range) with a message.
+ */
+int dps_shard_set_aux(struct dps_shard *s, const int *aux, char *err, size_t errlen);
+
+/*
+ * One pass of the Eagle3 draft d (loaded with opts.target = t) over this replica's rows r:
+ * row i feeds target token r->tokens[i] at r->pos[i] (draft KV slot r->slot[i]) with the
+ * hidden state hin row i: the target's three fused hidden states (3 * hidden floats) when
+ * fused, else the draft's own previous output (hidden floats). Writes every row's output
+ * hidden state (before the final norm) to hout (n, hidden) and returns the draft-vocabulary
+ * logits of the rows with want[i], packed. The draft MLP runs over TP x --draft-mlp-dp-size
+ * (gathering over its column with counts, so replicas may give different row counts, 0
+ * included; every rank of the column must call it); attention, fc and the LM head over TP.
+ */
+const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t,
+				  const struct dps_rows *r, const float *hin, int fused,
+				  float *hout, int *rc);
 
 /*
  * The seed's _dp_transition on rows of `cols` floats: from rows gathered over a column of size

@@ -93,3 +93,76 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 	}
 	return scratch[k - 1];
 }
+
+int dps_sample_verify(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r,
+		      int draft, int *scratch, int *token)
+{
+	int k, i, sorted, kept = 0;
+	float mass = 1.0f, pd = 0.0f, rest, u, cum;
+
+	if (!(p->temperature >= 1e-6f)) {
+		*token = dps_argmax_ref(logits, n);
+		return *token == draft;
+	}
+	for (i = 0; i < n; i++)
+		logits[i] /= p->temperature;
+	dps_softmax_ref(logits, n);
+	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	sorted = !(k == n && p->top_p >= 1.0f);
+	if (sorted) {
+		/* The kept set exactly as dps_sample keeps it. */
+		for (i = 0; i < n; i++)
+			scratch[i] = i;
+		qsort_r(scratch, (size_t)n, sizeof(int), cmp_desc, logits);
+		mass = 0.0f;
+		for (i = 0; i < k; i++) {
+			mass += logits[scratch[i]];
+			if (mass >= p->top_p) {
+				k = i + 1;
+				break;
+			}
+		}
+		for (i = 0; i < k; i++)
+			kept |= scratch[i] == draft;
+	} else {
+		kept = draft >= 0 && draft < n;
+	}
+	/* The draft is one token with certainty: accept it with the target's probability. */
+	if (kept)
+		pd = logits[draft] / mass;
+	u = dps_rng_uniform(r);
+	if (u < pd) {
+		*token = draft;
+		return 1;
+	}
+	/* Rejected: the target's distribution without the draft token, renormalised. */
+	rest = mass - (kept ? logits[draft] : 0.0f);
+	if (!(rest > 0.0f)) {
+		*token = draft; /* only rounding gets here: the draft held all the mass */
+		return 1;
+	}
+	u = dps_rng_uniform(r) * rest;
+	cum = 0.0f;
+	for (i = 0; i < k; i++) {
+		const int x = sorted ? scratch[i] : i;
+
+		if (x == draft)
+			continue;
+		cum += logits[x];
+		if (u < cum) {
+			*token = x;
+			return 0;
+		}
+	}
+	/* Rounding left u above the sum: the last keepable token other than the draft. */
+	for (i = k - 1; i >= 0; i--) {
+		const int x = sorted ? scratch[i] : i;
+
+		if (x != draft && logits[x] > 0.0f) {
+			*token = x;
+			return 0;
+		}
+	}
+	*token = draft;
+	return 1;
+}

@@ -32,4 +32,16 @@ float dps_rng_uniform(struct dps_rng *r);
 int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r,
 	       int *scratch);
 
+/*
+ * Speculative decoding: verifies the draft token proposed (with certainty: a greedy draft)
+ * where the target's logits are these. Greedy (temperature 0): *token is the target's argmax,
+ * accepted when it is the draft. Sampling: the standard rejection rule, so that *token is
+ * distributed as dps_sample's: accept the draft with the target's probability of it (after
+ * temperature, top-k and top-p), else draw from that distribution without the draft token.
+ * Returns 1 when the draft was accepted (*token == draft). logits are modified, scratch holds
+ * n ints.
+ */
+int dps_sample_verify(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r,
+		      int draft, int *scratch, int *token);
+
 #endif

@@ -95,7 +95,7 @@ static const struct bad bad_cases[] = {
 	{ "[1,2]", ~0ull, 0, "not a JSON object" },
 	{ "{\"a\":5}", ~0ull, 0, "not an object" },
 	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", ~0ull, 4, "data_offsets" },
-	{ "{\"a\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", ~0ull, 8,
+	{ "{\"a\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]}}", ~0ull, 4,
 	  "unsupported dtype" },
 	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", ~0ull, 4, "shape" },
 	{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"

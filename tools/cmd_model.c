@@ -388,7 +388,8 @@ int dps_cmd_generate(int argc, char **argv)
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
 	const char *blis_arch = "auto", *cpu_bind = "auto", *requests = NULL, *buckets = NULL;
 	int threads = 0, reference = 0, verbose = 0, trace = 0;
-	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0;
+	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0, spec_k = 0;
+	const char *spec_model = NULL;
 	size_t kv_mem = 0;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	uint64_t t0;
@@ -436,6 +437,10 @@ int dps_cmd_generate(int argc, char **argv)
 		  "prompt)", 0, 1 << 20 },
 		{ "decode-buckets", DPS_FLAG_STR, &buckets, "B,...",
 		  "decode batch sizes, ascending, ending at --max-num-seqs (default: powers of two)" },
+		{ "speculative-model", DPS_FLAG_STR, &spec_model, "DIR",
+		  "speculative decoding with this Eagle3 draft (needs --num-speculative-tokens)" },
+		{ "num-speculative-tokens", DPS_FLAG_INT, &spec_k, "K",
+		  "tokens the draft proposes per step, verified in one target pass", 0, DPS_MAX_SPEC },
 	};
 	size_t nf = sizeof(base) / sizeof(base[0]);
 
@@ -459,7 +464,13 @@ int dps_cmd_generate(int argc, char **argv)
 				"--top-k >= 0\n");
 		return 2;
 	}
-	if (npos > 1 || requests || par.tp * par.dp > 1 || par.attn_dp > 1 || par.emb_dp > 1 ||
+	if (!spec_model != !spec_k) {
+		fprintf(stderr, "dpshard generate: --speculative-model and --num-speculative-tokens "
+				"go together\n");
+		return 2;
+	}
+	if (npos > 1 || requests || spec_model || par.tp * par.dp > 1 || par.attn_dp > 1 ||
+	    par.emb_dp > 1 ||
 	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1 || par.ep || par.a2a) {
 		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
 						.blis_arch = blis_arch, .threads = threads,
@@ -469,7 +480,8 @@ int dps_cmd_generate(int argc, char **argv)
 						.max_num_seqs = max_num_seqs,
 						.max_model_len = max_model_len,
 						.max_batched_tokens = max_batched,
-						.decode_buckets = buckets };
+						.decode_buckets = buckets,
+						.spec_model = spec_model, .spec_k = spec_k };
 
 		if (reference) {
 			fprintf(stderr, "dpshard generate: --reference runs on one rank only, with one "
@@ -634,7 +646,9 @@ out:
 
 int dps_cmd_mkmodel(int argc, char **argv)
 {
-	const char *preset = NULL, *out = NULL, *dtype = "f32";
+	const char *preset = NULL, *out = NULL, *dtype = "f32", *draft_for = NULL;
+	const char *draft_kind = "self";
+	int draft_vocab = 0;
 	struct dps_model_config c, check;
 	int seed = 0, list = 0, tie = -1, npos, rc;
 	int hidden = 0, inter = 0, layers = 0, heads = 0, kv = 0, hd = 0, vocab = 0, maxpos = 0;
@@ -655,11 +669,18 @@ int dps_cmd_mkmodel(int argc, char **argv)
 		{ "max-position-embeddings", DPS_FLAG_INT, &maxpos, "N", "override: context length" },
 		{ "tie-word-embeddings", DPS_FLAG_INT, &tie, "0|1", "override: tie the LM head", -1, 1 },
 		{ "list-presets", DPS_FLAG_BOOL, &list, NULL, "print the presets and exit" },
+		{ "draft-for", DPS_FLAG_STR, &draft_for, "DIR",
+		  "write an Eagle3 draft of the model in DIR instead (shape flags do not apply)" },
+		{ "draft-kind", DPS_FLAG_STR, &draft_kind, "self|random",
+		  "self: derived from the target's weights, agrees with it often (default); "
+		  "random: seeded random weights" },
+		{ "draft-vocab", DPS_FLAG_INT, &draft_vocab, "N",
+		  "draft vocabulary size (default: the target's)" },
 		DPS_FLAGS_END
 	};
 
 	rc = dps_flags_parse(flags, argc, argv, "mkmodel",
-			     "(--preset NAME | --hidden-size N ...) --out DIR [--seed S]", pos, 0, &npos);
+			     "(--preset NAME | --hidden-size N ... | --draft-for DIR) --out DIR [--seed S]", pos, 0, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	if (list) {
@@ -671,6 +692,35 @@ int dps_cmd_mkmodel(int argc, char **argv)
 	if (!out) {
 		fprintf(stderr, "dpshard mkmodel: --out DIR is required\n");
 		return 2;
+	}
+	if (draft_for) {
+		enum dps_draft_kind kind;
+
+		if (!strcmp(draft_kind, "self"))
+			kind = DPS_DRAFT_SELF;
+		else if (!strcmp(draft_kind, "random"))
+			kind = DPS_DRAFT_RANDOM;
+		else {
+			fprintf(stderr, "dpshard mkmodel: --draft-kind must be self or random, not "
+				"'%s'\n", draft_kind);
+			return 2;
+		}
+		if (draft_vocab < 0) {
+			fprintf(stderr, "dpshard mkmodel: --draft-vocab must be positive\n");
+			return 2;
+		}
+		if (parse_dtype("mkmodel", dtype, &dt))
+			return 2;
+		fprintf(stderr, "dpshard mkmodel: writing a %s Eagle3 draft of %s to %s ...\n",
+			kind == DPS_DRAFT_SELF ? "self-distilled" : "random", draft_for, out);
+		rc = dps_mkmodel_draft(draft_for, kind, draft_vocab, (uint64_t)seed, dt, out, err,
+				       sizeof(err));
+		if (rc) {
+			fprintf(stderr, "dpshard mkmodel: %s\n", err);
+			return 1;
+		}
+		printf("wrote %s\n", out);
+		return 0;
 	}
 	if (preset && !dps_mkmodel_preset(preset)) {
 		fprintf(stderr, "dpshard mkmodel: unknown preset '%s' (see --list-presets)\n", preset);

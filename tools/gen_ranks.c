@@ -58,6 +58,16 @@ static void on_stats(void *arg, int replica, const struct dps_engine_stats *st, 
 			(unsigned long long)st->dummy_steps, (unsigned long long)st->padded_rows,
 			(unsigned long long)st->preemptions, (unsigned long long)st->dp_allreduces,
 			(unsigned long long)st->collectives);
+	if (r->o->verbose && st->spec_k)
+		fprintf(stderr, "replica %d: speculative decoding: %llu of %llu drafted tokens "
+				"accepted (%.1f%%), mean accepted length %.2f, %llu draft passes\n",
+			replica, (unsigned long long)st->spec_accepted,
+			(unsigned long long)st->spec_draft_tokens,
+			st->spec_draft_tokens ? 100.0 * (double)st->spec_accepted /
+							(double)st->spec_draft_tokens : 0.0,
+			st->spec_drafts ? 1.0 + (double)st->spec_accepted / (double)st->spec_drafts
+					: 0.0,
+			(unsigned long long)st->draft_steps);
 }
 
 int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
@@ -76,7 +86,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 									: o->steps + 1,
 				      .max_batched_tokens = o->max_batched_tokens,
 				      .decode_buckets = o->decode_buckets, .kv_fraction = 0.5,
-				      .verbose = o->verbose, .trace = o->trace };
+				      .verbose = o->verbose, .trace = o->trace,
+				      .spec_model = o->spec_model, .spec_k = o->spec_k };
 	struct dps_sup_opts so = { .par = o->par, .cpu_bind = o->cpu_bind,
 				   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
 				   .msg_fn = dps_engine_on_msg, .tick_fn = dps_engine_tick,

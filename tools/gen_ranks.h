@@ -28,6 +28,8 @@ struct dps_gen_ranks_opts {
 	int block_size, max_num_seqs, max_model_len, max_batched_tokens;
 	size_t kv_cache_memory;
 	const char *decode_buckets;
+	const char *spec_model;    /* Eagle3 draft (NULL: none) */
+	int spec_k;                /* its tokens per step */
 	int bos, eos;
 	const struct dps_tokenizer *tok; /* NULL: print ids */
 	int ids_out, verbose, trace;
