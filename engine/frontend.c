@@ -609,6 +609,53 @@ static const char *label(const char *s, char *buf, size_t len)
 	return buf;
 }
 
+/* Speculative decoding, when a draft runs: vLLM's spec_decode counters and two ratios. */
+static void spec_metrics(struct dps_frontend *f, FILE *o, const char *name)
+{
+	struct dps_engine_stats t = f->base;
+
+	for (int d = 0; d < f->o.dp; d++) {
+		const struct dps_engine_stats *s = &f->rep[d];
+
+		t.spec_drafts += s->spec_drafts;
+		t.spec_draft_tokens += s->spec_draft_tokens;
+		t.spec_accepted += s->spec_accepted;
+		for (int j = 0; j < DPS_MAX_SPEC; j++)
+			t.spec_accepted_pos[j] += s->spec_accepted_pos[j];
+		if (s->spec_k)
+			t.spec_k = s->spec_k;
+	}
+	if (!t.spec_k)
+		return;
+	fprintf(o, "# HELP vllm:spec_decode_num_drafts Verifications of a draft.\n"
+		   "# TYPE vllm:spec_decode_num_drafts counter\n"
+		   "vllm:spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n"
+		   "# HELP vllm:spec_decode_num_draft_tokens Draft tokens verified.\n"
+		   "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+		   "vllm:spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n"
+		   "# HELP vllm:spec_decode_num_accepted_tokens Draft tokens accepted.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+		   "vllm:spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n",
+		name, (unsigned long long)t.spec_drafts, name,
+		(unsigned long long)t.spec_draft_tokens, name, (unsigned long long)t.spec_accepted);
+	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted at "
+		   "each draft position.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n");
+	for (int j = 0; j < t.spec_k && j < DPS_MAX_SPEC; j++)
+		fprintf(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
+			   "position=\"%d\"} %llu\n", name, j,
+			(unsigned long long)t.spec_accepted_pos[j]);
+	fprintf(o, "# HELP dpshard:spec_decode_acceptance_rate Accepted over drafted tokens.\n"
+		   "# TYPE dpshard:spec_decode_acceptance_rate gauge\n"
+		   "dpshard:spec_decode_acceptance_rate{model_name=\"%s\"} %.6f\n"
+		   "# HELP dpshard:spec_decode_mean_acceptance_length Tokens per verification: 1 + "
+		   "accepted drafts (the target's own token included).\n"
+		   "# TYPE dpshard:spec_decode_mean_acceptance_length gauge\n"
+		   "dpshard:spec_decode_mean_acceptance_length{model_name=\"%s\"} %.6f\n",
+		name, t.spec_draft_tokens ? (double)t.spec_accepted / (double)t.spec_draft_tokens : 0.0,
+		name, t.spec_drafts ? 1.0 + (double)t.spec_accepted / (double)t.spec_drafts : 0.0);
+}
+
 void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 {
 	char nbuf[300], gbuf[80];
@@ -700,6 +747,7 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 			fprintf(o, "dpshard:collective_seconds_total{engine=\"%d\",group=\"%s\"} "
 				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
 				(double)f->rep[d].group_ns[g] / 1e9);
+	spec_metrics(f, o, name);
 	fprintf(o, "# HELP dpshard:up 1 when every rank serves, 0 while loading, draining or "
 		   "recovering.\n# TYPE dpshard:up gauge\ndpshard:up %d\n",
 		f->state == DPS_FE_READY);
@@ -852,6 +900,13 @@ void dps_frontend_fail_all(struct dps_frontend *f, const char *why, int restart)
 		f->base.preemptions += f->rep[d].preemptions;
 		f->base.dummy_steps += f->rep[d].dummy_steps;
 		f->base.steps += f->rep[d].steps;
+		f->base.spec_drafts += f->rep[d].spec_drafts;
+		f->base.spec_draft_tokens += f->rep[d].spec_draft_tokens;
+		f->base.spec_accepted += f->rep[d].spec_accepted;
+		for (int j = 0; j < DPS_MAX_SPEC; j++)
+			f->base.spec_accepted_pos[j] += f->rep[d].spec_accepted_pos[j];
+		if (f->rep[d].spec_k)
+			f->base.spec_k = f->rep[d].spec_k;
 		memset(&f->rep[d], 0, sizeof(f->rep[d]));
 	}
 	f->restarts += restart != 0;

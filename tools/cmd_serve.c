@@ -260,6 +260,8 @@ int dps_cmd_serve(int argc, char **argv)
 	const char *api_key = NULL, *blis_arch = "auto", *cpu_bind = "auto", *buckets = NULL;
 	const char *log_file = NULL;
 	int port = 8000, threads = 0, block_size = 0, max_num_seqs = 256, max_model_len = 0;
+	int spec_k = 0;
+	const char *spec_model = NULL;
 	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
 	int max_conns = 1024, request_timeout = 0, max_tokens = 16, header_timeout = 30000;
 	int idle_timeout = 75000;
@@ -319,6 +321,10 @@ int dps_cmd_serve(int argc, char **argv)
 		  "rows per step; longer prompts are prefilled in chunks (0: 512)", 0, 1 << 20 },
 		{ "decode-buckets", DPS_FLAG_STR, &buckets, "B,...",
 		  "decode batch sizes, ascending, ending at --max-num-seqs (default: powers of two)" },
+		{ "speculative-model", DPS_FLAG_STR, &spec_model, "DIR",
+		  "speculative decoding with this Eagle3 draft (needs --num-speculative-tokens)" },
+		{ "num-speculative-tokens", DPS_FLAG_INT, &spec_k, "K",
+		  "tokens the draft proposes per step, verified in one target pass", 0, DPS_MAX_SPEC },
 		{ "verbose", DPS_FLAG_BOOL, &verbose, NULL, "print each rank's shard bytes" },
 	};
 	size_t nf = sizeof(fl) / sizeof(fl[0]);
@@ -331,6 +337,11 @@ int dps_cmd_serve(int argc, char **argv)
 			     pos, 0, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
+	if (!spec_model != !spec_k) {
+		fprintf(stderr, "dpshard serve: --speculative-model and --num-speculative-tokens go "
+				"together\n");
+		return 2;
+	}
 	if (!api_key)
 		api_key = getenv("DPSHARD_API_KEY");
 	if (log_file)
@@ -471,7 +482,8 @@ int dps_cmd_serve(int argc, char **argv)
 								    ? max_batched
 								    : (512 > max_num_seqs ? 512
 											  : max_num_seqs),
-					      .decode_buckets = buckets, .verbose = verbose };
+					      .decode_buckets = buckets, .verbose = verbose,
+					      .spec_model = spec_model, .spec_k = spec_k };
 		struct dps_sup_opts so = { .par = par, .cpu_bind = cpu_bind,
 					   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
 					   .msg_fn = on_msg, .tick_fn = tick, .ring = &s.ring,
