@@ -980,7 +980,9 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		if (rc)
 			break;
 		if (R.tp0 && hdr[H_ROWS])
-			dps_sched_update(&R.s, logits, R.m.cfg.vocab_size, R.m.cfg.eos_token_id,
+			/* EOS ends a request through its stop ids only (which the clients add, but
+			 * not for "ignore_eos"). */
+			dps_sched_update(&R.s, logits, R.m.cfg.vocab_size, -1,
 					 R.scratch, on_emit, on_done, &R);
 		else if (R.tp0)
 			dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);

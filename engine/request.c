@@ -153,9 +153,9 @@ int dps_request_parse(const char *json, size_t len, const struct dps_tokenizer *
 		} else if (!strcmp(key, "stop_ids")) {
 			size_t n = json_array_size(v);
 
-			if (!json_is_array(v) || n > DPS_MAX_STOP) {
+			if (!json_is_array(v) || n > DPS_MAX_STOP - 2) {
 				snprintf(err, errlen, "\"stop_ids\" must be a list of at most %d token ids",
-					 DPS_MAX_STOP);
+					 DPS_MAX_STOP - 2);
 				rc = -EINVAL;
 			}
 			for (size_t i = 0; i < n && !rc; i++) {

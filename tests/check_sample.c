@@ -5,6 +5,14 @@
  * standard deviations of the probabilities, computed independently in double precision);
  * top-k and top-p never pick outside their set; the same seed gives the same tokens; two
  * threads sampling at once get what they get one after the other.
+ *
+ * Speculative verification (dps_sample_verify): greedy accepts the draft exactly when it is the
+ * argmax (ties to the lowest id); sampling emits tokens distributed as dps_sample's, checked
+ * against an oracle computed here in double precision (softmax of logits / T, the top-k and
+ * top-p truncation by dps_sample's rules, renormalised) over 200000 verifications per setting:
+ * plain temperature, top-k, top-p, both, a likely, an unlikely and a truncated-away draft. The
+ * same checker refuses rules that are wrong (always accepting; drawing from the whole
+ * distribution on a rejection; accepting with the untruncated probability).
  */
 #include <check.h>
 #include <math.h>
@@ -182,10 +190,311 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* ---- speculative verification ---------------------------------------------------------- */
+
+/* Row for the verification tests: 0 and 4 tie (so top-k 2 keeps 2 and 0, not 4). */
+#define VN 8
+static const float vbase[VN] = { 1.5f, 0.2f, 2.5f, -0.7f, 1.5f, 0.9f, -2.0f, 0.0f };
+
+static int verify(const float *row, int n, const struct dps_sampling *p, struct dps_rng *r,
+		  int draft, int *token)
+{
+	float l[64];
+	int scratch[64];
+
+	ck_assert_int_le(n, 64);
+	memcpy(l, row, sizeof(float) * (size_t)n);
+	return dps_sample_verify(l, n, p, r, draft, scratch, token);
+}
+
+START_TEST(test_verify_greedy)
+{
+	struct dps_sampling p = { 0.0f, 0, 1.0f, 0 };
+	const float neg[4] = { -3.0f, -1.0f, -2.0f, -1.0f };
+	const float last[5] = { 0.0f, 1.0f, 2.0f, 3.0f, 4.0f };
+	struct dps_rng r;
+	int tok = -7;
+
+	dps_rng_seed(&r, 1);
+	/* The argmax is the draft: accepted. */
+	ck_assert_int_eq(verify(base, 6, &p, &r, 1, &tok), 1);
+	ck_assert_int_eq(tok, 1);
+	/* 1 and 3 tie: the lower id is the target's token, so a draft of 3 is rejected. */
+	tok = -7;
+	ck_assert_int_eq(verify(base, 6, &p, &r, 3, &tok), 0);
+	ck_assert_int_eq(tok, 1);
+	tok = -7;
+	ck_assert_int_eq(verify(base, 6, &p, &r, 0, &tok), 0);
+	ck_assert_int_eq(tok, 1);
+	ck_assert_int_eq(verify(neg, 4, &p, &r, 3, &tok), 0);
+	ck_assert_int_eq(tok, 1);
+	ck_assert_int_eq(verify(neg, 4, &p, &r, 1, &tok), 1);
+	ck_assert_int_eq(tok, 1);
+	ck_assert_int_eq(verify(last, 5, &p, &r, 0, &tok), 0);
+	ck_assert_int_eq(tok, 4);
+	ck_assert_int_eq(verify(last, 5, &p, &r, 4, &tok), 1);
+	ck_assert_int_eq(tok, 4);
+	/* A temperature too small to divide by, or not a number, is greedy too. */
+	p.temperature = 1e-40f;
+	ck_assert_int_eq(verify(base, 6, &p, &r, 3, &tok), 0);
+	ck_assert_int_eq(tok, 1);
+	p.temperature = NAN;
+	ck_assert_int_eq(verify(base, 6, &p, &r, 1, &tok), 1);
+	ck_assert_int_eq(tok, 1);
+	/* Top-k 1 at a temperature: one token keeps all the mass, accepted always, others never. */
+	p.temperature = 0.8f;
+	p.top_k = 1;
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(verify(base, 6, &p, &r, 1, &tok), 1);
+		ck_assert_int_eq(tok, 1);
+		ck_assert_int_eq(verify(base, 6, &p, &r, 3, &tok), 0);
+		ck_assert_int_eq(tok, 1);
+	}
+}
+END_TEST
+
+/*
+ * The oracle: the distribution dps_sample draws from, in double precision. Sorted by
+ * probability, highest first, the lower id first among equals; the top k kept, then the
+ * smallest prefix whose mass reaches top_p; renormalised. Settings keep clear of the top-p
+ * boundary (float and double would then agree on the set anyway); asserted.
+ */
+static void oracle(const float *logits, int n, const struct dps_sampling *p, double *q)
+{
+	double z[64], mx = -INFINITY, sum = 0, mass = 0;
+	int ord[64], k;
+
+	ck_assert_int_le(n, 64);
+	for (int i = 0; i < n; i++) {
+		z[i] = (double)logits[i] / (double)p->temperature;
+		mx = z[i] > mx ? z[i] : mx;
+	}
+	for (int i = 0; i < n; i++)
+		sum += z[i] = exp(z[i] - mx);
+	for (int i = 0; i < n; i++) {
+		int j = i;
+
+		z[i] /= sum;
+		for (ord[i] = i; j > 0 && z[ord[j - 1]] < z[i]; j--) /* stable: ids ascend */
+			ord[j] = ord[j - 1];
+		ord[j] = i;
+	}
+	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	if (p->top_p < 1.0f)
+		for (int i = 0; i < k; i++) {
+			mass += z[ord[i]];
+			ck_assert_msg(fabs(mass - p->top_p) > 1e-4, "top_p %g too close to a boundary",
+				      (double)p->top_p);
+			if (mass >= p->top_p) {
+				k = i + 1;
+				break;
+			}
+		}
+	mass = 0;
+	for (int i = 0; i < k; i++)
+		mass += z[ord[i]];
+	for (int i = 0; i < n; i++)
+		q[i] = 0;
+	for (int i = 0; i < k; i++)
+		q[ord[i]] = z[ord[i]] / mass;
+}
+
+/*
+ * The checker: each token's count within 5 standard errors of trials x q (never drawn when
+ * q is 0), and the chi-square sum over the kept tokens far below what a wrong rule gives.
+ * Returns 0, or 1 with the first failure in why.
+ */
+static int check_counts(const long *count, const double *q, int n, long trials, char *why,
+			size_t len)
+{
+	double chi2 = 0;
+	int df = -1;
+
+	for (int i = 0; i < n; i++) {
+		const double e = (double)trials * q[i], sd = sqrt(e * (1 - q[i]));
+
+		if (q[i] == 0) {
+			if (count[i]) {
+				snprintf(why, len, "token %d, outside the kept set, drawn %ld times", i,
+					 count[i]);
+				return 1;
+			}
+			continue;
+		}
+		if (fabs((double)count[i] - e) > 5 * sd + 1) {
+			snprintf(why, len, "token %d drawn %ld times, expected %.1f +- %.1f", i,
+				 count[i], e, sd);
+			return 1;
+		}
+		chi2 += ((double)count[i] - e) * ((double)count[i] - e) / e;
+		df++;
+	}
+	if (df > 0 && chi2 > df + 8 * sqrt(2.0 * df)) {
+		snprintf(why, len, "chi-square %.1f over %d degrees of freedom", chi2, df);
+		return 1;
+	}
+	return 0;
+}
+
+struct vset {
+	const char *what;
+	struct dps_sampling p;
+	int draft;
+};
+
+static const struct vset vsets[] = {
+	{ "plain, likely draft", { 1.0f, 0, 1.0f, 0 }, 2 },
+	{ "plain, unlikely draft", { 1.0f, 0, 1.0f, 0 }, 6 },
+	{ "cold, very likely draft", { 0.25f, 0, 1.0f, 0 }, 2 },
+	{ "hot, tied draft", { 1.7f, 0, 1.0f, 0 }, 4 },
+	{ "top-k 3, tied draft kept", { 0.7f, 3, 1.0f, 0 }, 4 },
+	{ "top-k 2, tied draft cut", { 1.0f, 2, 1.0f, 0 }, 4 },
+	{ "top-p 0.85, last kept draft", { 1.0f, 0, 0.85f, 0 }, 5 },
+	{ "top-p 0.85, draft cut", { 1.3f, 0, 0.85f, 0 }, 1 },
+	{ "top-k 3 and top-p 0.6, draft kept", { 1.0f, 3, 0.6f, 0 }, 0 },
+	{ "top-k 5 and top-p 0.9, draft cut", { 0.8f, 5, 0.9f, 0 }, 7 },
+};
+
+#define VTRIALS 200000
+
+/* A verification rule: the library's, or a wrong one, emitting a token for setting s. */
+typedef int (*rule_fn)(const struct vset *s, const double *q, struct dps_rng *r, int *token);
+
+static int rule_real(const struct vset *s, const double *q, struct dps_rng *r, int *token)
+{
+	const int acc = verify(vbase, VN, &s->p, r, s->draft, token);
+
+	ck_assert_int_eq(acc, *token == s->draft); /* accepted exactly when the draft is emitted */
+	ck_assert(*token >= 0 && *token < VN);
+	return acc;
+}
+
+/* Wrong: accepts every draft. */
+static int rule_accept_all(const struct vset *s, const double *q, struct dps_rng *r, int *token)
+{
+	*token = s->draft;
+	return 1;
+}
+
+/* Wrong: on a rejection, draws from the whole kept distribution, the draft included. */
+static int rule_no_removal(const struct vset *s, const double *q, struct dps_rng *r, int *token)
+{
+	float l[VN];
+	int scratch[VN];
+
+	if (verify(vbase, VN, &s->p, r, s->draft, token))
+		return 1;
+	memcpy(l, vbase, sizeof(l));
+	*token = dps_sample(l, VN, &s->p, r, scratch);
+	return *token == s->draft;
+}
+
+/* Wrong: accepts with the draft's probability before top-k/top-p renormalisation. */
+static int rule_untruncated(const struct vset *s, const double *q, struct dps_rng *r, int *token)
+{
+	const struct dps_sampling plain = { s->p.temperature, 0, 1.0f, 0 };
+	double full[VN], u, cum = 0;
+
+	oracle(vbase, VN, &plain, full);
+	if (q[s->draft] > 0 && dps_rng_uniform(r) < full[s->draft]) {
+		*token = s->draft;
+		return 1;
+	}
+	u = dps_rng_uniform(r) * (1 - q[s->draft]);
+	for (int i = 0; i < VN; i++) {
+		if (i == s->draft)
+			continue;
+		cum += q[i];
+		if (u < cum) {
+			*token = i;
+			return 0;
+		}
+	}
+	for (*token = VN - 1; *token == s->draft || q[*token] == 0; --*token)
+		;
+	return 0;
+}
+
+/* Runs VTRIALS verifications of setting s by rule and checks them; 0 when they pass. */
+static int run_rule(const struct vset *s, rule_fn rule, uint64_t seed, char *why, size_t len)
+{
+	long count[VN] = { 0 };
+	double q[VN];
+	struct dps_rng r;
+
+	oracle(vbase, VN, &s->p, q);
+	dps_rng_seed(&r, seed);
+	for (long t = 0; t < VTRIALS; t++) {
+		int tok = -1;
+
+		rule(s, q, &r, &tok);
+		ck_assert(tok >= 0 && tok < VN);
+		count[tok]++;
+	}
+	return check_counts(count, q, VN, VTRIALS, why, len);
+}
+
+START_TEST(test_verify_distribution)
+{
+	const struct vset *s = &vsets[_i];
+	char why[256] = "";
+	double q[VN];
+
+	oracle(vbase, VN, &s->p, q);
+	ck_assert_msg(!run_rule(s, rule_real, 1000 + (uint64_t)_i, why, sizeof(why)), "%s: %s",
+		      s->what, why);
+	/* The draft's acceptance rate is its kept probability: checked with the counts, since
+	 * rule_real asserts that the draft is emitted exactly when accepted. Settings that cut
+	 * the draft away never emit it. */
+	if (strstr(s->what, "cut"))
+		ck_assert(q[s->draft] == 0);
+	else
+		ck_assert(q[s->draft] > 0);
+}
+END_TEST
+
+START_TEST(test_verify_checker_can_fail)
+{
+	char why[256];
+
+	/* The oracle itself, on a known case: top-k 2 keeps 2 and 0 (0 before 4 in the tie). */
+	{
+		double q[VN];
+
+		oracle(vbase, VN, &vsets[5].p, q);
+		ck_assert(q[2] > 0.7 && q[2] < 0.75 && q[0] > 0.25 && q[0] < 0.3);
+		ck_assert(q[1] == 0 && q[3] == 0 && q[4] == 0 && q[5] == 0 && q[6] == 0 && q[7] == 0);
+	}
+	/* Always accepting: the draft far too often, or drawn outside the kept set. */
+	for (int i = 0; i < (int)(sizeof(vsets) / sizeof(vsets[0])); i += 3) {
+		why[0] = 0;
+		ck_assert_msg(run_rule(&vsets[i], rule_accept_all, 7, why, sizeof(why)),
+			      "accept-all passed on %s", vsets[i].what);
+		ck_assert(why[0]);
+	}
+	/* No removal on a rejection: the draft gains q(1 - q); even the unlikely draft shows. */
+	ck_assert_msg(run_rule(&vsets[0], rule_no_removal, 8, why, sizeof(why)),
+		      "no-removal passed on %s", vsets[0].what);
+	ck_assert_msg(run_rule(&vsets[1], rule_no_removal, 9, why, sizeof(why)),
+		      "no-removal passed on %s", vsets[1].what);
+	ck_assert_msg(run_rule(&vsets[4], rule_no_removal, 10, why, sizeof(why)),
+		      "no-removal passed on %s", vsets[4].what);
+	/* Acceptance by the untruncated probability: the kept draft comes out too rarely. */
+	ck_assert_msg(run_rule(&vsets[6], rule_untruncated, 11, why, sizeof(why)),
+		      "untruncated passed on %s", vsets[6].what);
+	ck_assert_msg(run_rule(&vsets[4], rule_untruncated, 12, why, sizeof(why)),
+		      "untruncated passed on %s", vsets[4].what);
+	/* ... while the wrong rule's machinery is right where it should agree: on a plain
+	 * setting nothing is truncated, so it is the correct rule. */
+	ck_assert_msg(!run_rule(&vsets[0], rule_untruncated, 13, why, sizeof(why)), "%s", why);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("sample");
 	TCase *tc = tcase_create("sample");
+	TCase *tv = tcase_create("verify");
 
 	tcase_add_test(tc, test_greedy);
 	tcase_add_test(tc, test_distribution);
@@ -193,5 +502,10 @@ int main(void)
 	tcase_add_test(tc, test_seeded);
 	tcase_add_loop_test(tc, test_threads, 0, 2); /* top-p alone, then top-k and top-p */
 	suite_add_tcase(s, tc);
+	tcase_set_timeout(tv, 30);
+	tcase_add_test(tv, test_verify_greedy);
+	tcase_add_loop_test(tv, test_verify_distribution, 0, (int)(sizeof(vsets) / sizeof(vsets[0])));
+	tcase_add_test(tv, test_verify_checker_can_fail);
+	suite_add_tcase(s, tv);
 	return test_run_suite(s);
 }

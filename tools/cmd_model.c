@@ -349,6 +349,8 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 		/* BOS (llama2.c) and EOS end a request, as on one rank. */
 		if (params[k].n_stop < DPS_MAX_STOP)
 			params[k].stop[params[k].n_stop++] = cfg.bos_token_id;
+		if (params[k].n_stop < DPS_MAX_STOP && cfg.eos_token_id != cfg.bos_token_id)
+			params[k].stop[params[k].n_stop++] = cfg.eos_token_id;
 		replica[k] = reqs[k].replica;
 		ids[k] = reqs[k].prompt;
 		lens[k] = reqs[k].n_prompt;

@@ -110,7 +110,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	for (int k = 0; k < o->n_prompts; k++) {
 		struct dps_engine_req q = { o->prompts[k], o->n_prompt[k],
 					    { .max_tokens = o->steps - o->n_prompt[k] + 1,
-					      .stop = { o->bos }, .n_stop = 1,
+					      .stop = { o->bos, o->eos }, .n_stop = 2,
 					      .sampling = o->sampling },
 					    -1, (void *)(intptr_t)k };
 
