@@ -4,7 +4,10 @@
  * with dps_st_write in F32, BF16 and F16 are read back whole and as shards along every
  * dimension and shard count, with zero padding where a dimension does not divide, and compared
  * with values computed independently; sharded checkpoints with an index; every bad directory
- * refused with a message; f16 conversion checked over every half value.
+ * refused with a message; f16 conversion checked over every half value. I64 tensors (an Eagle3
+ * draft's d2t): written from floats rounded to the nearest integer, the bytes on disk checked
+ * as little-endian int64, and read back as floats whole, as shards and as ranges, negative
+ * values and +-2^24 included.
  */
 #include <check.h>
 #include <math.h>
@@ -211,17 +214,120 @@ START_TEST(test_bad_dirs)
 }
 END_TEST
 
+/* The I64 test tensor, as written (floats) and as it must be stored (integers). */
+static const float i64_src[3 * 4] = { 0.0f, 1.0f, -1.0f, 7.0f,
+				      -16777216.0f, 16777216.0f, 299.0f, -300.0f,
+				      2.6f, -2.5f, 123456.0f, -42.4f };
+static const int64_t i64_want[3 * 4] = { 0, 1, -1, 7, -16777216, 16777216, 299, -300,
+					  3, -3, 123456, -42 };
+
+START_TEST(test_i64)
+{
+	const float d2t[5] = { 0.0f, 3.0f, -2.0f, 250.0f, -4.0f };
+	struct dps_st_writer_tensor t[3] = {
+		{ "w", DPS_ST_F32, 2, { 10, 6 }, w },
+		{ "ids", DPS_ST_I64, 2, { 3, 4 }, i64_src },
+		{ "d2t", DPS_ST_I64, 1, { 5 }, d2t },
+	};
+	const struct dps_st_tensor *st;
+	unsigned char raw[3 * 4 * 8];
+	struct dps_ckpt ck;
+	char path[128], err[512];
+	float buf[64];
+	int file;
+	FILE *f;
+
+	write_config();
+	write_model("unused.tmp"); /* fills w */
+	snprintf(path, sizeof(path), "%s/unused.tmp", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	ck_assert_int_eq(dps_st_write(path, t, 3), 0);
+	ck_assert_msg(!dps_ckpt_open(&ck, dir, err, sizeof(err)), "%s", err);
+
+	/* On disk: I64, 8 bytes an element, little-endian two's complement. */
+	st = dps_ckpt_find(&ck, "ids", &file);
+	ck_assert_ptr_nonnull(st);
+	ck_assert_int_eq(st->dtype, DPS_ST_I64);
+	ck_assert_str_eq(dps_st_dtype_name(st->dtype), "I64");
+	ck_assert_uint_eq(dps_st_dtype_size(st->dtype), 8);
+	ck_assert_uint_eq(st->end - st->begin, sizeof(raw));
+	f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseek(f, (long)st->begin, SEEK_SET), 0);
+	ck_assert_uint_eq(fread(raw, 1, sizeof(raw), f), sizeof(raw));
+	fclose(f);
+	for (int i = 0; i < 12; i++) {
+		uint64_t u = 0;
+
+		for (int k = 7; k >= 0; k--)
+			u = u << 8 | raw[i * 8 + k];
+		ck_assert_msg((int64_t)u == i64_want[i], "element %d stored as %lld, want %lld", i,
+			      (long long)(int64_t)u, (long long)i64_want[i]);
+	}
+
+	/* Whole. */
+	memset(buf, 0x7f, sizeof(buf));
+	ck_assert_msg(!dps_ckpt_load_shard(&ck, "ids", 2, (uint64_t[]){ 3, 4 }, 0, 0, 1, buf, err,
+					   sizeof(err)), "%s", err);
+	for (int i = 0; i < 12; i++)
+		ck_assert_msg(buf[i] == (float)i64_want[i], "element %d: %g", i, (double)buf[i]);
+	/* Shards along dimension 1 (2 columns each of 3: the last one all padding) and 0. */
+	for (int idx = 0; idx < 3; idx++) {
+		memset(buf, 0x7f, sizeof(buf));
+		ck_assert_msg(!dps_ckpt_load_shard(&ck, "ids", 0, NULL, 1, idx, 3, buf, err,
+						   sizeof(err)), "%s", err);
+		for (int r = 0; r < 3; r++)
+			for (int j = 0; j < 2; j++) {
+				const int col = idx * 2 + j;
+				const float want = col < 4 ? (float)i64_want[r * 4 + col] : 0.0f;
+
+				ck_assert_msg(buf[r * 2 + j] == want, "shard %d (%d,%d): %g != %g", idx,
+					      r, j, (double)buf[r * 2 + j], (double)want);
+			}
+	}
+	memset(buf, 0x7f, sizeof(buf));
+	ck_assert(!dps_ckpt_load_shard(&ck, "ids", 0, NULL, 0, 1, 2, buf, err, sizeof(err)));
+	for (int j = 0; j < 8; j++)
+		ck_assert(buf[j] == (j < 4 ? (float)i64_want[8 + j] : 0.0f));
+	/* Ranges: columns 1..2, then column 3 and one past the end. */
+	memset(buf, 0x7f, sizeof(buf));
+	ck_assert_msg(!dps_ckpt_load_range(&ck, "ids", 2, (uint64_t[]){ 3, 4 }, 1, 1, 2, buf, err,
+					   sizeof(err)), "%s", err);
+	for (int r = 0; r < 3; r++)
+		for (int j = 0; j < 2; j++)
+			ck_assert(buf[r * 2 + j] == (float)i64_want[r * 4 + 1 + j]);
+	memset(buf, 0x7f, sizeof(buf));
+	ck_assert(!dps_ckpt_load_range(&ck, "ids", 0, NULL, 1, 3, 2, buf, err, sizeof(err)));
+	for (int r = 0; r < 3; r++) {
+		ck_assert(buf[r * 2] == (float)i64_want[r * 4 + 3]);
+		ck_assert(buf[r * 2 + 1] == 0.0f);
+	}
+	/* A 1-D offsets table, and the F32 tensor before it in the same file, unaffected. */
+	memset(buf, 0x7f, sizeof(buf));
+	ck_assert(!dps_ckpt_load_shard(&ck, "d2t", 1, (uint64_t[]){ 5 }, 0, 0, 1, buf, err,
+				       sizeof(err)));
+	for (int i = 0; i < 5; i++)
+		ck_assert(buf[i] == d2t[i]);
+	ck_assert(!dps_ckpt_load_range(&ck, "d2t", 0, NULL, 0, 2, 2, buf, err, sizeof(err)));
+	ck_assert(buf[0] == -2.0f && buf[1] == 250.0f);
+	ck_assert(!dps_ckpt_load_shard(&ck, "w", 0, NULL, 0, 0, 1, buf, err, sizeof(err)));
+	check_shard(buf, 10, 6, 0, 0, 1);
+	dps_ckpt_close(&ck);
+}
+END_TEST
+
 START_TEST(test_convert_bad_header)
 {
 	/* A llama2.c header whose vocab field is INT32_MIN (a negated size that cannot be). */
-	int32_t h[7] = { 8, 16, 1, 2, 2, INT32_MIN, 4 };
+	int32_t hdr[7] = { 8, 16, 1, 2, 2, INT32_MIN, 4 };
 	char path[128], out[128], err[512];
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/bad.bin", dir);
 	snprintf(out, sizeof(out), "%s/out", dir);
 	f = fopen(path, "wb");
-	fwrite(h, sizeof(h), 1, f);
+	fwrite(hdr, sizeof(hdr), 1, f);
 	fclose(f);
 	ck_assert_int_lt(dps_convert_llama2c(path, NULL, out, DPS_ST_F32, err, sizeof(err)), 0);
 	ck_assert_msg(strstr(err, "implausible header"), "%s", err);
@@ -273,6 +379,7 @@ int main(void)
 	tcase_add_test(tc, test_bad_dirs);
 	tcase_add_test(tc, test_f16);
 	tcase_add_test(tc, test_convert_bad_header);
+	tcase_add_test(tc, test_i64);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/check_safetensors.c - the safetensors header parser and file opener: a valid file
- * with F32, BF16 and F16 tensors, then every kind of bad file (missing, truncated, header
+ * with F32, BF16 and F16 tensors, one with I64 tensors (8 bytes an element), then every kind of bad file (missing, truncated, header
  * longer than the file or than the limit, malformed JSON, wrong types, unsupported dtype,
  * shapes that overflow, offsets reversed or outside the data, sizes that disagree with the
  * shape, overlapping tensors, duplicate names), each refused with a message naming the file
@@ -114,6 +114,13 @@ static const struct bad bad_cases[] = {
 	{ "{}", 1000, 0, "truncated" },
 	{ "{}", (uint64_t)DPS_ST_MAX_HEADER + 1, 0, "exceeds the limit" },
 	{ "{}", ~0ull >> 1, 0, "exceeds the limit" },
+	/* I64 is 8 bytes an element, not 4. */
+	{ "{\"a\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,8]}}", ~0ull, 8,
+	  "I64 x 2 elements needs 16 bytes but data_offsets give 8" },
+	{ "{\"a\":{\"dtype\":\"i64\",\"shape\":[1],\"data_offsets\":[0,8]}}", ~0ull, 8,
+	  "unsupported dtype 'i64'" },
+	{ "{\"a\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":[0,8]}}", ~0ull, 8,
+	  "unsupported dtype 'U64'" },
 };
 
 START_TEST(test_bad)
@@ -126,6 +133,36 @@ START_TEST(test_bad)
 	ck_assert_int_lt(dps_st_open(path, &f, err, sizeof(err)), 0);
 	ck_assert_msg(strstr(err, "bad.safetensors"), "case %d: no file name in '%s'", _i, err);
 	ck_assert_msg(strstr(err, b->want), "case %d: '%s' lacks '%s'", _i, err, b->want);
+}
+END_TEST
+
+START_TEST(test_i64)
+{
+	const char *hdr = "{\"d2t\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[8,32]},"
+			  "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+			  "\"m\":{\"dtype\":\"I64\",\"shape\":[2,2],\"data_offsets\":[32,64]}}";
+	const char *path = write_file("i64.safetensors", hdr, ~0ull, 64);
+	const struct dps_st_tensor *t;
+	struct dps_st_file f;
+	char err[256];
+
+	ck_assert_str_eq(dps_st_dtype_name(DPS_ST_I64), "I64");
+	ck_assert_uint_eq(dps_st_dtype_size(DPS_ST_I64), 8);
+	ck_assert_msg(dps_st_open(path, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(f.n, 3);
+	t = dps_st_find(&f, "d2t");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(t->dtype, DPS_ST_I64);
+	ck_assert_int_eq(t->ndim, 1);
+	ck_assert_uint_eq(t->numel, 3);
+	ck_assert_uint_eq(t->begin, f.data_off + 8);
+	ck_assert_uint_eq(t->end, f.data_off + 32);
+	t = dps_st_find(&f, "m");
+	ck_assert_int_eq(t->dtype, DPS_ST_I64);
+	ck_assert_uint_eq(t->numel, 4);
+	ck_assert_uint_eq(t->end - t->begin, 32);
+	ck_assert_int_eq(dps_st_find(&f, "w")->dtype, DPS_ST_F32);
+	dps_st_free(&f);
 }
 END_TEST
 
@@ -188,6 +225,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_valid);
+	tcase_add_test(tc, test_i64);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
 	tcase_add_test(tc, test_missing_and_tiny);
 	tcase_add_test(tc, test_empty_tensor_any_order);
