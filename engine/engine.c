@@ -510,7 +510,10 @@ static int publish_catchup(struct replica *R)
 		return rc;
 #define GET(p, bytes) (memcpy((p), R->wire + off, (bytes)), off += (bytes))
 	GET(hdr, sizeof(hdr));
-	if (hdr[0] < 0 || hdr[0] > R->rows_cap || hdr[1] < 0 || hdr[1] > hdr[0])
+	if (hdr[0] < 0 || hdr[0] > R->rows_cap || hdr[1] < 0 || hdr[1] > hdr[0] ||
+	    hdr[1] > R->zero_table || hdr[2] < 0 || hdr[2] > R->zero_table + 1 ||
+	    off + (size_t)hdr[0] * (5 * sizeof(int) + 1) +
+			    sizeof(int) * (size_t)hdr[2] * (size_t)R->bpr > total)
 		return -EPROTO;
 	R->n_cu = hdr[0];
 	R->n_prop = hdr[1];
@@ -567,7 +570,7 @@ static int draft_passes(struct replica *R)
 	lg = dps_shard_draft_step(dm, &R->m, &rows, R->hin, 1, R->hout, &rc);
 	if (!lg)
 		return rc;
-	R->st.draft_steps++;
+	R->st.draft_steps += R->n_cu > 0;
 	for (int k = 0, p = 0; k < R->n_cu; k++)
 		if (R->cu_want[k]) {
 			R->p_pos[p] = R->cu_pos[k];
@@ -594,7 +597,7 @@ static int draft_passes(struct replica *R)
 		lg = dps_shard_draft_step(dm, &R->m, &rows, R->hprev, 0, R->hout, &rc);
 		if (!lg)
 			return rc;
-		R->st.draft_steps++;
+		R->st.draft_steps += n > 0;
 		for (int p = 0; p < n; p++)
 			R->p_tok[(size_t)p * K + (size_t)j] = draft_token(dm, lg + (size_t)p * V);
 		memcpy(R->hprev, R->hout, sizeof(float) * (size_t)n * dim);

@@ -33,11 +33,13 @@
 
 #include "common/dps.h"
 #include "engine/mkmodel.h"
+#include "engine/sched.h"
 #include "engine/shard.h"
 #include "engine/supervisor.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
+#include "tools/bench_spec.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 #include "tools/machine.h"
@@ -507,7 +509,7 @@ int dps_bench_decode(int argc, char **argv)
 {
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
-	const char *load_s = NULL, *plot = NULL;
+	const char *load_s = NULL, *plot = NULL, *spec_model = NULL, *spec_s = NULL;
 	int reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
 	struct dps_machine mach;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], np, ng, nb;
@@ -542,6 +544,12 @@ int dps_bench_decode(int argc, char **argv)
 		{ "csv", DPS_FLAG_BOOL, &csv, NULL, "print the results as CSV (a header line first)" },
 		{ "plot", DPS_FLAG_STR, &plot, "FILE.svg",
 		  "draw decode tokens/s against the batch size (needs gnuplot)" },
+		{ "speculative-model", DPS_FLAG_STR, &spec_model, "DIR",
+		  "compare decode with and without this Eagle3 draft, through the serving engine "
+		  "(prompt length: the first -p; --load, --plot do not apply)" },
+		{ "num-speculative-tokens", DPS_FLAG_STR, &spec_s, "K,...",
+		  "with --speculative-model: the K values to compare with no speculation "
+		  "(default 3)" },
 	};
 	size_t nf = sizeof(base) / sizeof(base[0]);
 
@@ -583,6 +591,39 @@ int dps_bench_decode(int argc, char **argv)
 					"replica, %d of them, not all 0; got '%s'\n", par.dp, load_s);
 			return 2;
 		}
+	}
+	if (spec_model || spec_s) {
+		int ks[MAX_LIST], nk = parse_list(spec_s ? spec_s : "3", ks, 1, DPS_MAX_SPEC);
+		struct dps_model_config cfg;
+		char layout[96];
+
+		if (!spec_model || nk < 0 || load_s || plot) {
+			fprintf(stderr, "dpshard bench decode: --num-speculative-tokens takes K,... "
+					"(1 to %d) with --speculative-model, which takes no --load or "
+					"--plot\n", DPS_MAX_SPEC);
+			return 2;
+		}
+		if (!model_dir) {
+			if (dps_cached_preset(preset, "bench decode", dir, sizeof(dir)))
+				return 1;
+			model_dir = dir;
+		}
+		rc = dps_model_config_load(model_dir, &cfg, err, sizeof(err));
+		if (!rc)
+			rc = dps_par_cfg_check(&par, err, sizeof(err));
+		if (!rc)
+			rc = dps_shard_check(&cfg, &par, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "dpshard bench decode: %s\n", err);
+			return rc == -DPS_ECONFIG ? 2 : 1;
+		}
+		layout_name(&par, layout, sizeof(layout));
+		return dps_bench_spec(&(struct dps_bench_spec_opts){
+			.model = model_dir, .draft = spec_model, .blis_arch = blis_arch,
+			.cpu_bind = cpu_bind, .layout = layout, .par = par, .prompt = prompts[0],
+			.threads = threads, .reps = reps, .vocab = cfg.vocab_size, .gens = gens,
+			.batches = batches, .ks = ks, .ng = ng, .nb = nb, .nk = nk, .json = json,
+			.csv = csv });
 	}
 	b.max_p = b.max_g = b.max_b = 1;
 	for (int i = 0; i < np; i++)
