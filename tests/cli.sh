@@ -415,6 +415,62 @@ run generate --model "$tmp/dense" --prompt-ids --data-parallel-size 2 --enable-e
 expect_rc 2
 grep -q "no experts" "$tmp/err" || fail "$desc: the refusal does not say why"
 
+# ---- Eagle3 speculative decoding --------------------------------------------------------
+run mkmodel --preset tiny-gqa --out "$tmp/gqa" --seed 3
+expect_rc 0
+run mkmodel --draft-for "$tmp/gqa" --out "$tmp/gqa-draft"
+expect_rc 0
+grep -q LlamaForCausalLMEagle3 "$tmp/gqa-draft/config.json" ||
+	fail "$desc: the draft's config.json does not name LlamaForCausalLMEagle3"
+run mkmodel --draft-for "$tmp/gqa" --draft-kind random --draft-vocab 200 --out "$tmp/gqa-rand"
+expect_rc 0
+run generate --model "$tmp/gqa" -n 40 --ids --prompt-ids "1 5 9" "1 200 7 7 3" "1 42"
+expect_rc 0
+cp "$tmp/out" "$tmp/gqa-plain"
+# Greedy output does not change with a draft, whatever the layout, K and draft.
+for spec in "--speculative-model $tmp/gqa-draft --num-speculative-tokens 3" \
+	"--speculative-model $tmp/gqa-draft --num-speculative-tokens 5 --data-parallel-size 2 --draft-mlp-dp-size 2" \
+	"--speculative-model $tmp/gqa-rand --num-speculative-tokens 2 --tensor-parallel-size 2"; do
+	# shellcheck disable=SC2086 # a list of flags
+	run generate --model "$tmp/gqa" -n 40 --ids --verbose $spec --prompt-ids "1 5 9" \
+		"1 200 7 7 3" "1 42"
+	if expect_rc 0; then
+		cmp -s "$tmp/out" "$tmp/gqa-plain" ||
+			{ fail "$desc: ids differ from those without a draft"; show stdout "$tmp/out"; }
+		grep -q "drafted tokens accepted" "$tmp/err" ||
+			{ fail "$desc: --verbose does not report the acceptance"; show stderr "$tmp/err"; }
+	fi
+done
+run generate --model "$tmp/gqa" --prompt-ids --speculative-model "$tmp/gqa-draft" "1 5"
+expect_rc 2
+grep -q "go together" "$tmp/err" || fail "$desc: the refusal does not say why"
+run generate --model "$tmp/gqa" --prompt-ids --num-speculative-tokens 2 "1 5"
+expect_rc 2
+run generate --model "$tmp/gqa" --prompt-ids --speculative-model "$tmp/gqa-draft" \
+	--num-speculative-tokens 16 "1 5"
+expect_rc 2
+# A draft of another model (hidden 64 against 48), and a target as its own draft.
+run mkmodel --draft-for "$tmp/dense" --out "$tmp/dense-draft"
+expect_rc 0
+run generate --model "$tmp/gqa" --prompt-ids --speculative-model "$tmp/dense-draft" \
+	--num-speculative-tokens 2 "1 5"
+expect_rc 1
+grep -q "differs from the target's" "$tmp/err" || fail "$desc: the refusal does not say why"
+run generate --model "$tmp/gqa" --prompt-ids --speculative-model "$tmp/gqa" \
+	--num-speculative-tokens 2 "1 5"
+expect_rc 1
+grep -q "not an Eagle3 draft" "$tmp/err" || fail "$desc: the refusal does not say why"
+run mkmodel --draft-for "$tmp/no-such-model" --out "$tmp/x-draft"
+expect_rc 1
+run mkmodel --draft-for "$tmp/gqa" --draft-kind trained --out "$tmp/x-draft"
+expect_rc 2
+run bench decode --model "$tmp/gqa" --speculative-model "$tmp/gqa-draft" \
+	--num-speculative-tokens 1,2 -p 8 -n 8 -b 1,2 -r 1 --json
+if expect_rc 0; then
+	[ "$(grep -c '"acceptance_rate"' "$tmp/out")" -eq 6 ] ||
+		{ fail "$desc: want 6 results with an acceptance rate"; show stdout "$tmp/out"; }
+fi
+
 # ---- nothing left in /dev/shm ---------------------------------------------------------
 
 # ---- dpshard convert and generate: stories260K against the golden outputs ------------------
@@ -432,6 +488,15 @@ if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/s
 		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
 	desc="generate -n 64 \"Once upon a time\""
 	run generate --model "$tmp/st260" -n 64 "Once upon a time"
+	expect_rc 0
+	cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
+		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+	# With a self-distilled Eagle3 draft across ranks: still the golden text.
+	run mkmodel --draft-for "$tmp/st260" --out "$tmp/st260-draft"
+	expect_rc 0
+	run generate --model "$tmp/st260" -n 64 --speculative-model "$tmp/st260-draft" \
+		--num-speculative-tokens 3 --data-parallel-size 2 --draft-mlp-dp-size 2 \
+		"Once upon a time"
 	expect_rc 0
 	cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
 		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
