@@ -366,7 +366,7 @@ int dps_mkmodel_draft(const char *target, enum dps_draft_kind kind, int draft_vo
 		float *v = OWN(calloc((size_t)q * 2 * (size_t)h, sizeof(float)));
 		float *o = OWN(calloc((size_t)h * (size_t)q, sizeof(float)));
 		float *emb, *lm = NULL, *gate = NULL, *up = NULL, *down = NULL, *post = NULL, *norm;
-		const float a = sqrtf(60.0f / sqrtf((float)c.head_dim));
+		const float a = sqrtf(400.0f / sqrtf((float)c.head_dim));
 		double rms = 0;
 		char nm[128];
 
