@@ -263,7 +263,8 @@ static void fill_stats(struct replica *R, struct m_stats *m, int final)
 	memcpy(m->st.spec_accepted_pos, R->s.spec.accepted_pos, sizeof(m->st.spec_accepted_pos));
 	for (int k = 0; k < DPS_COLL_KINDS; k++)
 		for (int g = 0; g < DPS_SG_COUNT; g++)
-			m->st.collectives += R->m.stats.calls[k][g];
+			m->st.collectives += R->m.stats.calls[k][g] +
+					     (R->spec_k ? R->dm.stats.calls[k][g] : 0);
 	/* Each communicator of this rank once, named by the first group set that makes it. */
 	for (int si = 0; si < lay->n_sets && m->st.n_groups < DPS_ENGINE_GROUPS; si++) {
 		const struct dps_groupset *gs = lay->sets[si];
@@ -557,14 +558,25 @@ static int draft_passes(struct replica *R)
 
 	if (rc)
 		return rc;
-	for (int k = 0; k < R->n_cu; k++) {
+	for (int k = 0, wants = 0; k < R->n_cu; k++) {
+		/* What rank 0 published, checked before anything indexes with it. */
 		if (R->cu_src[k] < 0 || R->cu_src[k] >= R->rows_cap || R->cu_tix[k] < 0 ||
-		    R->cu_tix[k] > R->zero_table)
+		    R->cu_tix[k] > R->zero_table || R->cu_pos[k] < 0 ||
+		    R->cu_pos[k] + (R->cu_want[k] ? K - 1 : 0) >= dm->max_pos || R->cu_tok[k] < 0 ||
+		    R->cu_tok[k] >= R->m.cfg.vocab_size || R->cu_slot[k] < 0 ||
+		    R->cu_slot[k] >= dm->num_blocks * bs || (wants += R->cu_want[k] != 0) > R->n_prop)
+			return -EPROTO;
+		if (k + 1 == R->n_cu && wants != R->n_prop)
 			return -EPROTO;
 		memcpy(R->hin + (size_t)k * 3 * dim, R->m.aux + (size_t)R->cu_src[k] * 3 * dim,
 		       sizeof(float) * 3 * dim);
 		R->cu_table[k] = R->cu_tables + (size_t)R->cu_tix[k] * (size_t)R->bpr;
 	}
+	for (int k = 0; k < R->n_cu; k++)
+		for (int b = 0; b <= (R->cu_pos[k] + (R->cu_want[k] ? K - 1 : 0)) / bs &&
+				b < R->bpr; b++)
+			if (R->cu_table[k][b] < 0 || R->cu_table[k][b] >= dm->num_blocks)
+				return -EPROTO;
 	rows = (struct dps_rows){ R->n_cu, R->cu_tok, R->cu_pos, R->cu_slot,
 				  (const int *const *)R->cu_table, R->cu_want };
 	lg = dps_shard_draft_step(dm, &R->m, &rows, R->hin, 1, R->hout, &rc);
@@ -700,8 +712,11 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 			fprintf(stderr, "rank %d: --speculative-model: %s\n", w->rank, err);
 			return rc;
 		}
-		tkv = (double)cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim;
-		dkv = (double)dc.num_key_value_heads * dc.head_dim;
+		/* Per rank: a TP position holds ceil(KV heads / TP) of each (at least one). */
+		tkv = (double)cfg.num_hidden_layers * cfg.head_dim *
+		      (double)((cfg.num_key_value_heads + w->tp - 1) / w->tp);
+		dkv = (double)dc.head_dim *
+		      (double)((dc.num_key_value_heads + w->tp - 1) / w->tp);
 		budget = (size_t)((double)budget * tkv / (tkv + dkv));
 	}
 	rows = sc.max_batched_tokens + sc.max_num_seqs * (1 + R->spec_k);

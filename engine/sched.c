@@ -403,10 +403,28 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 		budget -= take;
 	}
 	b->n_real = b->n;
+	if (b->n && b->prefill && s->cfg.spec_k) {
+		/* The prefill graph is not bucketed: drop the padding rows of undrafted requests. */
+		int m = 0;
+
+		for (int i = 0; i < b->n; i++)
+			if (b->req[i]) {
+				b->tokens[m] = b->tokens[i];
+				b->pos[m] = b->pos[i];
+				b->slot[m] = b->slot[i];
+				b->table[m] = b->table[i];
+				b->want[m] = b->want[i];
+				b->req[m] = b->req[i];
+				b->verify[m] = b->verify[i];
+				m++;
+			}
+		b->n = b->n_real = m;
+	}
 	if (b->n && !b->prefill) {
-		/* Buckets count requests; with speculation each has 1 + spec_k rows. */
+		/* Buckets count requests; with speculation each has 1 + spec_k rows (a one-token
+		 * prompt's first row has 1: round up). */
 		const int per = 1 + s->cfg.spec_k;
-		const int bucket = dps_sched_bucket(&s->cfg, b->n / per) * per;
+		const int bucket = dps_sched_bucket(&s->cfg, (b->n + per - 1) / per) * per;
 
 		while (b->n < bucket)
 			pad_row(b);

@@ -408,6 +408,14 @@ static int draft_config(struct dps_shard *s, const struct dps_shard *T, const ch
 			c->aux_layers[k] = def[k] < 0 ? 0 : def[k] >= N ? N - 1 : def[k];
 		c->n_aux = 3;
 	}
+	/* The fused states go to fc in layer order, as the target appends them. */
+	for (int i = 1; i < 3; i++)
+		for (int k = i; k > 0 && c->aux_layers[k - 1] > c->aux_layers[k]; k--) {
+			const int x = c->aux_layers[k];
+
+			c->aux_layers[k] = c->aux_layers[k - 1];
+			c->aux_layers[k - 1] = x;
+		}
 	if (c->max_position_embeddings < tc->max_position_embeddings)
 		c->max_position_embeddings = tc->max_position_embeddings;
 	s->draft = 1;

@@ -52,10 +52,13 @@ static void on_token(void *arg, void *user, int token)
 	const int k = (int)(intptr_t)user;
 
 	(void)token;
-	if (w->got[k]++ == 0 && ++w->firsts == w->B)
-		w->t_first = dps_now_ns();
-	else if (w->got[k] > 1)
+	/* Only tokens after every request's first count: the timer starts then. */
+	if (w->got[k]++ == 0) {
+		if (++w->firsts == w->B)
+			w->t_first = dps_now_ns();
+	} else if (w->firsts == w->B) {
 		w->gen++;
+	}
 }
 
 static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
@@ -188,16 +191,16 @@ static int run_one(const struct dps_bench_spec_opts *o, int K, int B, int G,
 	for (int d = 0; d < o->par.dp; d++) {
 		r->drafted += w.st[d].spec_draft_tokens;
 		r->accepted += w.st[d].spec_accepted;
-		r->steps += w.st[d].decode_steps;
+		r->steps += w.st[d].steps;
 		r->draft_steps += w.st[d].draft_steps;
 		r->mean_len += (double)w.st[d].spec_drafts;
 	}
 	r->accept = r->drafted ? (double)r->accepted / (double)r->drafted : 0;
 	r->mean_len = r->mean_len > 0 ? 1.0 + (double)r->accepted / r->mean_len : 1.0;
-	/* A replica's decode passes per token of one of its sequences (every wave, warm-up
-	 * included): 1 without speculation. */
+	/* A replica's target passes (prefill ones included) per token of one of its sequences,
+	 * over every wave, warm-up included: about 1 without speculation. */
 	r->passes_per_token = (double)r->steps / (double)o->par.dp /
-			      ((double)(w.waves + 1) * (double)(G > 1 ? G - 1 : 1));
+			      ((double)(w.waves + 1) * (double)G);
 	return 0;
 }
 
@@ -307,6 +310,6 @@ int dps_bench_spec(const struct dps_bench_spec_opts *o)
 	else if (!o->csv)
 		printf("\ndecode t/s: tokens after each request's first, every replica together, "
 		       "median over the waves; mean length: tokens per verification (accepted "
-		       "drafts + the target's own); passes/token: a replica's target decode steps per token of a sequence\n");
+		       "drafts + the target's own); passes/token: a replica's target steps (prefill included) per token of a sequence\n");
 	return 0;
 }
