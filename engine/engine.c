@@ -355,6 +355,36 @@ static void pad_rows(struct replica *R, int from, int n)
 	}
 }
 
+/* TP rank 0: sends the first total bytes of R->wire (its length first) to the replica's peers. */
+static int wire_push(struct replica *R, size_t total)
+{
+	const uint32_t t = (uint32_t)total;
+	int rc = 0;
+
+	memcpy(R->wire, &t, sizeof(t));
+	for (size_t at = 0; at < total && !rc; at += MSG_BYTES)
+		rc = dps_ring_push(&R->w->replica, R->wire + at,
+				   total - at < MSG_BYTES ? total - at : MSG_BYTES, 0);
+	return rc;
+}
+
+/* A peer: receives what wire_push sent into R->wire (at least min bytes); its length in *total. */
+static int wire_pop(struct replica *R, size_t min, uint32_t *total)
+{
+	const unsigned me = (unsigned)R->w->tp_rank - 1;
+	size_t len;
+	int rc = dps_ring_pop(&R->w->replica, me, R->wire, MSG_BYTES, &len, 0);
+
+	if (rc)
+		return rc;
+	memcpy(total, R->wire, sizeof(*total));
+	if (*total < min || *total > R->wire_cap)
+		return -EPROTO;
+	for (size_t at = len; at < *total && !rc; at += len)
+		rc = dps_ring_pop(&R->w->replica, me, R->wire + at, MSG_BYTES, &len, 0);
+	return rc;
+}
+
 /*
  * Publishes this step's header and rows to the replica's other ranks through its batch ring
  * (TP rank 0 writes, the peers read): one buffer, [length][header][tokens][pos][slot][table
@@ -365,7 +395,7 @@ static int publish_rows(struct replica *R, int *hdr)
 	struct dps_world *w = R->w;
 	const size_t n = (size_t)hdr[H_ROWS];
 	uint32_t total;
-	size_t off = sizeof(uint32_t), len;
+	size_t off = sizeof(uint32_t);
 	int rc = 0;
 
 	if (w->tp == 1)
@@ -382,23 +412,10 @@ static int publish_rows(struct replica *R, int *hdr)
 			PUT(R->tables, sizeof(int) * (size_t)hdr[H_TABLES] * (size_t)R->bpr);
 		}
 #undef PUT
-		total = (uint32_t)off;
-		memcpy(R->wire, &total, sizeof(total));
-		for (size_t at = 0; at < total && !rc; at += MSG_BYTES)
-			rc = dps_ring_push(&w->replica, R->wire + at,
-					   total - at < MSG_BYTES ? total - at : MSG_BYTES, 0);
-		return rc;
+		return wire_push(R, off);
 	}
 	/* A peer: the first message says how many bytes follow. */
-	rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire, MSG_BYTES, &len, 0);
-	if (rc)
-		return rc;
-	memcpy(&total, R->wire, sizeof(total));
-	if (total < sizeof(uint32_t) + sizeof(int) * H_LEN || total > R->wire_cap)
-		return -EPROTO;
-	for (size_t at = len; at < total && !rc; at += len)
-		rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire + at, MSG_BYTES,
-				  &len, 0);
+	rc = wire_pop(R, sizeof(uint32_t) + sizeof(int) * H_LEN, &total);
 	if (rc)
 		return rc;
 #define GET(p, bytes) (memcpy((p), R->wire + off, (bytes)), off += (bytes))
@@ -444,7 +461,7 @@ static int publish_catchup(struct replica *R)
 	struct dps_world *w = R->w;
 	int hdr[3] = { 0 };
 	uint32_t total;
-	size_t off = sizeof(uint32_t), len;
+	size_t off = sizeof(uint32_t);
 	int rc = 0;
 
 	if (R->tp0) {
@@ -491,22 +508,9 @@ static int publish_catchup(struct replica *R)
 		PUT(R->cu_want, n);
 		PUT(R->cu_tables, sizeof(int) * (size_t)hdr[2] * (size_t)R->bpr);
 #undef PUT
-		total = (uint32_t)off;
-		memcpy(R->wire, &total, sizeof(total));
-		for (size_t at = 0; at < total && !rc; at += MSG_BYTES)
-			rc = dps_ring_push(&w->replica, R->wire + at,
-					   total - at < MSG_BYTES ? total - at : MSG_BYTES, 0);
-		return rc;
+		return wire_push(R, off);
 	}
-	rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire, MSG_BYTES, &len, 0);
-	if (rc)
-		return rc;
-	memcpy(&total, R->wire, sizeof(total));
-	if (total < sizeof(uint32_t) + sizeof(hdr) || total > R->wire_cap)
-		return -EPROTO;
-	for (size_t at = len; at < total && !rc; at += len)
-		rc = dps_ring_pop(&w->replica, (unsigned)w->tp_rank - 1, R->wire + at, MSG_BYTES,
-				  &len, 0);
+	rc = wire_pop(R, sizeof(uint32_t) + sizeof(hdr), &total);
 	if (rc)
 		return rc;
 #define GET(p, bytes) (memcpy((p), R->wire + off, (bytes)), off += (bytes))

@@ -46,19 +46,46 @@ static int cmp_desc(const void *a, const void *b, void *probs)
 	return (i > j) - (i < j); /* lower id first among equals */
 }
 
+/*
+ * Scales logits by 1 / temperature and softmaxes them in place; returns how many tokens are
+ * kept. Without top-k or top-p: all n, in id order (*sorted 0, *mass 1). Otherwise the top k,
+ * then the smallest prefix whose mass reaches top_p: their ids in scratch by probability
+ * (*sorted 1), their total in *mass.
+ */
+static int kept_set(float *logits, int n, const struct dps_sampling *p, int *scratch,
+		    int *sorted, float *mass)
+{
+	int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+
+	for (int i = 0; i < n; i++)
+		logits[i] /= p->temperature;
+	dps_softmax_ref(logits, n);
+	*mass = 1.0f;
+	*sorted = !(k == n && p->top_p >= 1.0f);
+	if (!*sorted)
+		return n;
+	for (int i = 0; i < n; i++)
+		scratch[i] = i;
+	qsort_r(scratch, (size_t)n, sizeof(int), cmp_desc, logits);
+	*mass = 0.0f;
+	for (int i = 0; i < k; i++) {
+		*mass += logits[scratch[i]];
+		if (*mass >= p->top_p)
+			return i + 1;
+	}
+	return k;
+}
+
 int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r, int *scratch)
 {
-	int k, i;
+	int k, i, sorted;
 	float u, cum, mass;
 
 	/* Below this, logits / T overflow: the distribution is the argmax anyway. */
 	if (!(p->temperature >= 1e-6f))
 		return dps_argmax_ref(logits, n);
-	for (i = 0; i < n; i++)
-		logits[i] /= p->temperature;
-	dps_softmax_ref(logits, n);
-	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-	if (k == n && p->top_p >= 1.0f) {
+	k = kept_set(logits, n, p, scratch, &sorted, &mass);
+	if (!sorted) {
 		/* Plain sampling over the whole distribution. */
 		u = dps_rng_uniform(r);
 		cum = 0.0f;
@@ -71,18 +98,6 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 		for (i = n - 1; i > 0 && logits[i] == 0.0f; i--)
 			;
 		return i;
-	}
-	for (i = 0; i < n; i++)
-		scratch[i] = i;
-	qsort_r(scratch, (size_t)n, sizeof(int), cmp_desc, logits);
-	/* Keep the top k, then the smallest prefix whose mass reaches top_p. */
-	mass = 0.0f;
-	for (i = 0; i < k; i++) {
-		mass += logits[scratch[i]];
-		if (mass >= p->top_p) {
-			k = i + 1;
-			break;
-		}
 	}
 	u = dps_rng_uniform(r) * mass;
 	cum = 0.0f;
@@ -98,35 +113,19 @@ int dps_sample_verify(float *logits, int n, const struct dps_sampling *p, struct
 		      int draft, int *scratch, int *token)
 {
 	int k, i, sorted, kept = 0;
-	float mass = 1.0f, pd = 0.0f, rest, u, cum;
+	float mass, pd = 0.0f, rest, u, cum;
 
 	if (!(p->temperature >= 1e-6f)) {
 		*token = dps_argmax_ref(logits, n);
 		return *token == draft;
 	}
-	for (i = 0; i < n; i++)
-		logits[i] /= p->temperature;
-	dps_softmax_ref(logits, n);
-	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-	sorted = !(k == n && p->top_p >= 1.0f);
-	if (sorted) {
-		/* The kept set exactly as dps_sample keeps it. */
-		for (i = 0; i < n; i++)
-			scratch[i] = i;
-		qsort_r(scratch, (size_t)n, sizeof(int), cmp_desc, logits);
-		mass = 0.0f;
-		for (i = 0; i < k; i++) {
-			mass += logits[scratch[i]];
-			if (mass >= p->top_p) {
-				k = i + 1;
-				break;
-			}
-		}
+	/* The kept set exactly as dps_sample keeps it. */
+	k = kept_set(logits, n, p, scratch, &sorted, &mass);
+	if (sorted)
 		for (i = 0; i < k; i++)
 			kept |= scratch[i] == draft;
-	} else {
+	else
 		kept = draft >= 0 && draft < n;
-	}
 	/* The draft is one token with certainty: accept it with the target's probability. */
 	if (kept)
 		pd = logits[draft] / mass;

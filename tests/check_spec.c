@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "common/dps.h"
+#include "tests/greedy.h"
 #include "tests/testutil.h"
 #include "engine/engine.h"
 #include "engine/mkmodel.h"
@@ -81,26 +82,9 @@ static int prompt_of(int k, int *p)
 /* The one-process greedy tokens of prompt k on the target in model. */
 static void oracle(const char *model, int k, int *out, int n_out)
 {
-	struct dps_model m;
-	int prompt[16], pos[16], seq[16] = { 0 }, n = prompt_of(k, prompt), tok;
-	char err[256];
-	const float *lg;
+	int prompt[16];
 
-	ck_assert_msg(!dps_model_load(&m, model, &(struct dps_model_opts){ .max_pos = 64,
-									   .max_rows = 16 },
-				      err, sizeof(err)), "%s", err);
-	for (int i = 0; i < n; i++)
-		pos[i] = i;
-	lg = dps_model_step(&m, n, prompt, pos, seq, NULL) + (size_t)(n - 1) * m.cfg.vocab_size;
-	for (int g = 0; g < n_out; g++) {
-		tok = 0;
-		for (int v = 1; v < m.cfg.vocab_size; v++)
-			if (lg[v] > lg[tok])
-				tok = v;
-		out[g] = tok;
-		lg = dps_model_forward(&m, tok, n + g);
-	}
-	dps_model_free(&m);
+	test_greedy_oracle(model, prompt, prompt_of(k, prompt), out, n_out);
 }
 
 struct run_opts {

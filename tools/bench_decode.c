@@ -512,7 +512,7 @@ int dps_bench_decode(int argc, char **argv)
 	const char *load_s = NULL, *plot = NULL, *spec_model = NULL, *spec_s = NULL;
 	int reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
 	struct dps_machine mach;
-	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], np, ng, nb;
+	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], ks[MAX_LIST], np, ng, nb, nk = 0;
 	struct result res[3 * MAX_LIST * MAX_LIST];
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct bench b = { 0 };
@@ -592,38 +592,13 @@ int dps_bench_decode(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (spec_model || spec_s) {
-		int ks[MAX_LIST], nk = parse_list(spec_s ? spec_s : "3", ks, 1, DPS_MAX_SPEC);
-		struct dps_model_config cfg;
-		char layout[96];
-
-		if (!spec_model || nk < 0 || load_s || plot) {
-			fprintf(stderr, "dpshard bench decode: --num-speculative-tokens takes K,... "
-					"(1 to %d) with --speculative-model, which takes no --load or "
-					"--plot\n", DPS_MAX_SPEC);
-			return 2;
-		}
-		if (!model_dir) {
-			if (dps_cached_preset(preset, "bench decode", dir, sizeof(dir)))
-				return 1;
-			model_dir = dir;
-		}
-		rc = dps_model_config_load(model_dir, &cfg, err, sizeof(err));
-		if (!rc)
-			rc = dps_par_cfg_check(&par, err, sizeof(err));
-		if (!rc)
-			rc = dps_shard_check(&cfg, &par, err, sizeof(err));
-		if (rc) {
-			fprintf(stderr, "dpshard bench decode: %s\n", err);
-			return rc == -DPS_ECONFIG ? 2 : 1;
-		}
-		layout_name(&par, layout, sizeof(layout));
-		return dps_bench_spec(&(struct dps_bench_spec_opts){
-			.model = model_dir, .draft = spec_model, .blis_arch = blis_arch,
-			.cpu_bind = cpu_bind, .layout = layout, .par = par, .prompt = prompts[0],
-			.threads = threads, .reps = reps, .vocab = cfg.vocab_size, .gens = gens,
-			.batches = batches, .ks = ks, .ng = ng, .nb = nb, .nk = nk, .json = json,
-			.csv = csv });
+	if ((spec_model || spec_s) &&
+	    (!spec_model || (nk = parse_list(spec_s ? spec_s : "3", ks, 1, DPS_MAX_SPEC)) < 0 ||
+	     load_s || plot)) {
+		fprintf(stderr, "dpshard bench decode: --num-speculative-tokens takes K,... (1 to %d) "
+				"with --speculative-model, which takes no --load or --plot\n",
+			DPS_MAX_SPEC);
+		return 2;
 	}
 	b.max_p = b.max_g = b.max_b = 1;
 	for (int i = 0; i < np; i++)
@@ -646,6 +621,14 @@ int dps_bench_decode(int argc, char **argv)
 		fprintf(stderr, "dpshard bench decode: %s\n", err);
 		return rc == -DPS_ECONFIG ? 2 : 1;
 	}
+	layout_name(&par, lname, sizeof(lname));
+	if (spec_model)
+		return dps_bench_spec(&(struct dps_bench_spec_opts){
+			.model = model_dir, .draft = spec_model, .blis_arch = blis_arch,
+			.cpu_bind = cpu_bind, .layout = lname, .par = par, .prompt = prompts[0],
+			.threads = threads, .reps = reps, .vocab = b.cfg.vocab_size, .gens = gens,
+			.batches = batches, .ks = ks, .ng = ng, .nb = nb, .nk = nk, .json = json,
+			.csv = csv });
 	b.model = model_dir;
 	b.tp = par.tp;
 	b.blis_arch = blis_arch;
@@ -658,7 +641,6 @@ int dps_bench_decode(int argc, char **argv)
 	b.gens = gens;
 	b.batches = batches;
 	world = par.tp * par.dp;
-	layout_name(&par, lname, sizeof(lname));
 	fprintf(stderr, "dpshard bench decode: %s on %d rank(s), model %s ...\n", lname, world,
 		model_dir);
 	{
