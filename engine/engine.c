@@ -311,6 +311,15 @@ static int poll_client(struct replica *R, uint64_t wait_ns)
  */
 enum { H_CMD, H_ROWS, H_REAL, H_PREFILL, H_TABLES, H_UNFINISHED, H_LEN };
 
+/* Request r's block table as row nt of tables (bpr columns, zero past its blocks). */
+static void put_table(const struct replica *R, int *tables, int nt, const struct dps_req *r)
+{
+	int *row = tables + (size_t)nt * (size_t)R->bpr;
+
+	memset(row, 0, sizeof(int) * (size_t)R->bpr);
+	memcpy(row, r->blocks, sizeof(int) * (size_t)r->n_blocks);
+}
+
 /* TP rank 0: the scheduler's batch into the replica's row arrays; fills hdr. */
 static void pack(struct replica *R, int *hdr)
 {
@@ -333,9 +342,7 @@ static void pack(struct replica *R, int *hdr)
 			R->tix[i] = R->tix[i - 1];
 			continue;
 		}
-		memset(R->tables + (size_t)nt * (size_t)R->bpr, 0, sizeof(int) * (size_t)R->bpr);
-		memcpy(R->tables + (size_t)nt * (size_t)R->bpr, b->req[i]->blocks,
-		       sizeof(int) * (size_t)b->req[i]->n_blocks);
+		put_table(R, R->tables, nt, b->req[i]);
 		R->tix[i] = nt++;
 	}
 	hdr[H_TABLES] = nt;
@@ -476,15 +483,8 @@ static int publish_catchup(struct replica *R)
 			R->cu_slot[k] = cu->slot[k];
 			R->cu_src[k] = cu->row[k];
 			R->cu_want[k] = cu->want[k];
-			if (!k || cu->req[k] != cu->req[k - 1]) {
-				const struct dps_req *r = cu->req[k];
-
-				memset(R->cu_tables + (size_t)nt * (size_t)R->bpr, 0,
-				       sizeof(int) * (size_t)R->bpr);
-				memcpy(R->cu_tables + (size_t)nt * (size_t)R->bpr, r->blocks,
-				       sizeof(int) * (size_t)r->n_blocks);
-				nt++;
-			}
+			if (!k || cu->req[k] != cu->req[k - 1])
+				put_table(R, R->cu_tables, nt++, cu->req[k]);
 			R->cu_tix[k] = nt - 1;
 			if (cu->want[k])
 				R->p_req[p++] = cu->req[k];

@@ -95,6 +95,24 @@ static void gen_fill(float *dst, uint64_t start, uint64_t count, void *arg)
 	}
 }
 
+/* Writes tensors t[0..n-1] as outdir/model.safetensors, then c as outdir/config.json. */
+static int write_dir(const char *outdir, const struct dps_st_writer_tensor *t, int n,
+		     const struct dps_model_config *c, char *err, size_t errlen)
+{
+	char path[4096];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
+	rc = dps_st_write(path, t, n);
+	if (!rc) {
+		snprintf(path, sizeof(path), "%s/config.json", outdir);
+		rc = dps_model_config_save(c, path);
+	}
+	if (rc)
+		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
+	return rc;
+}
+
 int dps_mkmodel(const struct dps_model_config *c, uint64_t seed, enum dps_st_dtype dt,
 		const char *outdir, char *err, size_t errlen)
 {
@@ -105,7 +123,6 @@ int dps_mkmodel(const struct dps_model_config *c, uint64_t seed, enum dps_st_dty
 	const float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)L);
 	struct dps_st_writer_tensor *t;
 	struct gen *g;
-	char path[4096];
 	int n = 0, rc;
 
 	const size_t per_layer = 9 + 2 + 3 * (size_t)c->num_local_experts;
@@ -173,16 +190,7 @@ int dps_mkmodel(const struct dps_model_config *c, uint64_t seed, enum dps_st_dty
 	if (!c->tie_word_embeddings)
 		T("lm_head.weight", 2, (uint64_t)c->vocab_size, h, 0.0f, std);
 #undef T
-	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
-	rc = dps_st_write(path, t, n);
-	if (rc) {
-		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
-		goto out;
-	}
-	snprintf(path, sizeof(path), "%s/config.json", outdir);
-	rc = dps_model_config_save(c, path);
-	if (rc)
-		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
+	rc = write_dir(outdir, t, n, c, err, errlen);
 out:
 	free(t);
 	free(g);
@@ -230,7 +238,6 @@ int dps_mkmodel_draft(const char *target, enum dps_draft_kind kind, int draft_vo
 	float *own[16] = { 0 };
 	int n = 0, n_own = 0, rc, *ids = NULL;
 	uint64_t h, im, q, V;
-	char path[4096];
 
 	memset(t, 0, sizeof(t));
 	rc = dps_ckpt_open(&ck, target, err, errlen);
@@ -448,20 +455,10 @@ int dps_mkmodel_draft(const char *target, enum dps_draft_kind kind, int draft_vo
 #undef GEN
 #undef PUT
 #undef OWN
-	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
-	rc = dps_st_write(path, t, n);
-	if (rc) {
-		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
-		goto out;
-	}
-	snprintf(path, sizeof(path), "%s/config.json", outdir);
-	rc = dps_model_config_save(&c, path);
-	if (rc)
-		snprintf(err, errlen, "%s: %s", path, dps_strerror(rc));
+	rc = write_dir(outdir, t, n, &c, err, errlen);
 out:
 	for (int i = 0; i < n_own; i++)
-		if (!(i > 0 && own[i] == own[i - 1]))
-			free(own[i]);
+		free(own[i]);
 	free(ids);
 	dps_ckpt_close(&ck);
 	return rc;

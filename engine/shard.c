@@ -1344,7 +1344,7 @@ static int moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R
 /* ---- embedding and LM head ------------------------------------------------------------------- */
 
 /* x (n, hidden) = rows of ids found in a vocabulary shard starting at lo (per rows), else 0. */
-static void lookup(struct dps_shard *s, const float *table, int lo, int per, const int *ids, int n,
+static void lookup(const struct dps_shard *s, const float *table, int lo, int per, const int *ids, int n,
 		   float *x)
 {
 	const int dim = s->cfg.hidden_size;
@@ -1462,7 +1462,7 @@ const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t
 	}
 	if (n) {
 		/* The target's token embedding (plain TP shard) into o. */
-		lookup((struct dps_shard *)t, t->emb_p, t->t * t->v_tp, t->v_tp, r->tokens, n, d->o);
+		lookup(t, t->emb_p, t->t * t->v_tp, t->v_tp, r->tokens, n, d->o);
 		rc = allreduce(d, d->tp_c, DPS_SG_TP, d->o, (size_t)n * dim);
 		if (rc)
 			goto fail;

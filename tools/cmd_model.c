@@ -674,8 +674,8 @@ int dps_cmd_mkmodel(int argc, char **argv)
 		{ "draft-for", DPS_FLAG_STR, &draft_for, "DIR",
 		  "write an Eagle3 draft of the model in DIR instead (shape flags do not apply)" },
 		{ "draft-kind", DPS_FLAG_STR, &draft_kind, "self|random",
-		  "self: derived from the target's weights, agrees with it often (default); "
-		  "random: seeded random weights" },
+		  "self: built from the target's weights, no training (default); random: seeded "
+		  "random weights" },
 		{ "draft-vocab", DPS_FLAG_INT, &draft_vocab, "N",
 		  "draft vocabulary size (default: the target's)" },
 		DPS_FLAGS_END
