@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/engine.h - the serving engine (DESIGN.md section 5, ../shared/seeds/002): every DP
- * replica runs a scheduler on its TP rank 0 and a busy loop on all its ranks; the supervisor
- * side (the client) balances requests over the replicas and collects their tokens.
+ * engine/engine.h - the serving engine (docs/DESIGN.md section 5; the data-parallelism
+ * reference): every DP replica runs a scheduler on its TP rank 0 and a busy loop on all its
+ * ranks; the supervisor side (the client) balances requests over the replicas and collects
+ * their tokens.
  *
  * Messages. The client sends a replica's TP rank 0, through its ring, requests (a header
  * and the prompt, in as many messages as the ring's slots need), cancellations, wake-ups and

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/frontend.h - the OpenAI-compatible HTTP API of `dpshard serve` (DESIGN.md section 5),
- * in the supervisor: it validates requests, hands them to the engine client (which balances
- * them over the replicas), and streams the tokens back.
+ * engine/frontend.h - the OpenAI-compatible HTTP API of `dpshard serve` (docs/DESIGN.md
+ * section 5), in the supervisor: it validates requests, hands them to the engine client (which
+ * balances them over the replicas), and streams the tokens back.
  *
  * Endpoints: POST /v1/completions (openai.h; "stream": server-sent events ending in
  * "data: [DONE]"), POST /v1/chat/completions (400: no model here has a chat template),

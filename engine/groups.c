@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/groups.c - builds the process groups of DESIGN.md section 3 (see groups.h) and
+ * engine/groups.c - builds the process groups of docs/DESIGN.md section 3 (see groups.h) and
  * describes them for `dpshard groups`.
  *
  * Called once by the supervisor before it forks, by `dpshard groups` and by the tests. The
@@ -132,7 +132,7 @@ const char *dps_a2a_name(int a2a)
 
 /*
  * The world rank at position pos of group grp of a set: the membership column of the table
- * in DESIGN.md section 3, written out once so that every set follows it literally.
+ * in docs/DESIGN.md section 3, written out once so that every set follows it literally.
  */
 static int gs_member(int tp, enum dps_gs_kind kind, int c, int grp, int pos)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/groups.h - the parallel layout of DESIGN.md section 3: from TP, DP and the five
+ * engine/groups.h - the parallel layout of docs/DESIGN.md section 3: from TP, DP and the five
  * component sizes, every process group the engine uses, as lists of world ranks.
  *
  * World rank r = d*TP + t (d = DP rank, t = TP rank). A "group set" is one partition of the

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine/shard.h - the model as one rank of a TP x DP layout holds and runs it: every
- * component sharded as ../shared/seeds/000 describes (DESIGN.md sections 3 and 4).
+ * component sharded as the component-level DP sharding reference describes (docs/DESIGN.md
+ * sections 3 and 4).
  *
  * Weights. Each component of size c is sharded over its component TP group (TP * c ranks,
  * group rank j*TP + t, j = d mod c) and loaded with that group rank in place of the TP rank:

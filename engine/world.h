@@ -5,7 +5,7 @@
  * The supervisor computes a dps_layout before it forks: the instance control block (abort
  * word), one collective area for every distinct group of ranks (a TP group, a DP group, a
  * component TP group or DP column whose member list equals another's shares its area, so the
- * aliases of DESIGN.md section 3 are one communicator), and two message rings per rank
+ * aliases of docs/DESIGN.md section 3 are one communicator), and two message rings per rank
  * (rank -> supervisor, supervisor -> rank). It lives in one segment. Each rank process then
  * builds its dps_world: one dps_comm handle for every area it is a member of.
  */

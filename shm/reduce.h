@@ -2,7 +2,7 @@
 /*
  * shm/reduce.h - element types of the collectives and the ordered sums they compute.
  *
- * Determinism contract (DESIGN.md section 2): out[j] = ((src[0][j] + src[1][j]) + ...) +
+ * Determinism contract (docs/DESIGN.md section 2): out[j] = ((src[0][j] + src[1][j]) + ...) +
  * src[n-1][j], accumulated in fp32 (int32 wraps modulo 2^32) and rounded once to the element
  * type. The order depends only on group-rank order, never on chunking or algorithm, so every
  * rank and every run get the same bits. No FMA or reassociation is involved (sums only).

@@ -84,7 +84,8 @@ static void gen(enum dps_dtype t, void *buf, size_t count, uint32_t member, uint
 	}
 }
 
-/* Serial in-order sum over members 0..n-1 of element idx: the contract of DESIGN.md section 2. */
+/* Serial in-order sum over members 0..n-1 of element idx: the contract of docs/DESIGN.md
+ * section 2. */
 static void oracle_sum(enum dps_dtype t, void *out, uint32_t n, uint32_t idx, uint32_t salt)
 {
 	if (t == DPS_F32) {

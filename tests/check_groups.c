@@ -2,7 +2,7 @@
 /*
  * tests/check_groups.c - Check suite for engine/groups.c: the seed's TP=8 x DP=4 example,
  * hand-computed mixed layouts, aliasing, the structural invariants of every set over all
- * small layouts (against the formulas of DESIGN.md section 3 as an oracle), every rejected
+ * small layouts (against the formulas of docs/DESIGN.md section 3 as an oracle), every rejected
  * configuration and its message, the printed rank grid, and a deliberate fault that proves
  * the invariant checker can fail. Pure computation: no processes, no shared memory.
  */

@@ -8,7 +8,7 @@
  * at every step, the token with the oracle's and every logit within 1e-4 of it. Models: a
  * GQA model whose dimensions divide by nothing (6 query heads over 2 KV heads, intermediate
  * 100, vocabulary 300), a multi-head model whose KV heads are a multiple of TP x attention
- * size (the KV all-to-all variant), and stories260K when ../shared is at hand. Configurations:
+ * size (the KV all-to-all variant), and stories260K (models/stories260K). Configurations:
  * every layout up to 8 ranks with a spread of component sizes, and the seeds' TP=8 x DP=4 with
  * all sizes 4 (on a model with 32 query heads) and with mixed sizes (32 ranks on 2 cores).
  * Every rank of a replica must also produce bit-identical logits (a hash per step, compared
@@ -345,16 +345,11 @@ START_TEST(test_stories260k)
 	static const int cfgs[][6] = { { 2, 2, 2, 2, 2, 2 }, { 4, 1, 1, 1, 1, 1 },
 				       { 2, 4, 2, 4, 1, 2 }, { 1, 4, 4, 1, 2, 4 } };
 	char model[128], err[256];
-	const char *shared = DPS_SHARED_DIR "/models/stories260K";
 
-	if (access(shared, R_OK)) {
-		fprintf(stderr, "skipped: %s not found\n", shared);
-		return;
-	}
 	snprintf(model, sizeof(model), "%s/st260", dir);
 	if (access(model, R_OK))
-		ck_assert_msg(!dps_convert_llama2c(DPS_SHARED_DIR "/models/stories260K/stories260K.bin",
-						   DPS_SHARED_DIR "/models/stories260K/tok512.bin",
+		ck_assert_msg(!dps_convert_llama2c(DPS_TEST_SRCDIR "/models/stories260K/stories260K.bin",
+						   DPS_TEST_SRCDIR "/models/stories260K/tok512.bin",
 						   model, DPS_ST_F32, err, sizeof(err)), "%s", err);
 	build_oracle(model);
 	expect_equal(model, par_of(cfgs[_i]));

@@ -12,7 +12,7 @@
  *   rank j*TP + t, j = d mod c) against the rows of the full tensors read in the test process,
  *   zero past the vocabulary, with a vocabulary (300) and intermediate size (100) that do not
  *   divide and a 10-token vocabulary where whole shards lie past its end; and the weight bytes
- *   of every part against the sizes of DESIGN.md section 3. The layer weights live in a struct
+ *   of every part against the sizes of docs/DESIGN.md section 3. The layer weights live in a struct
  *   private to shard.c, so the MLP and attention are checked by their byte counts only (their
  *   rows are covered end to end by tests/check_shard.c). Fault: expecting the decode shards at
  *   the plain TP rank is reported.

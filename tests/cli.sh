@@ -40,31 +40,20 @@ show() {
 }
 
 # run ARGS...: runs $DPSHARD ARGS with stdout in $tmp/out and stderr in $tmp/err; sets rc.
+# coreutils' timeout stops a run still going after $RUN_TIMEOUT s (TERM to dpshard and its
+# ranks, which share its process group; KILL 5 s later): nothing outlives the run, so no
+# timer of one run can fire during another. The shell writes its pid and then becomes dpshard,
+# so the pid its segments carry is known.
 run() {
 	desc="dpshard $*"
-	rm -f "$tmp/timeout"
-	"$DPSHARD" "$@" >"$tmp/out" 2>"$tmp/err" &
-	pid=$!
-	pids="$pids $pid"
-	(
-		# Watchdog: TERM lets the supervisor stop its ranks; KILL if that is not enough.
-		trap 'kill "${s:-}" 2>/dev/null; exit 0' TERM
-		sleep "$RUN_TIMEOUT" &
-		s=$!
-		wait "$s"
-		: >"$tmp/timeout"
-		kill -TERM "$pid"
-		sleep 5 &
-		s=$!
-		wait "$s"
-		kill -KILL "$pid"
-	) </dev/null >/dev/null 2>&1 &
-	wd=$!
-	wait "$pid"
+	rm -f "$tmp/pid"
+	timeout -k 5 "$RUN_TIMEOUT" sh -c 'echo $$ >"$0" && exec "$@"' "$tmp/pid" "$DPSHARD" "$@" \
+		>"$tmp/out" 2>"$tmp/err" </dev/null
 	rc=$?
-	kill "$wd" 2>/dev/null
-	wait "$wd" 2>/dev/null
-	if [ -e "$tmp/timeout" ]; then
+	if [ -s "$tmp/pid" ]; then
+		pids="$pids $(cat "$tmp/pid")"
+	fi
+	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
 		fail "$desc: still running after $RUN_TIMEOUT s, killed"
 	fi
 }
@@ -94,7 +83,8 @@ shm_list >"$tmp/shm.before"
 
 run --help
 if expect_rc 0; then
-	for cmd in groups bench; do
+	for cmd in groups bench "bench coll" "bench decode" "bench sweep" "bench serve" convert \
+		mkmodel generate serve; do
 		grep -q "^  $cmd " "$tmp/out" || { fail "$desc: does not list '$cmd'"; show stdout "$tmp/out"; }
 	done
 fi
@@ -475,65 +465,92 @@ fi
 
 # ---- dpshard convert and generate: stories260K against the golden outputs ------------------
 
-shared=${DPSHARD_SRCDIR:-.}/../shared
-if [ -r "$shared/models/stories260K/stories260K.bin" ] && [ -d "$shared/golden/stories260K" ]; then
-	desc="convert llama2c stories260K"
-	run convert llama2c "$shared/models/stories260K/stories260K.bin" \
-		"$shared/models/stories260K/tok512.bin" "$tmp/st260"
+# Both folders are part of the repository: without them every check below fails.
+st260src=${DPSHARD_SRCDIR:-.}/models/stories260K
+golden=${DPSHARD_SRCDIR:-.}/tests/golden/stories260K
+[ -r "$st260src/stories260K.bin" ] && [ -r "$golden/once_upon_a_time.stdout.txt" ] ||
+	fail "$st260src or $golden is missing from the source tree"
+desc="generate without --model: the default model, stories260K, gives the golden text"
+XDG_CACHE_HOME=$tmp/cache
+export XDG_CACHE_HOME
+run generate -n 64 --temperature 0 "Once upon a time"
+unset XDG_CACHE_HOME
+expect_rc 0
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; show stderr "$tmp/err"; }
+[ ! -e "$tmp/cache" ] || fail "$desc: it wrote to the cache directory"
+# A binary with no model beside it and none installed says where it looked.
+if [ -n "${DPSHARD_PKGDATADIR:-}" ] && [ ! -e "$DPSHARD_PKGDATADIR/stories260K/config.json" ]; then
+	mkdir -p "$tmp/alone"
+	cp "$DPSHARD" "$tmp/alone/dpshard"
+	desc="generate without --model, no default model anywhere"
+	rc=0
+	timeout 60 "$tmp/alone/dpshard" generate -n 4 "Once" >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
+	expect_rc 1 && { grep -q "data/stories260K beside the binary" "$tmp/err" &&
+		grep -q -- "--model DIR" "$tmp/err" ||
+		{ fail "$desc: the message does not say where it looked"; show stderr "$tmp/err"; }; }
+	rm -rf "$tmp/alone"
+else
+	echo "note: stories260K is installed on this machine; the no-default-model message is not checked"
+fi
+desc="convert llama2c stories260K"
+run convert llama2c "$st260src/stories260K.bin" "$st260src/tok512.bin" "$tmp/st260"
+expect_rc 0
+cmp -s "$tmp/st260/model.safetensors" "${DPSHARD_BUILDDIR:-.}/data/stories260K/model.safetensors" ||
+	fail "$desc: the build tree's default model is not the converted stories260K"
+desc="generate, empty prompt, 256 steps"
+run generate --model "$tmp/st260"
+expect_rc 0
+cmp -s "$tmp/out" "$golden/empty_prompt_n256.stdout.txt" ||
+	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+desc="generate -n 64 \"Once upon a time\""
+run generate --model "$tmp/st260" -n 64 "Once upon a time"
+expect_rc 0
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+# With a self-distilled Eagle3 draft across ranks: still the golden text.
+run mkmodel --draft-for "$tmp/st260" --out "$tmp/st260-draft"
+expect_rc 0
+run generate --model "$tmp/st260" -n 64 --speculative-model "$tmp/st260-draft" \
+	--num-speculative-tokens 3 --data-parallel-size 2 --draft-mlp-dp-size 2 \
+	"Once upon a time"
+expect_rc 0
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+desc="generate --ids"
+# Across ranks: every layout prints the golden text (TP, DP with the MLP sharded, mixed
+# component sizes, and the seeds' 32-rank example on these 2 cores).
+for layout in "--tensor-parallel-size 2" \
+	"--data-parallel-size 2 --mlp-dp-size 2 --attention-dp-size 2" \
+	"--tensor-parallel-size 2 --data-parallel-size 4 --attention-dp-size 2 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 2" \
+	"--tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4"; do
+	# shellcheck disable=SC2086 # the layout is a list of flags
+	run generate --model "$tmp/st260" -n 64 $layout "Once upon a time"
 	expect_rc 0
-	desc="generate, empty prompt, 256 steps"
-	run generate --model "$tmp/st260"
-	expect_rc 0
-	cmp -s "$tmp/out" "$shared/golden/stories260K/empty_prompt_n256.stdout.txt" ||
-		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
-	desc="generate -n 64 \"Once upon a time\""
-	run generate --model "$tmp/st260" -n 64 "Once upon a time"
-	expect_rc 0
-	cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
-		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
-	# With a self-distilled Eagle3 draft across ranks: still the golden text.
-	run mkmodel --draft-for "$tmp/st260" --out "$tmp/st260-draft"
-	expect_rc 0
-	run generate --model "$tmp/st260" -n 64 --speculative-model "$tmp/st260-draft" \
-		--num-speculative-tokens 3 --data-parallel-size 2 --draft-mlp-dp-size 2 \
-		"Once upon a time"
-	expect_rc 0
-	cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
-		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
-	desc="generate --ids"
-	# Across ranks: every layout prints the golden text (TP, DP with the MLP sharded, mixed
-	# component sizes, and the seeds' 32-rank example on these 2 cores).
-	for layout in "--tensor-parallel-size 2" \
-		"--data-parallel-size 2 --mlp-dp-size 2 --attention-dp-size 2" \
-		"--tensor-parallel-size 2 --data-parallel-size 4 --attention-dp-size 2 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 2" \
-		"--tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4"; do
-		# shellcheck disable=SC2086 # the layout is a list of flags
-		run generate --model "$tmp/st260" -n 64 $layout "Once upon a time"
-		expect_rc 0
-		cmp -s "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.stdout.txt" ||
-			{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; show stderr "$tmp/err"; }
-	done
-	run generate --model "$tmp/st260" --tensor-parallel-size 2 --data-parallel-size 2 --mlp-dp-size 2
-	expect_rc 0
-	cmp -s "$tmp/out" "$shared/golden/stories260K/empty_prompt_n256.stdout.txt" ||
-		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
-	# Two prompts on two replicas: each completion under its prompt.
-	run generate --model "$tmp/st260" -n 64 --data-parallel-size 2 --verbose "Once upon a time" "Lily"
-	if expect_rc 0; then
-		grep -q '^\[prompt 2\] Lily$' "$tmp/out" || fail "$desc: no heading for prompt 2"
-		head -n 1 "$tmp/out" | grep -q '^\[prompt 1\] Once upon a time$' || fail "$desc: no heading for prompt 1"
-		grep -q "rank 1 (DP 1, TP 0): .* MB of weights" "$tmp/err" || fail "$desc: --verbose does not report the shard bytes"
-	fi
-	# generate --requests: JSON lines in, one JSON result per request out, in input order.
-	cat >"$tmp/reqs.jsonl" <<EOF
+	cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; show stderr "$tmp/err"; }
+done
+run generate --model "$tmp/st260" --tensor-parallel-size 2 --data-parallel-size 2 --mlp-dp-size 2
+expect_rc 0
+cmp -s "$tmp/out" "$golden/empty_prompt_n256.stdout.txt" ||
+	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+# Two prompts on two replicas: each completion under its prompt.
+run generate --model "$tmp/st260" -n 64 --data-parallel-size 2 --verbose "Once upon a time" "Lily"
+if expect_rc 0; then
+	grep -q '^\[prompt 2\] Lily$' "$tmp/out" || fail "$desc: no heading for prompt 2"
+	head -n 1 "$tmp/out" | grep -q '^\[prompt 1\] Once upon a time$' || fail "$desc: no heading for prompt 1"
+	grep -q "rank 1 (DP 1, TP 0): .* MB of weights" "$tmp/err" || fail "$desc: --verbose does not report the shard bytes"
+fi
+# generate --requests: JSON lines in, one JSON result per request out, in input order.
+cat >"$tmp/reqs.jsonl" <<EOF
 {"prompt": "Once upon a time", "max_tokens": 20}
 {"prompt": "Lily", "max_tokens": 10, "temperature": 0.8, "seed": 3}
 
 {"prompt_ids": [1, 403, 407], "max_tokens": 5, "replica": 1}
 EOF
-	run generate --model "$tmp/st260" --requests "$tmp/reqs.jsonl" --data-parallel-size 2
-	if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
-		python3 -c '
+run generate --model "$tmp/st260" --requests "$tmp/reqs.jsonl" --data-parallel-size 2
+if expect_rc 0 && command -v python3 >/dev/null 2>&1; then
+	python3 -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 gold = open(sys.argv[2]).read().split("generated_ids:")[1].split()
@@ -542,49 +559,37 @@ assert [r["completion_tokens"] for r in rows] == [20, 10, 5], rows
 assert all(r["finish_reason"] == "length" for r in rows), rows
 assert rows[0]["token_ids"] == [int(x) for x in gold[:20]], (rows[0], gold[:20])
 assert rows[0]["text"].startswith(", there was a little girl"), rows[0]
-' "$tmp/out" "$shared/golden/stories260K/once_upon_a_time.ids.txt" >"$tmp/py.err" 2>&1 ||
-			{ fail "$desc: wrong results"; sed 's/^/    /' "$tmp/py.err"; show stdout "$tmp/out"; }
-	fi
-	printf '{"prompt": "ok"}\n{"prompt": 5}\n{"bogus": 1}\n' >"$tmp/bad.jsonl"
-	run generate --model "$tmp/st260" --requests "$tmp/bad.jsonl"
-	expect_rc 2
-	grep -q 'bad.jsonl line 2: "prompt" must be a string' "$tmp/err" &&
-		grep -q 'bad.jsonl line 3: unknown field "bogus"' "$tmp/err" ||
-		{ fail "$desc: every bad line must be named"; show stderr "$tmp/err"; }
-	run generate --model "$tmp/st260" --data-parallel-size 4 --attention-dp-size 3
-	expect_rc 2
-	grep -q -- "--attention-dp-size 3" "$tmp/err" || fail "$desc: the message does not name the flag"
-	run generate --model "$tmp/st260" --tensor-parallel-size 4 --data-parallel-size 4 --attention-dp-size 4
-	expect_rc 2
-	grep -q "query heads" "$tmp/err" || fail "$desc: the message does not explain the heads rule"
-	run generate --model "$tmp/st260" -n 64 --ids "Once upon a time"
-	expect_rc 0
-	want=$(sed -n 's/^all_ids[^:]*: //p' "$shared/golden/stories260K/once_upon_a_time.ids.txt" |
-		cut -d' ' -f2-)
-	[ "$(cat "$tmp/out")" = "$want" ] || fail "$desc: ids differ from the golden ids"
-	desc="generate with a seed is reproducible"
-	run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
-	cp "$tmp/out" "$tmp/sampled1"
-	run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
-	cmp -s "$tmp/out" "$tmp/sampled1" || fail "$desc: two runs with --seed 5 differ"
-	desc="generate without --model uses the demo model"
-	XDG_CACHE_HOME=$tmp/cache
-	export XDG_CACHE_HOME
-	run generate -n 8 --prompt-ids "1 5"
-	unset XDG_CACHE_HOME
-	expect_rc 0
-	[ "$(wc -w <"$tmp/out")" -eq 8 ] || fail "$desc: expected 8 ids"
-	[ -r "$tmp/cache/dpshard/tiny-seed0/config.json" ] ||
-		fail "$desc: the demo model was not written to \$XDG_CACHE_HOME/dpshard"
-	run generate --model "$tmp/st260" --temperature nan
-	expect_rc 2
-	desc="generate with a missing model"
-	run generate --model "$tmp/nothing-here"
-	expect_rc 1
-	grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name config.json"
-else
-	echo "note: ../shared/models/stories260K not found, convert/generate checks skipped"
+' "$tmp/out" "$golden/once_upon_a_time.ids.txt" >"$tmp/py.err" 2>&1 ||
+		{ fail "$desc: wrong results"; sed 's/^/    /' "$tmp/py.err"; show stdout "$tmp/out"; }
 fi
+printf '{"prompt": "ok"}\n{"prompt": 5}\n{"bogus": 1}\n' >"$tmp/bad.jsonl"
+run generate --model "$tmp/st260" --requests "$tmp/bad.jsonl"
+expect_rc 2
+grep -q 'bad.jsonl line 2: "prompt" must be a string' "$tmp/err" &&
+	grep -q 'bad.jsonl line 3: unknown field "bogus"' "$tmp/err" ||
+	{ fail "$desc: every bad line must be named"; show stderr "$tmp/err"; }
+run generate --model "$tmp/st260" --data-parallel-size 4 --attention-dp-size 3
+expect_rc 2
+grep -q -- "--attention-dp-size 3" "$tmp/err" || fail "$desc: the message does not name the flag"
+run generate --model "$tmp/st260" --tensor-parallel-size 4 --data-parallel-size 4 --attention-dp-size 4
+expect_rc 2
+grep -q "query heads" "$tmp/err" || fail "$desc: the message does not explain the heads rule"
+run generate --model "$tmp/st260" -n 64 --ids "Once upon a time"
+expect_rc 0
+want=$(sed -n 's/^all_ids[^:]*: //p' "$golden/once_upon_a_time.ids.txt" |
+	cut -d' ' -f2-)
+[ "$(cat "$tmp/out")" = "$want" ] || fail "$desc: ids differ from the golden ids"
+desc="generate with a seed is reproducible"
+run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
+cp "$tmp/out" "$tmp/sampled1"
+run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
+cmp -s "$tmp/out" "$tmp/sampled1" || fail "$desc: two runs with --seed 5 differ"
+run generate --model "$tmp/st260" --temperature nan
+expect_rc 2
+desc="generate with a missing model"
+run generate --model "$tmp/nothing-here"
+expect_rc 1
+grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name config.json"
 
 shm_list >"$tmp/shm.after"
 comm -13 "$tmp/shm.before" "$tmp/shm.after" >"$tmp/shm.new"

@@ -27,7 +27,7 @@ import time
 
 DPSHARD = os.environ.get("DPSHARD", "")
 SRC = os.environ.get("DPSHARD_SRCDIR", ".")
-SHARED = os.path.join(SRC, "..", "shared")
+ST260 = os.path.join(SRC, "models", "stories260K")  # part of the repository
 failures = []
 
 
@@ -50,7 +50,8 @@ class Server:
         self.log = open(self.log_path, "w")
         watch = log_file or self.log_path
         self.proc = subprocess.Popen(
-            [DPSHARD, "serve", "--model", model, "--port", "0", "--cpu-bind", "off"] + list(args),
+            [DPSHARD, "serve"] + (["--model", model] if model else []) +
+            ["--port", "0", "--cpu-bind", "off"] + list(args),
             stdout=self.log, stderr=self.log, env=env)
         self.port = None
         deadline = time.time() + 30
@@ -235,17 +236,12 @@ def main():
 
 
 def run(tmp):
-    st260 = os.path.join(SHARED, "models", "stories260K")
     model = os.path.join(tmp, "st260")
-    if os.path.exists(os.path.join(st260, "stories260K.bin")):
-        subprocess.run([DPSHARD, "convert", "llama2c", os.path.join(st260, "stories260K.bin"),
-                        os.path.join(st260, "tok512.bin"), model], check=True,
-                       capture_output=True)
-        texts = True
-    else:
-        subprocess.run([DPSHARD, "mkmodel", "--preset", "tiny", "--out", model], check=True,
-                       capture_output=True)
-        texts = False
+    if not os.path.exists(os.path.join(ST260, "stories260K.bin")):
+        fail("%s is missing from the source tree" % ST260)
+        return 1
+    subprocess.run([DPSHARD, "convert", "llama2c", os.path.join(ST260, "stories260K.bin"),
+                    os.path.join(ST260, "tok512.bin"), model], check=True, capture_output=True)
     slow = os.path.join(tmp, "slow")  # long generations, for clients that leave mid-way
     subprocess.run([DPSHARD, "mkmodel", "--preset", "small", "--max-position-embeddings", "4096",
                     "--out", slow], check=True, capture_output=True)
@@ -258,8 +254,7 @@ def run(tmp):
     check(srv.wait_ready(), "the server did not become ready")
     st, body = srv.get("/v1/models")
     check(st == 200 and json.loads(body)["data"][0]["id"] == "st260", "/v1/models: %d %s" % (st, body))
-    prompts = ["Once upon a time", "Lily and Ben", "The cat", "One day"] if texts else \
-        [[1, 5, 9], [1, 40], [1, 7, 7, 7], [1, 100]]
+    prompts = ["Once upon a time", "Lily and Ben", "The cat", "One day"]
     reqs = []
     for i in range(64):
         r = {"prompt": prompts[i % len(prompts)], "max_tokens": 1 + (i * 7) % 40, "temperature": 0}
@@ -627,7 +622,8 @@ def run(tmp):
     sock.bind(ns)
     sock.settimeout(0.2)
     env = dict(os.environ, NOTIFY_SOCKET=ns, WATCHDOG_USEC="400000")
-    srv = Server(tmp, model, "--kv-cache-memory", "16M", env=env, name="notify")
+    # (No --model: the default model, stories260K, that the build converted.)
+    srv = Server(tmp, None, "--kv-cache-memory", "16M", env=env, name="notify")
     msgs, deadline = [], time.time() + 30
     while time.time() < deadline and not any("READY=1" in m for m in msgs):
         try:
@@ -637,6 +633,14 @@ def run(tmp):
     check(any("READY=1" in m for m in msgs), "no READY=1: %s" % msgs)
     check(srv.get("/health")[0] == 200, "READY=1 before /health says ready")
     check(any(m.startswith("STATUS=loading") for m in msgs), "no STATUS while loading: %s" % msgs)
+    st, body = srv.get("/v1/models")
+    check(st == 200 and json.loads(body)["data"][0]["id"] == "stories260K",
+          "without --model, /v1/models: %d %s" % (st, body))
+    with open(os.path.join(SRC, "tests", "golden", "stories260K", "once_upon_a_time.stdout.txt")) as f:
+        gold = f.read()
+    st, j = srv.complete({"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0})
+    check(st == 200 and "Once upon a time" + j["choices"][0]["text"] + "\n" == gold,
+          "without --model, the completion is not the golden text: %d %s" % (st, j))
     t0 = time.time()
     while time.time() - t0 < 1.0:
         try:

@@ -24,5 +24,11 @@ int dps_bench_sweep(int argc, char **argv);
  * after a message.
  */
 int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len);
+/*
+ * Writes the directory of the default model (stories260K, converted by make) into dir: the
+ * build tree's beside the running binary, else the installed one. Returns 0, or -ENOENT after
+ * a message naming both places; who names the command in it.
+ */
+int dps_default_model(const char *who, char *dir, size_t len);
 
 #endif

@@ -142,6 +142,40 @@ int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len
 	return rc;
 }
 
+/*
+ * The default model, stories260K: the copy `make` converts into the build tree beside the
+ * running binary (data/stories260K), else the one `make install` put into the package data
+ * folder. A directory counts when it has a config.json.
+ */
+int dps_default_model(const char *who, char *dir, size_t len)
+{
+	char exe[4096], cfg[4300], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n > 0) {
+		exe[n] = '\0';
+		slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(cfg, sizeof(cfg), "%s/data/stories260K/config.json", exe);
+			if (!access(cfg, R_OK)) {
+				snprintf(dir, len, "%s/data/stories260K", exe);
+				return 0;
+			}
+		}
+	}
+	snprintf(cfg, sizeof(cfg), "%s/stories260K/config.json", DPS_PKGDATADIR);
+	if (!access(cfg, R_OK)) {
+		snprintf(dir, len, "%s/stories260K", DPS_PKGDATADIR);
+		return 0;
+	}
+	fprintf(stderr, "dpshard %s: no --model given, and the default model stories260K is neither "
+			"in the build tree (data/stories260K beside the binary: run make) nor installed "
+			"(%s/stories260K: run make install); give --model DIR, or make a random one with "
+			"dpshard mkmodel --out DIR\n", who, DPS_PKGDATADIR);
+	return -ENOENT;
+}
+
 /* Loads the model's config and checks the layout against it; 0, or the exit status after a
  * message. */
 static int check_layout(const struct dps_gen_ranks_opts *o, struct dps_model_config *cfg)
@@ -395,11 +429,12 @@ int dps_cmd_generate(int argc, char **argv)
 	size_t kv_mem = 0;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	uint64_t t0;
-	char *pos[MAX_PROMPTS], err[512], path[4200], demo[4096];
+	char *pos[MAX_PROMPTS], err[512], path[4200], defdir[4096];
 	struct dps_flag flags[48];
 	const struct dps_flag base[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
-		  "checkpoint directory (config.json + *.safetensors); default: the demo model" },
+		  "checkpoint directory (config.json + *.safetensors); default: stories260K, "
+		  "the small trained model that comes with dpshard" },
 		{ "steps", DPS_FLAG_INT, &steps, "N",
 		  "forward steps, counting the prompt's positions (as llama2.c's -n)", 1, 1 << 24, 'n' },
 		{ "temperature", DPS_FLAG_DOUBLE, &temperature, "T", "0 = greedy (ties to the lowest id)" },
@@ -455,10 +490,9 @@ int dps_cmd_generate(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	if (!model_dir) {
-		rc = dps_cached_preset("tiny", "generate", demo, sizeof(demo));
-		if (rc)
+		if (dps_default_model("generate", defdir, sizeof(defdir)))
 			return 1;
-		model_dir = demo;
+		model_dir = defdir;
 	}
 	if (!(temperature >= 0 && isfinite(temperature)) || !(top_p > 0 && top_p <= 1) ||
 	    top_k < 0) {

@@ -270,12 +270,13 @@ int dps_cmd_serve(int argc, char **argv)
 	struct dps_model_config cfg;
 	struct dps_tokenizer tok = { 0 };
 	struct serve s = { 0 };
-	char *pos[1], err[512], path[4200], demo[4096], *base, *name_buf = NULL;
+	char *pos[1], err[512], path[4200], defdir[4096], nm[4096], *base, *name_buf = NULL;
 	int npos, rc, have_tok = 0, failures = 0, status = 0;
 	struct dps_flag flags[64];
 	const struct dps_flag fl[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
-		  "checkpoint directory (config.json + *.safetensors); default: the demo model" },
+		  "checkpoint directory (config.json + *.safetensors); default: stories260K, "
+		  "the small trained model that comes with dpshard" },
 		{ "served-model-name", DPS_FLAG_STR, &name, "NAME",
 		  "the model's name in the API (default: the directory's name)" },
 		{ "host", DPS_FLAG_STR, &host, "HOST", "address to listen on" },
@@ -347,9 +348,9 @@ int dps_cmd_serve(int argc, char **argv)
 	if (log_file)
 		reopen_log(log_file);
 	if (!model_dir) {
-		if (dps_cached_preset("tiny", "serve", demo, sizeof(demo)))
+		if (dps_default_model("serve", defdir, sizeof(defdir)))
 			return 1;
-		model_dir = demo;
+		model_dir = defdir;
 	}
 	rc = dps_model_config_load(model_dir, &cfg, err, sizeof(err));
 	if (!rc)
@@ -372,11 +373,11 @@ int dps_cmd_serve(int argc, char **argv)
 		have_tok = 1;
 	}
 	if (!name) {
-		snprintf(demo, sizeof(demo), "%s", model_dir);
-		while ((base = strrchr(demo, '/')) && !base[1] && base != demo)
+		snprintf(nm, sizeof(nm), "%s", model_dir);
+		while ((base = strrchr(nm, '/')) && !base[1] && base != nm)
 			*base = '\0'; /* trailing slashes */
-		base = strrchr(demo, '/');
-		name = name_buf = strdup(base ? base + 1 : demo);
+		base = strrchr(nm, '/');
+		name = name_buf = strdup(base ? base + 1 : nm);
 		if (!name)
 			return 1;
 	}

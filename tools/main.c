@@ -13,11 +13,23 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{ "groups", dps_cmd_groups, "print the rank grid and every process group of a TP x DP layout" },
-	{ "bench", dps_cmd_bench, "benchmarks: `bench coll` (the collectives), `bench decode` (the model)" },
-	{ "convert", dps_cmd_convert, "import a llama2.c checkpoint and tokenizer" },
-	{ "mkmodel", dps_cmd_mkmodel, "write a seeded random model of any Llama shape" },
+	{ "generate", dps_cmd_generate,
+	  "generate text: in one process, or across ranks on the serving engine" },
 	{ "serve", dps_cmd_serve, "serve a model over an OpenAI-compatible HTTP API (systemd-ready)" },
-	{ "generate", dps_cmd_generate, "generate text: in one process, or across ranks on the serving engine" },
+	{ "bench", dps_cmd_bench, "benchmarks, one suite per line below" },
+	{ "convert", dps_cmd_convert, "import a llama2.c checkpoint and tokenizer" },
+	{ "mkmodel", dps_cmd_mkmodel,
+	  "write a seeded random model of any Llama shape, or an Eagle3 draft of a model" },
+};
+
+/* The suites of `bench` (tools/cmd_bench.c dispatches them), listed under it. */
+static const struct {
+	const char *name, *help;
+} bench_suites[] = {
+	{ "bench coll", "latency and bus bandwidth of the shared-memory collectives" },
+	{ "bench decode", "prefill and decode tokens/s of a model, beside this machine's limits" },
+	{ "bench sweep", "bench decode over every component-size configuration of a TP x DP" },
+	{ "bench serve", "a load generator against a running dpshard serve, as vllm bench serve" },
 };
 
 static void usage(FILE *f)
@@ -25,9 +37,15 @@ static void usage(FILE *f)
 	fprintf(f, "usage: dpshard COMMAND [OPTIONS]\n\n"
 		   "dpshard runs the decode path of a Trainium vLLM deployment on one Linux machine,\n"
 		   "one process per rank, with shared-memory collectives.\n\ncommands:\n");
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-	fprintf(f, "\n`dpshard COMMAND --help` describes a command's options.\n"
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
+		if (commands[i].fn == dps_cmd_bench)
+			for (size_t j = 0; j < sizeof(bench_suites) / sizeof(bench_suites[0]); j++)
+				fprintf(f, "  %-14s %s\n", bench_suites[j].name, bench_suites[j].help);
+	}
+	fprintf(f, "\nWithout --model, generate and serve use stories260K, the small trained model\n"
+		   "that comes with dpshard.\n"
+		   "\n`dpshard COMMAND --help` describes a command's options.\n"
 		   "`dpshard --version` prints the version.\n");
 }
 
