@@ -68,11 +68,6 @@ START_TEST(test_matvec_avx512)
 	static const int shapes[][2] = { { 1, 1 }, { 3, 15 }, { 4, 16 }, { 5, 17 }, { 7, 33 },
 					 { 64, 768 }, { 130, 100 }, { 2048, 768 } };
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f")) {
-		fprintf(stderr, "skipped: no AVX-512F on this CPU\n");
-		return;
-	}
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		const int n = shapes[s][0], k = shapes[s][1];
 		float *x = malloc(sizeof(float) * (size_t)k), *w = malloc(sizeof(float) * (size_t)n * k);
@@ -120,7 +115,12 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_linear, 0, (int)(sizeof(specs) / sizeof(specs[0])));
 	tcase_add_test(tc, test_bad_spec);
-	tcase_add_test(tc, test_matvec_avx512);
+	/* Not registered (so not counted as a pass) on a CPU without AVX-512F. */
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f"))
+		tcase_add_test(tc, test_matvec_avx512);
+	else
+		printf("skipped: test_matvec_avx512 needs AVX-512F, which this CPU lacks\n");
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);

@@ -394,9 +394,6 @@ START_TEST(test_batch_invariant)
 	float *all = malloc(sizeof(float) * M * N), one[N];
 	char msg[256];
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f"))
-		return;
 	fill(x, M * K, 15, 1.0f);
 	fill(w, N * K, 16, 1.0f);
 	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
@@ -435,7 +432,13 @@ int main(void)
 	tcase_add_test(tc, test_pool_more_threads_than_cores);
 	tcase_add_test(tc, test_pool_split);
 	tcase_add_test(tc, test_linear_threads_bit_identical);
-	tcase_add_test(tc, test_batch_invariant);
+	/* dpshard's own product, which makes small batches batch-invariant, needs AVX-512F; not
+	 * registered (so not counted as a pass) without it. */
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f"))
+		tcase_add_test(tc, test_batch_invariant);
+	else
+		printf("skipped: test_batch_invariant needs AVX-512F, which this CPU lacks\n");
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

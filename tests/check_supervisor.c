@@ -315,13 +315,8 @@ START_TEST(test_placement_and_messages)
 	struct dps_sup_opts o = { .par = { 2, 1, 1, 1, 1, 1, 1 }, .rank_fn = place_rank,
 				  .msg_fn = on_msg };
 	struct dps_sup_result res;
-	cpu_set_t set;
 	char err[256];
 
-	if (sched_getaffinity(0, sizeof(set), &set) || !CPU_ISSET(0, &set) || !CPU_ISSET(1, &set)) {
-		fprintf(stderr, "skipped: needs CPUs 0 and 1\n");
-		return;
-	}
 	o.cpu_bind = "1:0";
 	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(sh->ncpu[0], 1);
@@ -439,7 +434,17 @@ static Suite *sup_suite(void)
 	tcase_add_test(tc, test_sigterm);
 	tcase_add_test(tc, test_supervisor_sigkill);
 	tcase_add_test(tc, test_32_ranks);
-	tcase_add_test(tc, test_placement_and_messages);
+	{
+		/* Pins rank 0 to CPU 1 and rank 1 to CPU 0: not registered (so not counted as a
+		 * pass) where this process may not run on both. */
+		cpu_set_t set;
+
+		if (!sched_getaffinity(0, sizeof(set), &set) && CPU_ISSET(0, &set) &&
+		    CPU_ISSET(1, &set))
+			tcase_add_test(tc, test_placement_and_messages);
+		else
+			printf("skipped: test_placement_and_messages needs CPUs 0 and 1\n");
+	}
 	tcase_add_test(tc, test_bad_config);
 	tcase_add_test(tc, test_sweep_on_start);
 	tcase_add_test(tc, test_rank_leaves_early);

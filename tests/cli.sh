@@ -498,6 +498,30 @@ run convert llama2c "$st260src/stories260K.bin" "$st260src/tok512.bin" "$tmp/st2
 expect_rc 0
 cmp -s "$tmp/st260/model.safetensors" "${DPSHARD_BUILDDIR:-.}/data/stories260K/model.safetensors" ||
 	fail "$desc: the build tree's default model is not the converted stories260K"
+# convert gguf: the GGUF file read back by a reader written from the format's specification,
+# element by element against the checkpoint (and a corrupted element caught); refusals.
+if command -v python3 >/dev/null 2>&1; then
+	for m in "$tmp/st260" "$tmp/gguf-gqa"; do
+		[ "$m" = "$tmp/st260" ] || run mkmodel --preset tiny-gqa --out "$m"
+		desc="convert gguf $m"
+		run convert gguf "$m" "$tmp/m.gguf"
+		expect_rc 0 &&
+			{ python3 "${DPSHARD_SRCDIR:-.}/tests/gguf_check.py" "$tmp/m.gguf" "$m" >"$tmp/py.err" 2>&1 ||
+				{ fail "$desc: the GGUF file does not match the model"; cat "$tmp/py.err"; }; }
+	done
+	python3 "${DPSHARD_SRCDIR:-.}/tests/gguf_check.py" --corrupt "$tmp/m.gguf" "$tmp/gguf-gqa" >/dev/null 2>&1 &&
+		fail "gguf_check.py: a corrupted element was not caught"
+	rm -f "$tmp/m.gguf"
+else
+	echo "SKIP (part): no python3 to read the GGUF files back"
+fi
+run mkmodel --preset tiny-moe --out "$tmp/gguf-moe"
+run convert gguf "$tmp/gguf-moe" "$tmp/moe.gguf"
+expect_rc 2 && { grep -q "mixture-of-experts" "$tmp/err" || fail "$desc: the refusal does not name MoE"; }
+[ ! -e "$tmp/moe.gguf" ] || fail "$desc: a refused export left a file"
+run convert gguf "$tmp/nothing-here" "$tmp/x.gguf"
+expect_rc 1 && { grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name config.json"; }
+rm -rf "$tmp/gguf-moe" "$tmp/gguf-gqa"
 desc="generate, empty prompt, 256 steps"
 run generate --model "$tmp/st260"
 expect_rc 0

@@ -12,6 +12,7 @@
 
 #include "common/dps.h"
 #include "engine/convert.h"
+#include "engine/gguf.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
 #include "engine/request.h"
@@ -51,18 +52,29 @@ int dps_cmd_convert(int argc, char **argv)
 	enum dps_st_dtype dt;
 	int npos, rc;
 	const struct dps_flag flags[] = {
-		{ "dtype", DPS_FLAG_STR, &dtype, "T", "tensor type written: f32, bf16 or f16" },
+		{ "dtype", DPS_FLAG_STR, &dtype, "T",
+		  "llama2c: tensor type written, f32, bf16 or f16 (gguf writes f32)" },
 		DPS_FLAGS_END
 	};
 
 	rc = dps_flags_parse(flags, argc, argv, "convert",
-			     "llama2c MODEL.bin TOKENIZER.bin OUTDIR [--dtype f32|bf16|f16]", pos, 4,
-			     &npos);
+			     "llama2c MODEL.bin TOKENIZER.bin OUTDIR [--dtype f32|bf16|f16]\n"
+			     "       dpshard convert gguf MODEL_DIR OUT.gguf", pos, 4, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
+	if (npos == 3 && !strcmp(pos[0], "gguf")) {
+		/* Export, for llama.cpp: the same weights in its format. */
+		rc = dps_gguf_export(pos[1], pos[2], err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "dpshard convert: %s\n", err);
+			return rc == -DPS_ECONFIG ? 2 : 1;
+		}
+		printf("wrote %s (GGUF, F32, llama.cpp's llama architecture)\n", pos[2]);
+		return 0;
+	}
 	if (npos != 4 || strcmp(pos[0], "llama2c")) {
 		fprintf(stderr, "dpshard convert: expected `llama2c MODEL.bin TOKENIZER.bin OUTDIR` "
-				"(llama2.c is the only foreign format so far)\n");
+				"(import) or `gguf MODEL_DIR OUT.gguf` (export)\n");
 		return 2;
 	}
 	if (parse_dtype("convert", dtype, &dt))

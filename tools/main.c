@@ -17,7 +17,8 @@ static const struct {
 	  "generate text: in one process, or across ranks on the serving engine" },
 	{ "serve", dps_cmd_serve, "serve a model over an OpenAI-compatible HTTP API (systemd-ready)" },
 	{ "bench", dps_cmd_bench, "benchmarks, one suite per line below" },
-	{ "convert", dps_cmd_convert, "import a llama2.c checkpoint and tokenizer" },
+	{ "convert", dps_cmd_convert,
+	  "import a llama2.c checkpoint and tokenizer; export a model as GGUF for llama.cpp" },
 	{ "mkmodel", dps_cmd_mkmodel,
 	  "write a seeded random model of any Llama shape, or an Eagle3 draft of a model" },
 };
