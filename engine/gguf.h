@@ -13,7 +13,8 @@
  * the file says "no_vocab" and carries only the vocabulary size.
  *
  * What the format written here cannot say is refused by name: mixture-of-experts models and
- * Eagle3 drafts. Called by `dpshard convert gguf`; tests/check_convert.c reads the file back.
+ * Eagle3 drafts. Called by `dpshard convert gguf`; tests/gguf_check.py (run by tests/cli.sh)
+ * reads the file back.
  */
 #ifndef DPS_ENGINE_GGUF_H
 #define DPS_ENGINE_GGUF_H

@@ -388,8 +388,8 @@ static int decimal_width(int v)
 }
 
 /*
- * The rank grid of the seed: one row per DP rank, one column per TP rank. Cells are two
- * characters wide, four apart (the seed's layout); with 3+ digit ranks a cell is as wide as
+ * The rank grid of the component reference: one row per DP rank, one column per TP rank. Cells are two
+ * characters wide, four apart (the reference's layout); with 3+ digit ranks a cell is as wide as
  * the largest rank and one space apart.
  */
 static void groups_print_grid(const struct dps_groups *g, FILE *f)

@@ -68,7 +68,7 @@ const char *dps_comp_flag(enum dps_comp c);
 int dps_par_cfg_comp_size(const struct dps_par_cfg *cfg, enum dps_comp c);
 
 /*
- * Checks every rule of the seeds that the layout alone decides: TP >= 1, DP >= 1,
+ * Checks every rule of the references that the layout alone decides: TP >= 1, DP >= 1,
  * TP*DP <= DPS_MAX_WORLD, each component size a positive divisor of DP; --all2all-backend only
  * with --enable-expert-parallel; --mlp-dp-size 1 with expert parallelism on the all-gather
  * dispatch (the model's rules, such as the experts dividing by the EP degree, are

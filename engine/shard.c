@@ -874,14 +874,14 @@ int dps_dp_transition(struct dps_shard *s, const float *x, float *out, int rows_
 		return 0;
 	}
 	if (from > to && from % to == 0) {
-		/* Down: keep this rank's target sub-group of batches (the seed's narrow). */
+		/* Down: keep this rank's target sub-group of batches (the reference's narrow). */
 		const size_t start = (size_t)((s->d % from) / to) * (size_t)to * per;
 
 		memmove(out, x + start, per * (size_t)to * sizeof(float));
 		return 0;
 	}
 	/*
-	 * Up (and down between sizes that do not nest, where the seed's slice would keep the wrong
+	 * Up (and down between sizes that do not nest, where the reference's slice would keep the wrong
 	 * replicas): through local, then all-gather over the target column.
 	 */
 	return allgather(s, to_col, to_sg, x + (size_t)(s->d % from) * per, out, per, DPS_F32);

@@ -15,7 +15,7 @@
  * embedding and LM head, so a component with c > 1 holds both layouts; the MLP has one.
  *
  * Steps. A step is either a prefill step (the prefill graph: some rows are prompt rows; any
- * decode rows of the same replica ride along) or a decode step (the decode graph of the seed:
+ * decode rows of the same replica ride along) or a decode step (the decode graph of the reference:
  * embedding bracket, _dp_transition around attention and MLP, one all-reduce per attention
  * and per MLP over the component groups, LM head bracket). In a decode step every replica of a
  * supergroup contributes the same number of rows (the caller pads: seq < 0 marks a row that
@@ -247,7 +247,7 @@ const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t
 				  float *hout, int *rc);
 
 /*
- * The seed's _dp_transition on rows of `cols` floats: from rows gathered over a column of size
+ * The reference's _dp_transition on rows of `cols` floats: from rows gathered over a column of size
  * from (x: rows_local * from rows, this replica's block at d mod from) to one of size to. out
  * receives rows_local * to rows. d is this replica's DP rank; to_col is the column of size to.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_groups.c - Check suite for engine/groups.c: the seed's TP=8 x DP=4 example,
+ * tests/check_groups.c - Check suite for engine/groups.c: the reference's TP=8 x DP=4 example,
  * hand-computed mixed layouts, aliasing, the structural invariants of every set over all
  * small layouts (against the formulas of docs/DESIGN.md section 3 as an oracle), every rejected
  * configuration and its message, the printed rank grid, and a deliberate fault that proves
@@ -215,7 +215,7 @@ static void assert_group(const struct dps_groupset *gs, int grp, const int *exp,
 			      grp, i, gs->ranks[grp * n + i], exp[i]);
 }
 
-/* ---- (a) the seed's example ---- */
+/* ---- (a) the reference's example ---- */
 
 START_TEST(test_seed_example)
 {
@@ -643,7 +643,7 @@ START_TEST(test_print_seed_grid)
 	assert_line(out, "  DP1:           [ 8   9  10  11  12  13  14  15 ]");
 	assert_line(out, "  DP2:           [16  17  18  19  20  21  22  23 ]");
 	assert_line(out, "  DP3:           [24  25  26  27  28  29  30  31 ]");
-	/* The grid lines follow each other in the seed's order. */
+	/* The grid lines follow each other in the reference's order. */
 	ck_assert_ptr_nonnull(strstr(out, "  0   1   2   3   4   5   6   7\n         \u2500"));
 	ck_assert_ptr_nonnull(strstr(out, "\u2500\n  DP0:           [ 0"));
 	ck_assert_ptr_nonnull(strstr(out, "7 ]\n  DP1:           [ 8"));

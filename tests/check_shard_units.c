@@ -7,7 +7,7 @@
  *   (4->2, 4->1, 6->3, 6->2), up (1->2, 2->4, 1->4, 3->6, ...), sizes that do not nest (3->2
  *   and 2->3 at DP=6), no-ops, and round trips that must give back the input bit for bit.
  *   Every rank checks its output rows, and that nothing past them was written. Fault: the
- *   seed's plain narrow applied to 3->2 keeps the wrong replicas and is reported.
+ *   reference's plain narrow applied to 3->2 keeps the wrong replicas and is reported.
  * - Loaders: each rank's embedding and LM-head shards (prefill by TP rank, decode by group
  *   rank j*TP + t, j = d mod c) against the rows of the full tensors read in the test process,
  *   zero past the vocabulary, with a vocabulary (300) and intermediate size (100) that do not
@@ -164,7 +164,7 @@ struct tr_case {
 struct tr_arg {
 	const struct tr_case *cases;
 	int n;
-	int seed_narrow; /* fault: the seed's narrow for every down transition, nested or not */
+	int ref_narrow; /* fault: the reference's narrow for every down transition, nested or not */
 };
 
 /* The column of size c this rank is in (that of a component of that size), or NULL. */
@@ -176,8 +176,8 @@ static struct dps_comm *col_of_size(struct dps_world *w, int c)
 	return NULL;
 }
 
-/* The seed's slice, with rank_in_group d mod from, clipped to the input (zero beyond). */
-static void seed_narrow(const float *x, float *out, int d, int rows, int cols, int from, int to)
+/* The reference's slice, with rank_in_group d mod from, clipped to the input (zero beyond). */
+static void ref_narrow(const float *x, float *out, int d, int rows, int cols, int from, int to)
 {
 	const size_t per = (size_t)rows * cols, total = per * (size_t)from;
 	const size_t start = (size_t)((d % from) / to) * (size_t)to * per;
@@ -195,8 +195,8 @@ static int transition(struct dps_shard *s, const struct tr_arg *a, const float *
 		note("rank %d: no DP column of size %d", s->w->rank, to);
 		return -1;
 	}
-	if (a->seed_narrow && from > to) {
-		seed_narrow(x, out, s->d, rows, cols, from, to);
+	if (a->ref_narrow && from > to) {
+		ref_narrow(x, out, s->d, rows, cols, from, to);
 		return 0;
 	}
 	*rc = dps_dp_transition(s, x, out, rows, cols, from, to, to_col, DPS_SG_DP);
@@ -298,7 +298,7 @@ END_TEST
 
 START_TEST(test_transition_fault_caught)
 {
-	/* The seed's narrow on 3 -> 2 keeps replicas of the wrong column: the check sees it. */
+	/* The reference's narrow on 3 -> 2 keeps replicas of the wrong column: the check sees it. */
 	static const struct tr_case cases[] = { { 3, 2, 3, 5, 0 } };
 	const struct dps_par_cfg par = { 1, 6, 3, 2, 1, 1, 1 };
 	struct tr_arg a = { cases, 1, 1 };
@@ -306,7 +306,7 @@ START_TEST(test_transition_fault_caught)
 	run(par, tr_rank, &a);
 	ck_assert_int_gt(sh->mismatches, 0);
 	ck_assert_ptr_nonnull(strstr(sh->first, "3->2"));
-	/* The nested 4 -> 2 is the same under the seed's narrow, so it passes the same check. */
+	/* The nested 4 -> 2 is the same under the reference's narrow, so it passes the same check. */
 	{
 		static const struct tr_case nested[] = { { 4, 2, 3, 5, 0 }, { 4, 1, 3, 5, 0 } };
 		struct tr_arg b = { nested, 2, 1 };

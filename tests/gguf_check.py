@@ -6,7 +6,8 @@ magic and version, the llama keys against config.json, 32-byte alignment, every 
 shape, and every element against the safetensors data (q and k rows in llama.cpp's
 adjacent-pair order, the inverse of Hugging Face's half split); the vocabulary against
 tokenizer.bin when there is one. `--corrupt` flips one element of the read data first, to show
-that the comparison fails then. Exit 0 when all agree, 1 with the first difference."""
+that the comparison fails then. Exit 0 when all agree, 3 with the first difference (any other
+status is a failure of the check itself)."""
 import array
 import json
 import os
@@ -186,5 +187,5 @@ if __name__ == "__main__":
     why = main()
     if why:
         print("gguf_check: " + why)
-        sys.exit(1)
+        sys.exit(3)
     print("gguf_check: the GGUF file matches the model")

@@ -64,6 +64,11 @@ int dps_cmd_convert(int argc, char **argv)
 		return rc > 0 ? 0 : 2;
 	if (npos == 3 && !strcmp(pos[0], "gguf")) {
 		/* Export, for llama.cpp: the same weights in its format. */
+		if (strcmp(dtype, "f32")) {
+			fprintf(stderr, "dpshard convert gguf writes F32 only (--dtype %s); make other "
+					"types from it with llama.cpp's llama-quantize\n", dtype);
+			return 2;
+		}
 		rc = dps_gguf_export(pos[1], pos[2], err, sizeof(err));
 		if (rc) {
 			fprintf(stderr, "dpshard convert: %s\n", err);
@@ -164,23 +169,20 @@ int dps_default_model(const char *who, char *dir, size_t len)
 	char exe[4096], cfg[4300], *slash;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
-	if (n > 0) {
+	if (n > 0 && (size_t)n < sizeof(exe) - 1) {
 		exe[n] = '\0';
 		slash = strrchr(exe, '/');
 		if (slash) {
 			*slash = '\0';
 			snprintf(cfg, sizeof(cfg), "%s/data/stories260K/config.json", exe);
-			if (!access(cfg, R_OK)) {
-				snprintf(dir, len, "%s/data/stories260K", exe);
+			if (!access(cfg, R_OK) &&
+			    (size_t)snprintf(dir, len, "%s/data/stories260K", exe) < len)
 				return 0;
-			}
 		}
 	}
 	snprintf(cfg, sizeof(cfg), "%s/stories260K/config.json", DPS_PKGDATADIR);
-	if (!access(cfg, R_OK)) {
-		snprintf(dir, len, "%s/stories260K", DPS_PKGDATADIR);
+	if (!access(cfg, R_OK) && (size_t)snprintf(dir, len, "%s/stories260K", DPS_PKGDATADIR) < len)
 		return 0;
-	}
 	fprintf(stderr, "dpshard %s: no --model given, and the default model stories260K is neither "
 			"in the build tree (data/stories260K beside the binary: run make) nor installed "
 			"(%s/stories260K: run make install); give --model DIR, or make a random one with "
