@@ -17,8 +17,8 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/ckpt.h"
-#include "engine/convert.h"
+#include "engine/model/ckpt.h"
+#include "engine/model/convert.h"
 
 static char dir[64];
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/dps.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "tests/testutil.h"
 
 static const char *stories =

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "common/dps.h"
-#include "engine/ckpt.h"
-#include "engine/convert.h"
+#include "engine/model/ckpt.h"
+#include "engine/model/convert.h"
 #include "tests/testutil.h"
 
 static char dir[64];

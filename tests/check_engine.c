@@ -33,10 +33,10 @@
 #include "common/dps.h"
 #include "tests/greedy.h"
 #include "tests/testutil.h"
-#include "engine/engine.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/supervisor.h"
+#include "engine/serve/engine.h"
+#include "engine/model/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/runtime/supervisor.h"
 
 #define MAXREQ 128
 #define GEN 12

@@ -15,9 +15,9 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/convert.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/convert.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 #include "kernels/kernels.h"
 
 #define MODELS DPS_TEST_SRCDIR "/models/stories260K"

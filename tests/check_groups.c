@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_groups.c - Check suite for engine/groups.c: the reference's TP=8 x DP=4 example,
+ * tests/check_groups.c - Check suite for engine/runtime/groups.c: the reference's TP=8 x DP=4 example,
  * hand-computed mixed layouts, aliasing, the structural invariants of every set over all
  * small layouts (against the formulas of docs/DESIGN.md section 3 as an oracle), every rejected
  * configuration and its message, the printed rank grid, and a deliberate fault that proves
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/groups.h"
+#include "engine/runtime/groups.h"
 
 static struct dps_par_cfg mkcfg(int tp, int dp, int attn, int emb, int mlp, int draft, int lm)
 {

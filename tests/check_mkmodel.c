@@ -15,9 +15,9 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/ckpt.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
+#include "engine/model/ckpt.h"
+#include "engine/model/mkmodel.h"
+#include "engine/model/model.h"
 #include "kernels/kernels.h"
 
 static char dir[64];

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "tests/testutil.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
+#include "engine/model/mkmodel.h"
+#include "engine/model/model.h"
 #include "kernels/gemm.h"
 
 static char dir[64];

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_placement.c - Check suite for engine/topo.c and engine/placement.c.
+ * tests/check_placement.c - Check suite for engine/runtime/topo.c and engine/runtime/placement.c.
  *
  * Most tests run dps_place_compute on made-up topologies (1 node x 2 cores up to 8 nodes x
  * 8 cores) and compare against the placement the rules in placement.h predict by hand, then
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "common/dps.h"
-#include "engine/placement.h"
-#include "engine/topo.h"
+#include "engine/runtime/placement.h"
+#include "engine/runtime/topo.h"
 
 /* ---------------------------------------------------------------------------------------
  * Helpers

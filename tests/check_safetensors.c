@@ -14,7 +14,7 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 static char dir[64];
 

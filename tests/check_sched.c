@@ -13,9 +13,9 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/mkmodel.h"
-#include "engine/sched.h"
-#include "engine/shard.h"
+#include "engine/model/mkmodel.h"
+#include "engine/serve/sched.h"
+#include "engine/shard/shard.h"
 
 static struct dps_sched_cfg small_cfg(int blocks, int seqs, int tokens)
 {

@@ -27,12 +27,12 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/convert.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/shard.h"
-#include "engine/shard_gen.h"
-#include "engine/supervisor.h"
+#include "engine/model/convert.h"
+#include "engine/model/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/shard/shard.h"
+#include "engine/shard/shard_gen.h"
+#include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
 
 #define NPROMPT 5

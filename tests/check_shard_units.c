@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_shard_units.c - the pieces of engine/shard.c one at a time, each against a hand
+ * tests/check_shard_units.c - the pieces of engine/shard/shard.c one at a time, each against a hand
  * computation, as real rank processes under the supervisor (--cpu-bind off).
  *
  * - dps_dp_transition on rows whose values encode (TP position, replica, row, column): down
@@ -32,10 +32,10 @@
 
 #include "common/dps.h"
 #include "tests/testutil.h"
-#include "engine/ckpt.h"
-#include "engine/mkmodel.h"
-#include "engine/shard.h"
-#include "engine/supervisor.h"
+#include "engine/model/ckpt.h"
+#include "engine/model/mkmodel.h"
+#include "engine/shard/shard.h"
+#include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
 
 /* Shared with the forked ranks. */

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "common/dps.h"
-#include "engine/supervisor.h"
+#include "engine/runtime/supervisor.h"
 #include "shm/seg.h"
 
 /* Shared between the test process and the ranks it forks (MAP_SHARED, inherited). */

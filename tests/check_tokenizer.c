@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/tokenizer.h"
+#include "engine/model/tokenizer.h"
 #include "tests/testutil.h"
 
 /* Writes a tokenizer.bin of n pieces (score of piece i: -i, so earlier pieces merge first). */

@@ -12,7 +12,7 @@
 
 #include "common/conf.h"
 #include "common/dps.h"
-#include "engine/groups.h"
+#include "engine/runtime/groups.h"
 #include "tools/flags.h"
 #include "tests/testutil.h"
 

@@ -21,9 +21,9 @@ for target in safetensors config tokenizer llama2c conf request http; do
 	if command -v clang >/dev/null 2>&1 &&
 	   echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' |
 	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
-		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/safetensors.c $src/engine/model_config.c"
-		srcs="$srcs $src/engine/tokenizer.c $src/engine/convert.c $src/engine/ckpt.c"
-		srcs="$srcs $src/engine/request.c $src/engine/http.c $src/engine/openai.c"
+		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/model/safetensors.c $src/engine/model/model_config.c"
+		srcs="$srcs $src/engine/model/tokenizer.c $src/engine/model/convert.c $src/engine/model/ckpt.c"
+		srcs="$srcs $src/engine/api/request.c $src/engine/api/http.c $src/engine/api/openai.c"
 		srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c $src/common/conf.c"
 		# shellcheck disable=SC2086
 		if ! clang -g -O1 -fsanitize=fuzzer,address,undefined -include "$build/config.h" \

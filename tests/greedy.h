@@ -8,7 +8,7 @@
 
 #include <check.h>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 /* The n_out greedy tokens after prompt (n <= 16 ids) on the model in dir; 64 positions at most. */
 static inline void test_greedy_oracle(const char *dir, const int *prompt, int n, int *out,

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/supervisor.h"
+#include "engine/runtime/supervisor.h"
 #include "shm/coll.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"

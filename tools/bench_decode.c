@@ -32,10 +32,10 @@
 #include <immintrin.h>
 
 #include "common/dps.h"
-#include "engine/mkmodel.h"
-#include "engine/sched.h"
-#include "engine/shard.h"
-#include "engine/supervisor.h"
+#include "engine/model/mkmodel.h"
+#include "engine/serve/sched.h"
+#include "engine/shard/shard.h"
+#include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"

@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/engine.h"
-#include "engine/model_config.h"
-#include "engine/supervisor.h"
+#include "engine/serve/engine.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
 #include "tools/bench_spec.h"
 #include "tools/machine.h"

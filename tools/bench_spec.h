@@ -6,7 +6,7 @@
 #ifndef DPS_TOOLS_BENCH_SPEC_H
 #define DPS_TOOLS_BENCH_SPEC_H
 
-#include "engine/groups.h"
+#include "engine/runtime/groups.h"
 
 struct dps_bench_spec_opts {
 	const char *model, *draft, *blis_arch, *cpu_bind, *layout;

@@ -18,9 +18,9 @@
 #include <jansson.h>
 
 #include "common/dps.h"
-#include "engine/groups.h"
-#include "engine/model_config.h"
-#include "engine/shard.h"
+#include "engine/runtime/groups.h"
+#include "engine/model/model_config.h"
+#include "engine/shard/shard.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 #include "tools/machine.h"

@@ -7,9 +7,9 @@
 #include <stdio.h>
 
 #include "common/dps.h"
-#include "engine/groups.h"
-#include "engine/placement.h"
-#include "engine/topo.h"
+#include "engine/runtime/groups.h"
+#include "engine/runtime/placement.h"
+#include "engine/runtime/topo.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 

@@ -11,13 +11,13 @@
 #include <unistd.h>
 
 #include "common/dps.h"
-#include "engine/convert.h"
-#include "engine/gguf.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/request.h"
-#include "engine/shard.h"
-#include "engine/tokenizer.h"
+#include "engine/model/convert.h"
+#include "engine/model/gguf.h"
+#include "engine/model/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/api/request.h"
+#include "engine/shard/shard.h"
+#include "engine/model/tokenizer.h"
 #include "kernels/gemm.h"
 #include "kernels/sample.h"
 #include "tools/cmd.h"
@@ -305,7 +305,7 @@ out:
 }
 
 /*
- * generate --requests FILE: every line a JSON request (engine/request.h). Every line is
+ * generate --requests FILE: every line a JSON request (engine/api/request.h). Every line is
  * checked before anything runs; a bad line is reported with its number.
  */
 static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/cmd_serve.c - `dpshard serve`: the engine as a long-running service with the
- * OpenAI-compatible HTTP API (engine/frontend.h), for systemd (Type=notify) or a terminal.
+ * OpenAI-compatible HTTP API (engine/api/frontend.h), for systemd (Type=notify) or a terminal.
  *
  * One io_uring in the supervisor carries everything: the HTTP server's accepts, receives and
  * sends, and the supervisor's polls of the ranks' eventfd (their token rings), pidfds and the
@@ -31,13 +31,13 @@
 #include <systemd/sd-daemon.h>
 
 #include "common/dps.h"
-#include "engine/engine.h"
-#include "engine/frontend.h"
-#include "engine/http.h"
-#include "engine/model_config.h"
-#include "engine/shard.h"
-#include "engine/supervisor.h"
-#include "engine/tokenizer.h"
+#include "engine/serve/engine.h"
+#include "engine/api/frontend.h"
+#include "engine/api/http.h"
+#include "engine/model/model_config.h"
+#include "engine/shard/shard.h"
+#include "engine/runtime/supervisor.h"
+#include "engine/model/tokenizer.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 

@@ -11,7 +11,7 @@
 
 #include "common/conf.h"
 #include "common/dps.h"
-#include "engine/groups.h"
+#include "engine/runtime/groups.h"
 #include "tools/flags.h"
 
 void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/gen_ranks.c - `dpshard generate` across TP x DP rank processes, on the serving engine
- * (engine/engine.h): the supervisor encodes the prompts and submits them all at once, the
+ * (engine/serve/engine.h): the supervisor encodes the prompts and submits them all at once, the
  * load balancer shares them out over the replicas, and every completion is printed under its
  * prompt when all are done.
  */
@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/engine.h"
-#include "engine/shard.h"
-#include "engine/supervisor.h"
-#include "engine/tokenizer.h"
+#include "engine/serve/engine.h"
+#include "engine/shard/shard.h"
+#include "engine/runtime/supervisor.h"
+#include "engine/model/tokenizer.h"
 #include "kernels/gemm.h"
 #include "tools/gen_ranks.h"
 

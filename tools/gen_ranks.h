@@ -5,9 +5,9 @@
 #ifndef DPS_TOOLS_GEN_RANKS_H
 #define DPS_TOOLS_GEN_RANKS_H
 
-#include "engine/groups.h"
-#include "engine/tokenizer.h"
-#include "engine/sched.h"
+#include "engine/runtime/groups.h"
+#include "engine/model/tokenizer.h"
+#include "engine/serve/sched.h"
 #include "kernels/sample.h"
 
 struct dps_gen_ranks_opts {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/topo.h"
+#include "engine/runtime/topo.h"
 #include "kernels/gemm.h"
 #include "tools/machine.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

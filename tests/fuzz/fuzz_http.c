@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/http.h"
-#include "engine/openai.h"
+#include "engine/api/http.h"
+#include "engine/api/openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

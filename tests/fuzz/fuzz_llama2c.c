@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/convert.h"
+#include "engine/model/convert.h"
 
 #define SHAPE_CAP (256u << 10)
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/request.h"
+#include "engine/api/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

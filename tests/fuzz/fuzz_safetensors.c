@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

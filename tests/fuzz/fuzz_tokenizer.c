@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/tokenizer.h"
+#include "engine/model/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

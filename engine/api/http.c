@@ -1,0 +1,1036 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/api/http.c - the HTTP/1.1 server of http.h: connections on io_uring, requests parsed by
+ * http-parser. Outside input: every size is bounded before it is stored.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <http_parser.h>
+#include <liburing.h>
+
+#include "common/dps.h"
+#include "engine/api/http.h"
+
+enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
+
+#define URL_MAX 8192
+#define HDR_MAX 16384
+#define RECV_CHUNK 16384
+#define IN_MAX (256u << 10)   /* unparsed bytes kept while a request is served */
+#define OUT_MAX (16u << 20)   /* response bytes a slow reader may let queue up */
+#define LINGER_MS 2000
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+/* The parse state of one request (also used alone by dps_http_parse_probe). */
+struct preq {
+	http_parser p;
+	size_t max_body;
+	struct buf url, auth, body;
+	char field[32], expect[16];
+	size_t field_len, hdr_bytes, expect_len;
+	int in_value, field_over, expect_continue, complete, status, keep_alive, started;
+	int want_continue; /* headers done with Expect: 100-continue: answer it */
+};
+
+struct conn {
+	int used, fd;
+	uint32_t gen;
+	struct preq q;
+	struct buf in;             /* received, not yet parsed */
+	char *rbuf;                /* the receive in flight writes here */
+	struct buf out, sending;   /* queued response bytes; the bytes of the send in flight */
+	size_t sent;               /* of sending */
+	int recv_inflight, send_inflight;
+	int serving;               /* a request went to the handler; its response is not done */
+	int streaming, resp_done, close_after;
+	int head;                  /* the request is HEAD: headers only */
+	int http10;                /* an HTTP/1.0 client: no chunked encoding */
+	int closing, lingering, gone_told;
+	uint64_t t_first, t_active, t_progress, t_linger;
+};
+
+struct dps_http {
+	struct io_uring *ring;
+	struct dps_http_opts o;
+	int lfd, port, accept_armed;
+	uint64_t accept_retry;     /* accepting failed (descriptors out): try again then */
+	uint64_t accept_warned;
+	struct conn *c;
+	int n_used;
+	char unix_path[108];
+};
+
+static http_parser_settings settings;
+
+/* ---- small buffers ----------------------------------------------------------------------- */
+
+static int buf_add(struct buf *b, const char *d, size_t n, size_t limit)
+{
+	if (b->len + n > limit)
+		return -E2BIG;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, d, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+static void buf_free(struct buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+/* ---- parsing --------------------------------------------------------------------------------- */
+
+static int cb_begin(http_parser *p)
+{
+	struct preq *q = p->data;
+
+	q->url.len = q->auth.len = q->body.len = 0;
+	q->field_len = q->hdr_bytes = q->expect_len = 0;
+	q->in_value = q->field_over = q->expect_continue = q->complete = q->want_continue = 0;
+	q->status = 0;
+	q->started = 1;
+	return 0;
+}
+
+static int cb_url(http_parser *p, const char *at, size_t n)
+{
+	struct preq *q = p->data;
+
+	if (buf_add(&q->url, at, n, URL_MAX)) {
+		q->status = 414;
+		return 1;
+	}
+	return 0;
+}
+
+static int cb_field(http_parser *p, const char *at, size_t n)
+{
+	struct preq *q = p->data;
+
+	if ((q->hdr_bytes += n) > HDR_MAX) {
+		q->status = 431;
+		return 1;
+	}
+	if (q->in_value) { /* a new header begins */
+		q->in_value = 0;
+		q->field_len = 0;
+		q->field_over = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (q->field_len + 1 >= sizeof(q->field)) {
+			q->field_over = 1;
+			break;
+		}
+		q->field[q->field_len++] = (char)(at[i] >= 'A' && at[i] <= 'Z' ? at[i] + 32 : at[i]);
+	}
+	q->field[q->field_len] = '\0';
+	return 0;
+}
+
+static int cb_value(http_parser *p, const char *at, size_t n)
+{
+	struct preq *q = p->data;
+
+	if ((q->hdr_bytes += n) > HDR_MAX) {
+		q->status = 431;
+		return 1;
+	}
+	q->in_value = 1;
+	if (q->field_over)
+		return 0;
+	if (!strcmp(q->field, "authorization")) {
+		if (buf_add(&q->auth, at, n, HDR_MAX)) {
+			q->status = 431;
+			return 1;
+		}
+	} else if (!strcmp(q->field, "expect")) {
+		/* (the value may come in pieces) */
+		for (size_t i = 0; i < n && q->expect_len + 1 < sizeof(q->expect); i++)
+			q->expect[q->expect_len++] = at[i];
+		q->expect[q->expect_len] = '\0';
+		q->expect_continue = q->expect_len == 12 && !strncasecmp(q->expect, "100-continue", 12);
+	}
+	return 0;
+}
+
+static int cb_headers_done(http_parser *p)
+{
+	struct preq *q = p->data;
+
+	if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
+	    p->content_length > q->max_body) {
+		q->status = 413;
+		return 3; /* (1 and 2 mean "no body" and "upgrade" here: any other value fails) */
+	}
+	/* HTTP/1.0 clients do not know 100 Continue. */
+	q->want_continue = q->expect_continue && (p->http_major > 1 || p->http_minor >= 1);
+	return 0;
+}
+
+static int cb_body(http_parser *p, const char *at, size_t n)
+{
+	struct preq *q = p->data;
+	const int rc = buf_add(&q->body, at, n, q->max_body);
+
+	if (rc) {
+		q->status = rc == -E2BIG ? 413 : 503;
+		return 1;
+	}
+	return 0;
+}
+
+static int cb_done(http_parser *p)
+{
+	struct preq *q = p->data;
+
+	q->complete = 1;
+	/* An Upgrade request is answered like any other, then the connection closes. */
+	q->keep_alive = http_should_keep_alive(p) && !p->upgrade;
+	http_parser_pause(p, 1); /* one request at a time */
+	return 0;
+}
+
+static void settings_init(void)
+{
+	if (settings.on_message_complete)
+		return;
+	http_parser_settings_init(&settings);
+	settings.on_message_begin = cb_begin;
+	settings.on_url = cb_url;
+	settings.on_header_field = cb_field;
+	settings.on_header_value = cb_value;
+	settings.on_headers_complete = cb_headers_done;
+	settings.on_body = cb_body;
+	settings.on_message_complete = cb_done;
+}
+
+static void preq_init(struct preq *q, size_t max_body)
+{
+	settings_init();
+	http_parser_init(&q->p, HTTP_REQUEST);
+	q->p.data = q;
+	q->max_body = max_body;
+	q->started = q->complete = 0;
+}
+
+static void preq_free(struct preq *q)
+{
+	buf_free(&q->url);
+	buf_free(&q->auth);
+	buf_free(&q->body);
+}
+
+/*
+ * Feeds data to the parser. Returns the bytes consumed; *status: 0 (more needed or a request
+ * completed: q->complete) or the error status to answer.
+ */
+static size_t preq_feed(struct preq *q, const char *data, size_t len, int *status)
+{
+	size_t n;
+	enum http_errno e;
+
+	*status = 0;
+	if (q->complete)
+		return 0;
+	n = http_parser_execute(&q->p, &settings, data, len);
+	e = HTTP_PARSER_ERRNO(&q->p);
+	if (e == HPE_PAUSED) {
+		http_parser_pause(&q->p, 0);
+		return n;
+	}
+	if (e != HPE_OK)
+		*status = q->status ? q->status : 400;
+	return n;
+}
+
+int dps_http_parse_probe(const char *data, size_t len, size_t max_body, char *method,
+			 size_t mlen, char *path, size_t plen, size_t *body_len)
+{
+	struct preq q;
+	int status;
+
+	memset(&q, 0, sizeof(q));
+	preq_init(&q, max_body ? max_body : (1u << 20));
+	preq_feed(&q, data, len, &status);
+	if (!status && q.complete) {
+		snprintf(method, mlen, "%s", http_method_str((enum http_method)q.p.method));
+		snprintf(path, plen, "%.*s", (int)strcspn(q.url.p ? q.url.p : "", "?"),
+			 q.url.p ? q.url.p : "");
+		*body_len = q.body.len;
+	} else if (!status) {
+		status = 100;
+	}
+	preq_free(&q);
+	return status;
+}
+
+/* ---- connections ------------------------------------------------------------------------------ */
+
+static uint64_t udata(int op, int slot, uint32_t gen)
+{
+	return (uint64_t)op | ((uint64_t)(unsigned)slot << 8) | ((uint64_t)(gen & 0x7fffffffu) << 32);
+}
+
+static uint64_t handle_of(const struct dps_http *h, const struct conn *c)
+{
+	return ((uint64_t)c->gen << 32) | (uint64_t)(c - h->c);
+}
+
+/* The live connection of a handle, or NULL. */
+static struct conn *conn_of(struct dps_http *h, uint64_t handle)
+{
+	const uint32_t slot = (uint32_t)handle;
+	struct conn *c;
+
+	if (slot >= (uint32_t)h->o.max_conns)
+		return NULL;
+	c = &h->c[slot];
+	return c->used && !c->closing && c->gen == (uint32_t)(handle >> 32) ? c : NULL;
+}
+
+static struct io_uring_sqe *sqe_get(struct dps_http *h)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(h->ring);
+
+	if (!sqe) {
+		io_uring_submit(h->ring);
+		sqe = io_uring_get_sqe(h->ring);
+	}
+	return sqe;
+}
+
+static void arm_accept(struct dps_http *h)
+{
+	struct io_uring_sqe *sqe;
+
+	if (h->accept_armed || h->lfd < 0 || !(sqe = sqe_get(h)))
+		return;
+	io_uring_prep_multishot_accept(sqe, h->lfd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, udata(OP_ACCEPT, 0, 0));
+	h->accept_armed = 1;
+}
+
+static void arm_recv(struct dps_http *h, struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (c->recv_inflight || (c->closing && !c->lingering) || c->in.len >= IN_MAX ||
+	    !(sqe = sqe_get(h)))
+		return;
+	io_uring_prep_recv(sqe, c->fd, c->rbuf, RECV_CHUNK, 0);
+	io_uring_sqe_set_data64(sqe, udata(OP_RECV, (int)(c - h->c), c->gen));
+	c->recv_inflight = 1;
+}
+
+static void kick_send(struct dps_http *h, struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+	struct buf t;
+
+	if (c->send_inflight || c->closing)
+		return;
+	if (c->sent == c->sending.len) {
+		if (!c->out.len)
+			return;
+		/* The queued bytes become the send in flight; new ones queue in a fresh buffer. */
+		t = c->sending;
+		c->sending = c->out;
+		c->out = t;
+		c->out.len = 0;
+		c->sent = 0;
+	}
+	if (!(sqe = sqe_get(h)))
+		return;
+	io_uring_prep_send(sqe, c->fd, c->sending.p + c->sent, c->sending.len - c->sent,
+			   MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, udata(OP_SEND, (int)(c - h->c), c->gen));
+	c->send_inflight = 1;
+	if (!c->t_progress)
+		c->t_progress = dps_now_ns();
+}
+
+/* Frees the slot once no request of it is in flight. */
+static void conn_reap(struct dps_http *h, struct conn *c)
+{
+	if (!c->used || !c->closing || c->recv_inflight || c->send_inflight)
+		return;
+	if (c->lingering)
+		return;
+	close(c->fd);
+	preq_free(&c->q);
+	buf_free(&c->in);
+	buf_free(&c->out);
+	buf_free(&c->sending);
+	free(c->rbuf);
+	c->rbuf = NULL;
+	c->used = 0;
+	c->fd = -1;
+	c->gen = (c->gen + 1) & 0x7fffffffu;
+	h->n_used--;
+}
+
+/* The connection ends now (client gone, error, or done): tell the frontend once. */
+static void conn_gone(struct dps_http *h, struct conn *c)
+{
+	const uint64_t handle = handle_of(h, c);
+
+	if (!c->closing) {
+		c->closing = 1;
+		c->lingering = 0;
+		shutdown(c->fd, SHUT_RDWR);
+	}
+	if (!c->gone_told) {
+		c->gone_told = 1;
+		if (h->o.on_close)
+			h->o.on_close(h->o.arg, handle);
+	}
+	conn_reap(h, c);
+}
+
+/*
+ * After the last response of a connection: stop sending, read and drop what the client still
+ * sends until it closes (or LINGER_MS), so that a reset cannot destroy the response in flight.
+ */
+static void conn_linger(struct dps_http *h, struct conn *c)
+{
+	const uint64_t handle = handle_of(h, c);
+
+	shutdown(c->fd, SHUT_WR);
+	c->closing = 1;
+	c->lingering = 1;
+	c->t_linger = dps_now_ns() + (uint64_t)LINGER_MS * 1000000ull;
+	if (!c->gone_told) {
+		c->gone_told = 1;
+		if (h->o.on_close)
+			h->o.on_close(h->o.arg, handle);
+	}
+	arm_recv(h, c);
+}
+
+static int queue(struct conn *c, const char *d, size_t n)
+{
+	return buf_add(&c->out, d, n, OUT_MAX);
+}
+
+static int queue_head(struct conn *c, int status, const char *ctype, const char *len_or_chunked,
+		      const char *extra, int close)
+{
+	char head[512];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %d %s\r\nServer: dpshard\r\nContent-Type: %s\r\n%s"
+			 "Connection: %s\r\n", status, dps_http_reason(status), ctype,
+			 len_or_chunked, close ? "close" : "keep-alive");
+
+	if (n < 0 || (size_t)n >= sizeof(head))
+		return -EINVAL;
+	if (queue(c, head, (size_t)n) || (extra && queue(c, extra, strlen(extra))) ||
+	    queue(c, "\r\n", 2))
+		return -ENOBUFS;
+	return 0;
+}
+
+static void process(struct dps_http *h, struct conn *c);
+
+/* The response of the request being served is complete (all queued). */
+static void response_done(struct dps_http *h, struct conn *c)
+{
+	c->resp_done = 1;
+	kick_send(h, c);
+}
+
+/* Called when everything queued has been sent. */
+static void sent_all(struct dps_http *h, struct conn *c)
+{
+	c->t_progress = 0;
+	if (!c->resp_done)
+		return;
+	c->resp_done = 0;
+	c->serving = 0;
+	c->streaming = 0;
+	if (c->close_after) {
+		conn_linger(h, c);
+		return;
+	}
+	c->q.started = 0;
+	c->t_first = 0;
+	c->t_active = dps_now_ns();
+	process(h, c);
+	arm_recv(h, c);
+}
+
+/* Answers an error before any handler ran, and closes the connection after it. */
+static void fail_request(struct dps_http *h, struct conn *c, int status)
+{
+	char body[160], cl[48];
+	const int n = snprintf(body, sizeof(body),
+			       "{\"error\": {\"message\": \"%s\", \"type\": \"invalid_request_error\", "
+			       "\"code\": %d}}\n", dps_http_reason(status), status);
+
+	c->serving = 1;
+	c->close_after = 1;
+	c->out.len = 0;
+	snprintf(cl, sizeof(cl), "Content-Length: %d\r\n", n);
+	if (queue_head(c, status, "application/json", cl, NULL, 1) || queue(c, body, (size_t)n)) {
+		conn_gone(h, c);
+		return;
+	}
+	response_done(h, c);
+}
+
+/* Parses what was received; hands a complete request to the handler. */
+static void process(struct dps_http *h, struct conn *c)
+{
+	while (!c->serving && !c->closing && c->in.len) {
+		int status;
+		const size_t n = preq_feed(&c->q, c->in.p, c->in.len, &status);
+
+		if (c->q.started && !c->t_first)
+			c->t_first = dps_now_ns();
+		memmove(c->in.p, c->in.p + n, c->in.len - n);
+		c->in.len -= n;
+		if (status) {
+			fail_request(h, c, status);
+			return;
+		}
+		if (c->q.want_continue) {
+			c->q.want_continue = 0;
+			if (!queue(c, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+				kick_send(h, c);
+		}
+		if (!c->q.complete) {
+			if (!n)
+				break;
+			continue;
+		}
+		c->q.complete = 0;
+		c->serving = 1;
+		c->close_after = !c->q.keep_alive;
+		c->head = c->q.p.method == HTTP_HEAD;
+		c->http10 = c->q.p.http_major == 1 && c->q.p.http_minor == 0;
+		{
+			struct dps_http_req r = { 0 };
+			char method[16], path[URL_MAX + 1];
+			const char *url = c->q.url.p ? c->q.url.p : "";
+
+			snprintf(method, sizeof(method), "%s",
+				 http_method_str((enum http_method)c->q.p.method));
+			snprintf(path, sizeof(path), "%.*s", (int)strcspn(url, "?"), url);
+			r.conn = handle_of(h, c);
+			r.method = method;
+			r.path = path;
+			r.authorization = c->q.auth.len ? c->q.auth.p : NULL;
+			r.body = c->q.body.p ? c->q.body.p : "";
+			r.body_len = c->q.body.len;
+			h->o.on_request(h->o.arg, &r);
+		}
+	}
+}
+
+static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
+{
+	const int fd = cqe->res;
+	struct conn *c = NULL;
+	int one = 1;
+
+	if (!(cqe->flags & IORING_CQE_F_MORE))
+		h->accept_armed = 0;
+	if (fd < 0) {
+		/* Out of descriptors or memory: accepting again at once would spin; the tick does
+		 * it in a moment (and the warning comes at most once a minute). */
+		const uint64_t now = dps_now_ns();
+
+		if (fd != -ECANCELED && now - h->accept_warned > 60000000000ull) {
+			dps_warn("accept: %s (retrying every 100 ms)", strerror(-fd));
+			h->accept_warned = now;
+		}
+		h->accept_retry = now + 100000000ull;
+		return;
+	}
+	for (int i = 0; i < h->o.max_conns && !c; i++)
+		if (!h->c[i].used)
+			c = &h->c[i];
+	if (!c) {
+		dps_warn("%d connections open: refusing another", h->o.max_conns);
+		close(fd);
+		arm_accept(h);
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* (fails on Unix sockets) */
+	{
+		const uint32_t gen = c->gen;
+
+		memset(c, 0, sizeof(*c));
+		c->gen = gen;
+	}
+	c->used = 1;
+	c->fd = fd;
+	c->rbuf = malloc(RECV_CHUNK);
+	preq_init(&c->q, h->o.max_body);
+	c->t_active = dps_now_ns();
+	h->n_used++;
+	if (!c->rbuf) {
+		conn_gone(h, c);
+	} else {
+		arm_recv(h, c);
+	}
+	arm_accept(h);
+}
+
+void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
+{
+	const uint64_t u = io_uring_cqe_get_data64(cqe);
+	const int op = (int)(u & 0xff), slot = (int)((u >> 8) & 0xffffff);
+	const uint32_t gen = (uint32_t)(u >> 32);
+	struct conn *c;
+
+	if (op == OP_ACCEPT) {
+		on_accept(h, cqe);
+		return;
+	}
+	if (slot >= h->o.max_conns)
+		return;
+	c = &h->c[slot];
+	if (!c->used || c->gen != gen)
+		return;
+	if (op == OP_RECV) {
+		c->recv_inflight = 0;
+		if (cqe->res <= 0) {
+			/* The client closed (or half-closed) its side, or the socket failed. */
+			c->lingering = 0;
+			conn_gone(h, c);
+			return;
+		}
+		if (c->lingering) { /* dropped */
+			arm_recv(h, c);
+			return;
+		}
+		if (c->closing) {
+			conn_reap(h, c);
+			return;
+		}
+		c->t_active = dps_now_ns();
+		if (buf_add(&c->in, c->rbuf, (size_t)cqe->res, IN_MAX + RECV_CHUNK)) {
+			conn_gone(h, c);
+			return;
+		}
+		process(h, c);
+		arm_recv(h, c);
+	} else if (op == OP_SEND) {
+		c->send_inflight = 0;
+		if (cqe->res <= 0) {
+			conn_gone(h, c);
+			return;
+		}
+		if (c->closing) {
+			conn_reap(h, c);
+			return;
+		}
+		c->sent += (size_t)cqe->res;
+		c->t_progress = dps_now_ns();
+		if (c->sent < c->sending.len || c->out.len) {
+			kick_send(h, c);
+			return;
+		}
+		sent_all(h, c);
+	}
+}
+
+int dps_http_tick(struct dps_http *h)
+{
+	const uint64_t now = dps_now_ns();
+	const uint64_t hdr = (uint64_t)h->o.header_timeout_ms * 1000000ull;
+	const uint64_t idle = (uint64_t)h->o.idle_timeout_ms * 1000000ull;
+	const uint64_t snd = (uint64_t)h->o.send_timeout_ms * 1000000ull;
+	uint64_t next = UINT64_MAX;
+
+	if (!h->accept_armed && h->lfd >= 0) {
+		if (now >= h->accept_retry)
+			arm_accept(h);
+		else
+			next = h->accept_retry;
+	}
+	for (int i = 0; i < h->o.max_conns; i++) {
+		struct conn *c = &h->c[i];
+		uint64_t due;
+
+		if (!c->used)
+			continue;
+		/* An operation that found no submission slot is tried again here. */
+		if (!c->closing && !c->send_inflight && (c->sent < c->sending.len || c->out.len))
+			kick_send(h, c);
+		if (!c->recv_inflight && (!c->closing || c->lingering) && c->in.len < IN_MAX)
+			arm_recv(h, c);
+		if (c->lingering) {
+			if (now >= c->t_linger) {
+				c->lingering = 0;
+				shutdown(c->fd, SHUT_RDWR);
+				conn_reap(h, c);
+			} else if (c->t_linger < next) {
+				next = c->t_linger;
+			}
+			continue;
+		}
+		if (c->closing)
+			continue;
+		if (c->send_inflight && c->t_progress) {
+			due = c->t_progress + snd;
+			if (now >= due) {
+				dps_warn("dropping a client that reads nothing for %u ms",
+					 h->o.send_timeout_ms);
+				conn_gone(h, c);
+				continue;
+			}
+			next = due < next ? due : next;
+		}
+		if (c->serving)
+			continue;
+		if (c->t_first) {
+			due = c->t_first + hdr;
+			if (now >= due) {
+				fail_request(h, c, 408);
+				continue;
+			}
+		} else {
+			due = c->t_active + idle;
+			if (now >= due) {
+				conn_gone(h, c);
+				continue;
+			}
+		}
+		next = due < next ? due : next;
+	}
+	if (next == UINT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)((next - now) / 1000000ull) + 1;
+}
+
+/* ---- responses ---------------------------------------------------------------------------------- */
+
+int dps_http_respond(struct dps_http *h, uint64_t conn, int status, const char *content_type,
+		     const char *body, size_t len, const char *extra, int close)
+{
+	struct conn *c = conn_of(h, conn);
+	char cl[48];
+
+	if (!c || !c->serving || c->streaming || c->resp_done)
+		return -ENOTCONN;
+	c->close_after |= close;
+	snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
+	if (queue_head(c, status, content_type, cl, extra, c->close_after) ||
+	    (len && !c->head && queue(c, body, len))) {
+		conn_gone(h, c);
+		return -ENOTCONN;
+	}
+	response_done(h, c);
+	return 0;
+}
+
+int dps_http_stream_start(struct dps_http *h, uint64_t conn, int status,
+			  const char *content_type)
+{
+	struct conn *c = conn_of(h, conn);
+
+	if (!c || !c->serving || c->streaming || c->resp_done)
+		return -ENOTCONN;
+	/* HTTP/1.0 knows no chunks: the body runs until the connection closes. */
+	if (c->http10)
+		c->close_after = 1;
+	if (queue_head(c, status, content_type, c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
+		       "Cache-Control: no-cache\r\n", c->close_after)) {
+		conn_gone(h, c);
+		return -ENOTCONN;
+	}
+	c->streaming = 1;
+	kick_send(h, c);
+	return 0;
+}
+
+int dps_http_stream_write(struct dps_http *h, uint64_t conn, const char *data, size_t len)
+{
+	struct conn *c = conn_of(h, conn);
+	char sz[24];
+	const int n = snprintf(sz, sizeof(sz), "%zx\r\n", len);
+
+	if (!c || !c->streaming || c->resp_done)
+		return -ENOTCONN;
+	if (!len || c->head)
+		return 0;
+	if ((!c->http10 && queue(c, sz, (size_t)n)) || queue(c, data, len) ||
+	    (!c->http10 && queue(c, "\r\n", 2))) {
+		dps_warn("dropping a client that lets %u MiB of its stream queue up", OUT_MAX >> 20);
+		conn_gone(h, c);
+		return -ENOTCONN;
+	}
+	kick_send(h, c);
+	return 0;
+}
+
+int dps_http_stream_end(struct dps_http *h, uint64_t conn)
+{
+	struct conn *c = conn_of(h, conn);
+
+	if (!c || !c->streaming || c->resp_done)
+		return -ENOTCONN;
+	if (!c->http10 && !c->head && queue(c, "0\r\n\r\n", 5)) {
+		conn_gone(h, c);
+		return -ENOTCONN;
+	}
+	response_done(h, c);
+	return 0;
+}
+
+const char *dps_http_reason(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Payload Too Large";
+	case 414: return "URI Too Long";
+	case 415: return "Unsupported Media Type";
+	case 422: return "Unprocessable Entity";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
+	default: return "Unknown";
+	}
+}
+
+/* ---- the listener ---------------------------------------------------------------------------------- */
+
+static int listen_tcp(struct dps_http *h, char *err, size_t errlen)
+{
+	const char *host = h->o.host ? h->o.host : "127.0.0.1";
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai, *a;
+	char port[16];
+	int rc, fd = -1, one = 1, saved = 0;
+
+	snprintf(port, sizeof(port), "%d", h->o.port);
+	rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc) {
+		snprintf(err, errlen, "--host %s: %s", host, gai_strerror(rc));
+		return -EINVAL;
+	}
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+		if (fd < 0) {
+			saved = errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (!bind(fd, a->ai_addr, a->ai_addrlen) && !listen(fd, 1024))
+			break;
+		saved = errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot listen on %s:%d: %s", host, h->o.port,
+			 strerror(saved ? saved : EADDRNOTAVAIL));
+		return -(saved ? saved : EADDRNOTAVAIL);
+	}
+	{
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+
+		if (!getsockname(fd, (struct sockaddr *)&ss, &sl))
+			h->port = ss.ss_family == AF_INET6
+					  ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+					  : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	}
+	h->lfd = fd;
+	return 0;
+}
+
+static int listen_unix(struct dps_http *h, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd;
+
+	if (strlen(h->o.unix_path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "--unix-socket %s: the path is too long (at most %zu bytes)",
+			 h->o.unix_path, sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, h->o.unix_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return -errno;
+	}
+	/* A socket file left by an earlier run is replaced, unless something still answers. */
+	if (!lstat(sa.sun_path, &st) && S_ISSOCK(st.st_mode)) {
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			snprintf(err, errlen, "--unix-socket %s: another server is listening there",
+				 sa.sun_path);
+			return -EADDRINUSE;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(sa.sun_path);
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
+		const int e = errno;
+
+		snprintf(err, errlen, "cannot listen on %s: %s", sa.sun_path, strerror(e));
+		close(fd);
+		return -e;
+	}
+	snprintf(h->unix_path, sizeof(h->unix_path), "%s", sa.sun_path);
+	h->lfd = fd;
+	return 0;
+}
+
+int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dps_http_opts *o,
+		   char *err, size_t errlen)
+{
+	struct dps_http *h = calloc(1, sizeof(*h));
+	int rc;
+
+	*out = NULL;
+	if (!h)
+		return -ENOMEM;
+	h->ring = ring;
+	h->o = *o;
+	h->lfd = -1;
+	if (!h->o.max_body)
+		h->o.max_body = 1u << 20;
+	if (h->o.max_conns <= 0 || h->o.max_conns > 0xffffff)
+		h->o.max_conns = 1024;
+	if (!h->o.header_timeout_ms)
+		h->o.header_timeout_ms = 30000;
+	if (!h->o.idle_timeout_ms)
+		h->o.idle_timeout_ms = 75000;
+	if (!h->o.send_timeout_ms)
+		h->o.send_timeout_ms = 60000;
+	h->c = calloc((size_t)h->o.max_conns, sizeof(*h->c));
+	if (!h->c) {
+		free(h);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < h->o.max_conns; i++)
+		h->c[i].fd = -1;
+	rc = h->o.unix_path ? listen_unix(h, err, errlen) : listen_tcp(h, err, errlen);
+	if (rc) {
+		free(h->c);
+		free(h);
+		return rc;
+	}
+	arm_accept(h);
+	io_uring_submit(ring);
+	*out = h;
+	return 0;
+}
+
+int dps_http_port(const struct dps_http *h)
+{
+	return h->port;
+}
+
+int dps_http_conns(const struct dps_http *h)
+{
+	return h->n_used;
+}
+
+int dps_http_unsent(const struct dps_http *h)
+{
+	int n = 0;
+
+	for (int i = 0; i < h->o.max_conns; i++) {
+		const struct conn *c = &h->c[i];
+
+		n += c->used && !c->closing && (c->send_inflight || c->out.len ||
+						c->sent < c->sending.len);
+	}
+	return n;
+}
+
+void dps_http_stop_accepting(struct dps_http *h)
+{
+	if (h->lfd >= 0) {
+		shutdown(h->lfd, SHUT_RDWR); /* ends the multishot accept */
+		close(h->lfd);
+		h->lfd = -1;
+	}
+}
+
+void dps_http_close_fds(struct dps_http *h)
+{
+	if (!h)
+		return;
+	if (h->lfd >= 0)
+		close(h->lfd);
+	for (int i = 0; i < h->o.max_conns; i++)
+		if (h->c[i].used && h->c[i].fd >= 0)
+			close(h->c[i].fd);
+}
+
+void dps_http_free(struct dps_http *h)
+{
+	if (!h)
+		return;
+	if (h->lfd >= 0)
+		close(h->lfd);
+	if (h->unix_path[0])
+		unlink(h->unix_path);
+	for (int i = 0; i < h->o.max_conns; i++) {
+		struct conn *c = &h->c[i];
+
+		if (!c->used)
+			continue;
+		close(c->fd);
+		preq_free(&c->q);
+		buf_free(&c->in);
+		buf_free(&c->out);
+		buf_free(&c->sending);
+		/* rbuf may still be the target of a receive in flight: the ring goes with us */
+		if (!c->recv_inflight)
+			free(c->rbuf);
+	}
+	free(h->c);
+	free(h);
+}

@@ -1,0 +1,592 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/model/ckpt.c - checkpoint directories, the io_uring shard loader and the safetensors
+ * writer (see ckpt.h). Runs at load time in every rank (each reads only its own shards) and in
+ * mkmodel/convert.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <jansson.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/dps.h"
+#include "engine/model/ckpt.h"
+
+#define QUEUE_DEPTH 64
+#define MAX_READ (64u << 20) /* bytes per read request */
+#define PIECE (4u << 20)     /* a large contiguous range is read as pieces of this, in parallel */
+
+/* ---- f16 -------------------------------------------------------------------------------- */
+
+float dps_f16_to_f32(uint16_t h)
+{
+	const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+	float f;
+
+	if (exp == 0x1f) {
+		u = sign | 0x7f800000u | (man << 13); /* inf, NaN */
+	} else if (exp == 0) {
+		f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24 */
+		return sign ? -f : f;
+	} else {
+		u = sign | ((exp + 112) << 23) | (man << 13);
+	}
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+uint16_t dps_f32_to_f16(float f)
+{
+	uint32_t u, sign, exp, man;
+	int e;
+
+	memcpy(&u, &f, 4);
+	sign = (u >> 16) & 0x8000;
+	exp = (u >> 23) & 0xff;
+	man = u & 0x7fffff;
+	if (exp == 0xff)
+		return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+	e = (int)exp - 127 + 15;
+	if (e >= 0x1f)
+		return (uint16_t)(sign | 0x7c00);
+	if (e <= 0) {
+		/* Subnormal half (or zero): shift the implicit bit in, round to nearest even. */
+		uint32_t m = man | 0x800000, shift = (uint32_t)(14 - e), r;
+
+		if (shift > 24)
+			return (uint16_t)sign;
+		r = m >> shift;
+		if ((m & ((1u << shift) - 1)) > (1u << (shift - 1)) ||
+		    ((m & ((1u << shift) - 1)) == (1u << (shift - 1)) && (r & 1)))
+			r++;
+		return (uint16_t)(sign | r);
+	}
+	{
+		uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
+		const uint32_t rest = man & 0x1fff;
+
+		if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+			h++; /* may carry into the exponent, and to inf: correct rounding */
+		return (uint16_t)h;
+	}
+}
+
+/* ---- opening -------------------------------------------------------------------------------- */
+
+static int add_file(struct dps_ckpt *ck, const char *name, char *err, size_t errlen)
+{
+	struct dps_st_file *nf;
+	char path[4096];
+
+	for (int i = 0; i < ck->n_files; i++) {
+		const char *base = strrchr(ck->files[i].path, '/');
+
+		if (base && !strcmp(base + 1, name))
+			return 0;
+	}
+	if (!name[0] || strchr(name, '/') || !strcmp(name, "..")) {
+		snprintf(err, errlen, "%s/model.safetensors.index.json: file name '%.200s' is not a "
+			 "plain file name in the checkpoint directory", ck->dir, name);
+		return -EINVAL;
+	}
+	nf = realloc(ck->files, sizeof(*nf) * (size_t)(ck->n_files + 1));
+	if (!nf)
+		return -ENOMEM;
+	ck->files = nf;
+	snprintf(path, sizeof(path), "%s/%s", ck->dir, name);
+	{
+		int rc = dps_st_open(path, &ck->files[ck->n_files], err, errlen);
+
+		if (rc)
+			return rc;
+	}
+	ck->n_files++;
+	return 0;
+}
+
+static int open_index(struct dps_ckpt *ck, const char *path, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	const json_t *map, *v;
+	const char *name;
+	json_t *root;
+	int rc = 0;
+
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		snprintf(err, errlen, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
+		return -EINVAL;
+	}
+	map = json_object_get(root, "weight_map");
+	if (!json_is_object(map)) {
+		snprintf(err, errlen, "%s: no 'weight_map' object", path);
+		rc = -EINVAL;
+		goto out;
+	}
+	json_object_foreach((json_t *)map, name, v) {
+		int file;
+
+		if (!json_is_string(v)) {
+			snprintf(err, errlen, "%s: weight_map entry '%s' is not a file name", path, name);
+			rc = -EINVAL;
+			goto out;
+		}
+		rc = add_file(ck, json_string_value(v), err, errlen);
+		if (rc)
+			goto out;
+		if (!dps_ckpt_find(ck, name, &file) ||
+		    strcmp(strrchr(ck->files[file].path, '/') + 1, json_string_value(v))) {
+			snprintf(err, errlen, "%s: tensor '%s' is listed in %s but not found there", path,
+				 name, json_string_value(v));
+			rc = -EINVAL;
+			goto out;
+		}
+	}
+out:
+	json_decref(root);
+	return rc;
+}
+
+static int is_safetensors(const struct dirent *de)
+{
+	const size_t n = strlen(de->d_name);
+
+	return n > 12 && !strcmp(de->d_name + n - 12, ".safetensors");
+}
+
+int dps_ckpt_open(struct dps_ckpt *ck, const char *dir, char *err, size_t errlen)
+{
+	struct dirent **names = NULL;
+	char path[4096];
+	int rc, n, i, j;
+
+	memset(ck, 0, sizeof(*ck));
+	ck->dir = strdup(dir);
+	if (!ck->dir)
+		return -ENOMEM;
+	rc = dps_model_config_load(dir, &ck->cfg, err, errlen);
+	if (rc)
+		goto err;
+	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+	if (access(path, F_OK) == 0) {
+		rc = open_index(ck, path, err, errlen);
+		if (rc)
+			goto err;
+	} else {
+		n = scandir(dir, &names, is_safetensors, alphasort);
+		if (n < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+			goto err;
+		}
+		for (i = 0; i < n && !rc; i++)
+			rc = add_file(ck, names[i]->d_name, err, errlen);
+		for (i = 0; i < n; i++)
+			free(names[i]);
+		free(names);
+		if (rc)
+			goto err;
+	}
+	if (ck->n_files == 0) {
+		snprintf(err, errlen, "%s: no .safetensors file", dir);
+		rc = -ENOENT;
+		goto err;
+	}
+	/* A tensor name may appear in one file only. */
+	for (i = 0; i < ck->n_files; i++)
+		for (j = i + 1; j < ck->n_files; j++)
+			for (int t = 0; t < ck->files[i].n; t++)
+				if (dps_st_find(&ck->files[j], ck->files[i].t[t].name)) {
+					snprintf(err, errlen, "%s: tensor '%s' appears in both %s and %s",
+						 dir, ck->files[i].t[t].name, ck->files[i].path,
+						 ck->files[j].path);
+					rc = -EINVAL;
+					goto err;
+				}
+	rc = io_uring_queue_init(QUEUE_DEPTH, &ck->ring, 0);
+	if (rc) {
+		snprintf(err, errlen, "io_uring_queue_init: %s", strerror(-rc));
+		goto err;
+	}
+	ck->ring_ok = 1;
+	return 0;
+err:
+	dps_ckpt_close(ck);
+	return rc;
+}
+
+void dps_ckpt_close(struct dps_ckpt *ck)
+{
+	for (int i = 0; i < ck->n_files; i++)
+		dps_st_free(&ck->files[i]);
+	free(ck->files);
+	free(ck->dir);
+	if (ck->ring_ok)
+		io_uring_queue_exit(&ck->ring);
+	memset(ck, 0, sizeof(*ck));
+}
+
+const struct dps_st_tensor *dps_ckpt_find(const struct dps_ckpt *ck, const char *name, int *file)
+{
+	for (int i = 0; i < ck->n_files; i++) {
+		const struct dps_st_tensor *t = dps_st_find(&ck->files[i], name);
+
+		if (t) {
+			if (file)
+				*file = i;
+			return t;
+		}
+	}
+	return NULL;
+}
+
+/* ---- the loader ----------------------------------------------------------------------------- */
+
+struct rd {
+	int fd;
+	uint64_t off;
+	unsigned char *dst;
+	size_t len;
+};
+
+/*
+ * After an error: submit whatever is queued and wait for every read still in flight, so that
+ * none completes later into memory the caller has freed, or is found by the next call.
+ */
+static void uring_drain(struct dps_ckpt *ck, size_t inflight)
+{
+	struct io_uring_cqe *cqe;
+
+	io_uring_submit(&ck->ring);
+	while (inflight && io_uring_wait_cqe(&ck->ring, &cqe) == 0) {
+		io_uring_cqe_seen(&ck->ring, cqe);
+		inflight--;
+	}
+}
+
+/* Reads every request in flight, QUEUE_DEPTH at a time, finishing short reads. */
+static int uring_read_all(struct dps_ckpt *ck, struct rd *r, size_t n, const char *path,
+			  char *err, size_t errlen)
+{
+	size_t next = 0, inflight = 0;
+
+	while (next < n || inflight) {
+		struct io_uring_cqe *cqe;
+		int rc;
+
+		while (next < n && inflight < QUEUE_DEPTH) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ck->ring);
+
+			if (!sqe)
+				break;
+			io_uring_prep_read(sqe, r[next].fd, r[next].dst,
+					   (unsigned)(r[next].len < MAX_READ ? r[next].len : MAX_READ),
+					   r[next].off);
+			io_uring_sqe_set_data(sqe, &r[next]);
+			next++;
+			inflight++;
+		}
+		rc = io_uring_submit_and_wait(&ck->ring, 1);
+		if (rc < 0 && rc != -EINTR) {
+			snprintf(err, errlen, "%s: io_uring: %s", path, strerror(-rc));
+			uring_drain(ck, inflight);
+			return rc;
+		}
+		while (io_uring_peek_cqe(&ck->ring, &cqe) == 0) {
+			struct rd *d = io_uring_cqe_get_data(cqe);
+			const int res = cqe->res;
+
+			io_uring_cqe_seen(&ck->ring, cqe);
+			inflight--;
+			if (res <= 0) {
+				snprintf(err, errlen, "%s: read at offset %llu: %s", path,
+					 (unsigned long long)d->off,
+					 res ? strerror(-res) : "unexpected end of file");
+				uring_drain(ck, inflight);
+				return res ? res : -EIO;
+			}
+			ck->bytes_read += (uint64_t)res;
+			d->off += (uint64_t)res;
+			d->dst += res;
+			d->len -= (size_t)res;
+			if (d->len) {
+				/* Short read or a piece larger than MAX_READ: queue the rest. */
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&ck->ring);
+
+				if (!sqe) {
+					snprintf(err, errlen, "%s: io_uring queue full", path);
+					uring_drain(ck, inflight);
+					return -EBUSY;
+				}
+				io_uring_prep_read(sqe, d->fd, d->dst,
+						   (unsigned)(d->len < MAX_READ ? d->len : MAX_READ),
+						   d->off);
+				io_uring_sqe_set_data(sqe, d);
+				inflight++;
+			}
+		}
+	}
+	return 0;
+}
+
+int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int idx, int count, float *dst,
+			char *err, size_t errlen)
+{
+	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
+	uint64_t per;
+
+	if (!t || dim < 0 || dim >= t->ndim || count < 1 || idx < 0 || idx >= count)
+		return dps_ckpt_load_range(ck, name, want_ndim, want_shape, dim, t ? -1 : 0, 0, dst,
+					   err, errlen);
+	per = (t->shape[dim] + (uint64_t)count - 1) / (uint64_t)count;
+	return dps_ckpt_load_range(ck, name, want_ndim, want_shape, dim, (int64_t)(per * (uint64_t)idx),
+				   per, dst, err, errlen);
+}
+
+int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
+			char *err, size_t errlen)
+{
+	const struct dps_st_tensor *t;
+	uint64_t outer = 1, inner = 1, d, lo, hi, valid;
+	unsigned char *stage = NULL;
+	struct rd *reqs = NULL;
+	size_t esz, nreq;
+	int file, rc = 0;
+
+	t = dps_ckpt_find(ck, name, &file);
+	if (!t) {
+		snprintf(err, errlen, "%s: tensor '%s' is missing", ck->dir, name);
+		return -ENOENT;
+	}
+	if (want_ndim > 0 && (want_ndim != t->ndim ||
+			      memcmp(want_shape, t->shape, sizeof(uint64_t) * (size_t)t->ndim))) {
+		char got[128] = "", want[128] = "";
+
+		for (int i = 0; i < t->ndim; i++)
+			snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%llu", i ? "x" : "",
+				 (unsigned long long)t->shape[i]);
+		for (int i = 0; i < want_ndim; i++)
+			snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%llu",
+				 i ? "x" : "", (unsigned long long)want_shape[i]);
+		snprintf(err, errlen, "%s: tensor '%s' has shape %s, expected %s",
+			 ck->files[file].path, name, got, want);
+		return -EINVAL;
+	}
+	if (!dst || t->ndim < 1 || dim < 0 || dim >= t->ndim || first < 0 || per < 1 ||
+	    per > ((uint64_t)1 << 40)) {
+		snprintf(err, errlen, "tensor '%s': bad shard request (dimension %d, %lld + %llu)",
+			 name, dim, (long long)first, (unsigned long long)per);
+		return -EINVAL;
+	}
+	for (int i = 0; i < dim; i++)
+		outer *= t->shape[i];
+	for (int i = dim + 1; i < t->ndim; i++)
+		inner *= t->shape[i];
+	d = t->shape[dim];
+	lo = (uint64_t)first < d ? (uint64_t)first : d;
+	hi = lo + per < d ? lo + per : d;
+	valid = hi > lo ? hi - lo : 0;
+	esz = dps_st_dtype_size(t->dtype);
+
+	/* Padding first: rows past the end of the dimension are zero. */
+	if (valid < per)
+		for (uint64_t o = 0; o < outer; o++)
+			memset(dst + (o * per + valid) * inner, 0, (per - valid) * inner * sizeof(float));
+	if (!valid || !outer || !inner)
+		return 0;
+	if (t->dtype != DPS_ST_F32) {
+		stage = malloc(outer * valid * inner * esz);
+		if (!stage)
+			return -ENOMEM;
+	}
+	/*
+	 * One range per outer row; ranges that follow each other both in the file and in the
+	 * destination (a shard that is whole rows, or dimension 0) merge, and the result is cut
+	 * into PIECE-sized reads so that many are in flight.
+	 */
+	nreq = outer + (outer * valid * inner * esz) / PIECE + 1;
+	reqs = calloc(nreq, sizeof(*reqs));
+	if (!reqs) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	nreq = 0;
+	for (uint64_t o = 0; o < outer;) {
+		uint64_t off = t->begin + ((o * d + lo) * inner) * esz;
+		unsigned char *to = stage ? stage + o * valid * inner * esz
+					  : (unsigned char *)(dst + o * per * inner);
+		uint64_t len = valid * inner * esz;
+
+		/* Whole rows are contiguous in the file, and in the destination unless padded. */
+		for (o++; o < outer && valid == d && per == d; o++)
+			len += valid * inner * esz;
+		while (len) {
+			const uint64_t piece = len < PIECE ? len : PIECE;
+
+			reqs[nreq].fd = ck->files[file].fd;
+			reqs[nreq].off = off;
+			reqs[nreq].dst = to;
+			reqs[nreq].len = (size_t)piece;
+			nreq++;
+			off += piece;
+			to += piece;
+			len -= piece;
+		}
+	}
+	rc = uring_read_all(ck, reqs, nreq, ck->files[file].path, err, errlen);
+	if (rc || !stage)
+		goto out;
+	for (uint64_t o = 0; o < outer; o++) {
+		const uint16_t *s = (const uint16_t *)(void *)(stage + o * valid * inner * esz);
+		float *q = dst + o * per * inner;
+
+		for (uint64_t i = 0; i < valid * inner; i++) {
+			if (t->dtype == DPS_ST_I64) {
+				int64_t v;
+
+				/* Exact below 2^24: token ids and offsets are. */
+				memcpy(&v, stage + (o * valid * inner + i) * 8, 8);
+				q[i] = (float)v;
+			} else if (t->dtype == DPS_ST_BF16) {
+				const uint32_t u = (uint32_t)s[i] << 16;
+
+				memcpy(&q[i], &u, 4);
+			} else {
+				q[i] = dps_f16_to_f32(s[i]);
+			}
+		}
+	}
+out:
+	free(reqs);
+	free(stage);
+	return rc;
+}
+
+/* ---- the writer ----------------------------------------------------------------------------- */
+
+static uint16_t to_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
+{
+	json_t *root = json_object();
+	uint64_t off = 0;
+	char *hdr = NULL;
+	size_t hlen, padded;
+	FILE *f = NULL;
+	int rc = 0;
+
+	if (!root)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		uint64_t numel = 1, bytes;
+		json_t *shape = json_array(), *e;
+
+		for (int k = 0; k < t[i].ndim; k++) {
+			numel *= t[i].shape[k];
+			json_array_append_new(shape, json_integer((json_int_t)t[i].shape[k]));
+		}
+		bytes = numel * dps_st_dtype_size(t[i].dtype);
+		e = json_pack("{s:s, s:o, s:[I,I]}", "dtype", dps_st_dtype_name(t[i].dtype), "shape",
+			      shape, "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
+		if (!e || json_object_set_new(root, t[i].name, e)) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		off += bytes;
+	}
+	hdr = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+	if (!hdr) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	hlen = strlen(hdr);
+	padded = dps_align_up(hlen, 8); /* the data area starts 8-byte aligned */
+	f = fopen(path, "wb");
+	if (!f) {
+		rc = -errno;
+		goto out;
+	}
+	{
+		unsigned char lenb[8];
+
+		for (int i = 0; i < 8; i++)
+			lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+		fwrite(lenb, 1, 8, f);
+		fwrite(hdr, 1, hlen, f);
+		for (size_t i = hlen; i < padded; i++)
+			fputc(' ', f);
+	}
+	/* Data in the order of the offsets assigned above (input order), in chunks. */
+	{
+		enum { CHUNK = 1 << 16 };
+		float *fbuf = malloc(CHUNK * sizeof(float));
+		uint16_t *hbuf = malloc(CHUNK * sizeof(uint16_t));
+
+		if (!fbuf || !hbuf) {
+			free(fbuf);
+			free(hbuf);
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (int i = 0; i < n && !rc; i++) {
+			uint64_t numel = 1;
+
+			for (int k = 0; k < t[i].ndim; k++)
+				numel *= t[i].shape[k];
+			for (uint64_t j = 0; j < numel; j += CHUNK) {
+				const uint64_t m = numel - j < CHUNK ? numel - j : CHUNK;
+				const float *src = t[i].data ? t[i].data + j : fbuf;
+
+				if (!t[i].data)
+					t[i].gen(fbuf, j, m, t[i].gen_arg);
+				if (t[i].dtype == DPS_ST_F32) {
+					if (fwrite(src, 4, m, f) != m) {
+						rc = -EIO;
+						break;
+					}
+					continue;
+				}
+				if (t[i].dtype == DPS_ST_I64) {
+					for (uint64_t q = 0; q < m && !rc; q++) {
+						const int64_t v = (int64_t)llroundf(src[q]);
+
+						if (fwrite(&v, 8, 1, f) != 1)
+							rc = -EIO;
+					}
+					if (rc)
+						break;
+					continue;
+				}
+				for (uint64_t q = 0; q < m; q++)
+					hbuf[q] = t[i].dtype == DPS_ST_BF16 ? to_bf16(src[q])
+									    : dps_f32_to_f16(src[q]);
+				if (fwrite(hbuf, 2, m, f) != m) {
+					rc = -EIO; /* a full disk: stop, do not generate the rest */
+					break;
+				}
+			}
+		}
+		free(fbuf);
+		free(hbuf);
+	}
+	if (ferror(f))
+		rc = -EIO;
+out:
+	if (f && fclose(f) && !rc)
+		rc = -EIO;
+	free(hdr);
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/model/ckpt.h - a Hugging Face-style checkpoint directory (config.json + *.safetensors,
+ * sharded with model.safetensors.index.json or not) and the shard loader.
+ *
+ * dps_ckpt_load_shard reads only the bytes of one shard of one tensor, with io_uring and many
+ * reads in flight, straight into the destination when the file holds F32 and through a
+ * staging buffer converted to F32 otherwise. A dimension that does not divide by the shard
+ * count is split in ceil(dim / count) pieces and the last shard's missing part is zero-filled,
+ * so every shard has the same shape (padding never changes a product).
+ *
+ * Writing (dps_st_writer_*) produces the same format, for mkmodel and convert.
+ */
+#ifndef DPS_ENGINE_CKPT_H
+#define DPS_ENGINE_CKPT_H
+
+#include <liburing.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+
+struct dps_ckpt {
+	char *dir;
+	struct dps_model_config cfg;
+	int n_files;
+	struct dps_st_file *files; /* (n_files) */
+	struct io_uring ring;
+	int ring_ok;
+	uint64_t bytes_read;       /* tensor bytes read so far */
+};
+
+/*
+ * Opens dir: config.json, then model.safetensors.index.json (every file it names, and every
+ * tensor of its weight_map must be in the file it names) or else every *.safetensors file of
+ * dir. Returns 0 or a negative code with a message naming the file and the problem.
+ */
+int dps_ckpt_open(struct dps_ckpt *ck, const char *dir, char *err, size_t errlen);
+void dps_ckpt_close(struct dps_ckpt *ck);
+
+/* The tensor called name (and the index of its file), or NULL. */
+const struct dps_st_tensor *dps_ckpt_find(const struct dps_ckpt *ck, const char *name, int *file);
+
+/*
+ * Loads shard `idx` of `count` of tensor name split along dimension dim into dst (F32,
+ * row-major, the shard's shape: the tensor's shape with dimension dim replaced by
+ * ceil(shape[dim] / count)). want_shape/want_ndim, when want_ndim > 0, must equal the
+ * tensor's full shape (a wrong shape is an error naming the tensor). Returns 0 or a negative
+ * code with a message in err.
+ */
+int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int idx, int count, float *dst,
+			char *err, size_t errlen);
+
+/*
+ * Loads indices [first, first + per) of dimension dim of tensor name into dst, the shape of the
+ * tensor with dimension dim replaced by per; indices past the end of the dimension are zero.
+ * dps_ckpt_load_shard is this with first = idx * ceil(shape[dim] / count), per = that ceiling.
+ */
+int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
+			char *err, size_t errlen);
+
+/* ---- writing -------------------------------------------------------------------------- */
+
+struct dps_st_writer_tensor {
+	char name[256];
+	enum dps_st_dtype dtype;
+	int ndim;
+	uint64_t shape[DPS_ST_MAX_DIMS];
+	const float *data; /* numel F32 values, converted to dtype when written, or NULL: */
+	/* then gen fills dst with elements [start, start + count) of the tensor, in chunks */
+	void (*gen)(float *dst, uint64_t start, uint64_t count, void *arg);
+	void *gen_arg;
+};
+
+/*
+ * Writes tensors t[0..n-1] to path as one safetensors file (F32 input converted to each
+ * tensor's dtype, round to nearest even). Returns 0 or -errno / -ENOMEM.
+ */
+int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
+
+/* f32 <-> f16 (IEEE half), round to nearest even; used by loader and writer. */
+uint16_t dps_f32_to_f16(float f);
+float dps_f16_to_f32(uint16_t h);
+
+#endif

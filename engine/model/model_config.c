@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/model/model_config.c - config.json parsing, validation and writing (see model_config.h).
+ */
+#include <jansson.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/model/model_config.h"
+
+/* Reads integer field name into *out; a missing optional field keeps *out. */
+static int get_int(const json_t *root, const char *name, int required, long lo, long hi, int *out,
+		   char *err, size_t errlen)
+{
+	const json_t *v = json_object_get(root, name);
+	json_int_t i;
+
+	if (!v || json_is_null(v)) {
+		if (!required)
+			return 0;
+		snprintf(err, errlen, "config.json: missing field '%s'", name);
+		return -EINVAL;
+	}
+	if (!json_is_integer(v)) {
+		snprintf(err, errlen, "config.json: '%s' must be an integer", name);
+		return -EINVAL;
+	}
+	i = json_integer_value(v);
+	if (i < lo || i > hi) {
+		snprintf(err, errlen, "config.json: '%s' = %lld is outside [%ld, %ld]", name,
+			 (long long)i, lo, hi);
+		return -EINVAL;
+	}
+	*out = (int)i;
+	return 0;
+}
+
+static int get_real(const json_t *root, const char *name, double lo, double hi, double *out,
+		    char *err, size_t errlen)
+{
+	const json_t *v = json_object_get(root, name);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v)) {
+		snprintf(err, errlen, "config.json: '%s' must be a number", name);
+		return -EINVAL;
+	}
+	*out = json_number_value(v);
+	if (!(*out >= lo && *out <= hi)) {
+		snprintf(err, errlen, "config.json: '%s' = %g is outside [%g, %g]", name, *out, lo, hi);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config *c, char *err,
+			   size_t errlen)
+{
+	json_error_t jerr;
+	const json_t *v;
+	json_t *root;
+	int rc = -EINVAL;
+
+	memset(c, 0, sizeof(*c));
+	c->rms_norm_eps = 1e-6;
+	c->rope_theta = 10000.0;
+	c->max_position_embeddings = 2048;
+	c->bos_token_id = 1;
+	c->eos_token_id = 2;
+	c->num_key_value_heads = -1;
+	c->head_dim = -1;
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		snprintf(err, errlen, "config.json: not valid JSON: %s (line %d, column %d)", jerr.text,
+			 jerr.line, jerr.column);
+		return -EINVAL;
+	}
+	if (!json_is_object(root)) {
+		snprintf(err, errlen, "config.json: not a JSON object");
+		goto out;
+	}
+	if (get_int(root, "hidden_size", 1, 1, DPS_CFG_MAX_DIM, &c->hidden_size, err, errlen) ||
+	    get_int(root, "intermediate_size", 1, 1, DPS_CFG_MAX_DIM, &c->intermediate_size, err,
+		    errlen) ||
+	    get_int(root, "num_hidden_layers", 1, 1, DPS_CFG_MAX_LAYERS, &c->num_hidden_layers, err,
+		    errlen) ||
+	    get_int(root, "num_attention_heads", 1, 1, DPS_CFG_MAX_DIM, &c->num_attention_heads,
+		    err, errlen) ||
+	    get_int(root, "num_key_value_heads", 0, 1, DPS_CFG_MAX_DIM, &c->num_key_value_heads,
+		    err, errlen) ||
+	    get_int(root, "head_dim", 0, 2, DPS_CFG_MAX_DIM, &c->head_dim, err, errlen) ||
+	    get_int(root, "vocab_size", 1, 1, DPS_CFG_MAX_VOCAB, &c->vocab_size, err, errlen) ||
+	    get_int(root, "max_position_embeddings", 0, 1, DPS_CFG_MAX_POS,
+		    &c->max_position_embeddings, err, errlen) ||
+	    get_int(root, "bos_token_id", 0, 0, DPS_CFG_MAX_VOCAB, &c->bos_token_id, err, errlen) ||
+	    get_int(root, "eos_token_id", 0, 0, DPS_CFG_MAX_VOCAB, &c->eos_token_id, err, errlen) ||
+	    get_real(root, "rms_norm_eps", 1e-30, 1.0, &c->rms_norm_eps, err, errlen) ||
+	    get_real(root, "rope_theta", 1.0, 1e12, &c->rope_theta, err, errlen))
+		goto out;
+	if (get_int(root, "num_local_experts", 0, 0, DPS_CFG_MAX_EXPERTS, &c->num_local_experts,
+		    err, errlen) ||
+	    get_int(root, "num_experts_per_tok", 0, 0, DPS_CFG_MAX_EXPERTS,
+		    &c->num_experts_per_tok, err, errlen) ||
+	    get_real(root, "swiglu_limit", 0.0, 1e6, &c->swiglu_limit, err, errlen))
+		goto out;
+	if (c->num_local_experts &&
+	    (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_local_experts)) {
+		snprintf(err, errlen, "config.json: num_experts_per_tok %d must be between 1 and "
+			 "num_local_experts %d", c->num_experts_per_tok, c->num_local_experts);
+		goto out;
+	}
+	v = json_object_get(root, "mlp_only_layers");
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *e;
+
+		if (!json_is_array(v)) {
+			snprintf(err, errlen, "config.json: 'mlp_only_layers' must be a list of layer "
+				 "indices");
+			goto out;
+		}
+		json_array_foreach(v, i, e) {
+			json_int_t l = json_is_integer(e) ? json_integer_value(e) : -1;
+
+			if (l < 0 || l >= c->num_hidden_layers) {
+				snprintf(err, errlen, "config.json: 'mlp_only_layers' entry %zu is not a "
+					 "layer index below num_hidden_layers %d", i,
+					 c->num_hidden_layers);
+				goto out;
+			}
+			c->dense_layers[l / 64] |= 1ull << (l % 64);
+		}
+	}
+	if (get_int(root, "draft_vocab_size", 0, 1, DPS_CFG_MAX_VOCAB, &c->draft_vocab_size, err,
+		    errlen))
+		goto out;
+	v = json_object_get(root, "architectures");
+	if (json_is_array(v)) {
+		size_t i;
+		json_t *e;
+
+		json_array_foreach(v, i, e)
+			if (json_is_string(e) && strstr(json_string_value(e), "Eagle3"))
+				c->eagle3 = 1;
+	}
+	c->eagle3 |= c->draft_vocab_size > 0;
+	v = json_object_get(root, "eagle_aux_hidden_state_layer_ids");
+	if (!v && json_is_object(json_object_get(root, "eagle_config")))
+		v = json_object_get(json_object_get(root, "eagle_config"),
+				    "eagle_aux_hidden_state_layer_ids");
+	if (v && !json_is_null(v)) {
+		size_t i;
+		json_t *e;
+
+		if (!json_is_array(v) || json_array_size(v) != 3) {
+			snprintf(err, errlen, "config.json: 'eagle_aux_hidden_state_layer_ids' must be "
+				 "a list of three target layer indices");
+			goto out;
+		}
+		json_array_foreach(v, i, e) {
+			json_int_t l = json_is_integer(e) ? json_integer_value(e) : -1;
+
+			if (l < 0 || l >= DPS_CFG_MAX_LAYERS) {
+				snprintf(err, errlen, "config.json: 'eagle_aux_hidden_state_layer_ids' "
+					 "entry %zu is not a layer index", i);
+				goto out;
+			}
+			c->aux_layers[i] = (int)l;
+		}
+		c->n_aux = 3;
+		c->eagle3 = 1;
+	}
+	if (c->draft_vocab_size > c->vocab_size) {
+		snprintf(err, errlen, "config.json: draft_vocab_size %d is larger than vocab_size %d",
+			 c->draft_vocab_size, c->vocab_size);
+		goto out;
+	}
+	v = json_object_get(root, "tie_word_embeddings");
+	if (v && !json_is_null(v)) {
+		if (!json_is_boolean(v)) {
+			snprintf(err, errlen, "config.json: 'tie_word_embeddings' must be true or false");
+			goto out;
+		}
+		c->tie_word_embeddings = json_is_true(v);
+	}
+	if (c->num_key_value_heads < 0)
+		c->num_key_value_heads = c->num_attention_heads;
+	if (c->head_dim < 0) {
+		if (c->hidden_size % c->num_attention_heads) {
+			snprintf(err, errlen,
+				 "config.json: hidden_size %d is not a multiple of num_attention_heads "
+				 "%d and no head_dim is given", c->hidden_size, c->num_attention_heads);
+			goto out;
+		}
+		c->head_dim = c->hidden_size / c->num_attention_heads;
+	}
+	if (c->num_attention_heads % c->num_key_value_heads) {
+		snprintf(err, errlen,
+			 "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+			 c->num_attention_heads, c->num_key_value_heads);
+		goto out;
+	}
+	if (c->head_dim % 2) {
+		snprintf(err, errlen, "config.json: head_dim %d must be even (rotary embedding)",
+			 c->head_dim);
+		goto out;
+	}
+	if ((long long)c->num_attention_heads * c->head_dim > DPS_CFG_MAX_DIM) {
+		snprintf(err, errlen, "config.json: num_attention_heads x head_dim is too large");
+		goto out;
+	}
+	if (c->bos_token_id >= c->vocab_size || c->eos_token_id >= c->vocab_size) {
+		snprintf(err, errlen, "config.json: bos/eos token ids must be below vocab_size %d",
+			 c->vocab_size);
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}
+
+int dps_model_config_load(const char *dir, struct dps_model_config *c, char *err, size_t errlen)
+{
+	char path[4096], *buf = NULL;
+	long n;
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	f = fopen(path, "rb");
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || n > (1 << 20) || fseek(f, 0, SEEK_SET)) {
+		fclose(f);
+		snprintf(err, errlen, "%s: unreadable or larger than 1 MiB", path);
+		return -EINVAL;
+	}
+	buf = malloc((size_t)n + 1);
+	if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		fclose(f);
+		snprintf(err, errlen, "%s: read failed", path);
+		return -EIO;
+	}
+	fclose(f);
+	rc = dps_model_config_parse(buf, (size_t)n, c, err, errlen);
+	free(buf);
+	if (rc) {
+		/* The parser's messages start with "config.json: "; name the directory too. */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s/%s", dir, err);
+		snprintf(err, errlen, "%s", msg);
+	}
+	return rc;
+}
+
+int dps_model_config_save(const struct dps_model_config *c, const char *path)
+{
+	json_t *root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b,"
+				 " s:i, s:i, s:s}",
+				 "architectures", "LlamaForCausalLM", "model_type", "llama",
+				 "hidden_size", c->hidden_size,
+				 "intermediate_size", c->intermediate_size,
+				 "num_hidden_layers", c->num_hidden_layers,
+				 "num_attention_heads", c->num_attention_heads,
+				 "num_key_value_heads", c->num_key_value_heads,
+				 "head_dim", c->head_dim, "vocab_size", c->vocab_size,
+				 "rms_norm_eps", c->rms_norm_eps, "rope_theta", c->rope_theta,
+				 "max_position_embeddings", c->max_position_embeddings,
+				 "tie_word_embeddings", c->tie_word_embeddings,
+				 "bos_token_id", c->bos_token_id, "eos_token_id", c->eos_token_id,
+				 "torch_dtype", "float32");
+	int rc;
+
+	if (!root)
+		return -ENOMEM;
+	if (c->num_local_experts) {
+		json_t *dense = json_array();
+
+		for (int l = 0; l < c->num_hidden_layers && dense; l++)
+			if (!dps_cfg_layer_moe(c, l))
+				json_array_append_new(dense, json_integer(l));
+		if (!dense || json_object_set_new(root, "num_local_experts",
+						  json_integer(c->num_local_experts)) ||
+		    json_object_set_new(root, "num_experts_per_tok",
+					json_integer(c->num_experts_per_tok)) ||
+		    json_object_set_new(root, "swiglu_limit", json_real(c->swiglu_limit)) ||
+		    json_object_set_new(root, "mlp_only_layers", dense) ||
+		    json_object_set_new(root, "architectures",
+					json_pack("[s]", "GptOssForCausalLM")) ||
+		    json_object_set_new(root, "model_type", json_string("gpt_oss"))) {
+			json_decref(root);
+			return -ENOMEM;
+		}
+	}
+	if (c->eagle3) {
+		json_t *aux = c->n_aux ? json_pack("[i,i,i]", c->aux_layers[0], c->aux_layers[1],
+						  c->aux_layers[2]) : json_null();
+
+		if (!aux || json_object_set_new(root, "draft_vocab_size",
+						json_integer(c->draft_vocab_size ? c->draft_vocab_size
+										 : c->vocab_size)) ||
+		    json_object_set_new(root, "eagle_aux_hidden_state_layer_ids", aux) ||
+		    json_object_set_new(root, "architectures",
+					json_pack("[s]", "LlamaForCausalLMEagle3"))) {
+			json_decref(root);
+			return -ENOMEM;
+		}
+	}
+	rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS) ? -EIO : 0;
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/runtime/supervisor.h - forks, pins and watches the rank processes of one instance.
+ *
+ * dps_sup_run sweeps stale segments of dead instances, builds the layout, creates the one
+ * shared segment, forks TP x DP ranks (each pinned by the placement and killed if the
+ * supervisor dies, PR_SET_PDEATHSIG), and waits on the ranks' pidfds, an eventfd the ranks
+ * signal when they post a message, and a signalfd for SIGTERM/SIGINT/SIGHUP, all as polls on
+ * one io_uring, which a caller may share (opts.ring) to run its own I/O in the same loop: the
+ * supervisor's completions carry DPS_SUP_UDATA in their user_data, every other completion goes
+ * to opts.cqe_fn. When a rank dies
+ * (signal, or an exit status other than 0) the supervisor raises the abort word, so every
+ * peer's pending collective returns -DPS_EABORT within DPS_WAIT_SLICE_MS, names the dead rank
+ * and how it died, gives the others a grace period to exit, kills what is left, and returns.
+ */
+#ifndef DPS_ENGINE_SUPERVISOR_H
+#define DPS_ENGINE_SUPERVISOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/runtime/groups.h"
+#include "engine/runtime/world.h"
+
+struct io_uring;
+struct io_uring_cqe;
+
+/* The user_data bit of the supervisor's own requests on a shared ring. */
+#define DPS_SUP_UDATA (1ull << 63)
+
+/* Exit status of a rank whose function returned -DPS_EABORT (it stopped because of a peer). */
+#define DPS_EXIT_ABORTED 3
+
+/*
+ * Runs in each rank process after placement. Returns 0 on success or a negative code; the
+ * process exits 0, DPS_EXIT_ABORTED (for -DPS_EABORT) or 1.
+ */
+typedef int (*dps_rank_fn)(struct dps_world *w, void *arg);
+
+/* Runs in the supervisor for each message a rank pushed onto its to-supervisor ring. */
+typedef void (*dps_sup_msg_fn)(int rank, const void *msg, size_t len, void *arg);
+
+struct dps_sup_opts {
+	struct dps_par_cfg par;
+	const char *cpu_bind;      /* "auto" (NULL), "off" or explicit lists, see placement.h */
+	size_t slot_bytes;         /* collective slot size (0 = default) */
+	dps_rank_fn rank_fn;
+	void *rank_arg;
+	dps_sup_msg_fn msg_fn;     /* may be NULL */
+	void *msg_arg;
+	/*
+	 * May be NULL. Called (with msg_arg) in the supervisor before each wait of its loop, once
+	 * the ranks run; returns how long the loop may sleep before calling it again, in ms (-1:
+	 * until something happens). It may send messages with dps_sup_send.
+	 */
+	int (*tick_fn)(void *arg);
+	unsigned grace_ms;         /* after an abort, how long ranks get to exit (0 = 3000) */
+	int verbose;               /* print the placement */
+	/*
+	 * Sharing the loop (all may be NULL). ring: the io_uring the loop waits on (NULL: its
+	 * own), which outlives the call; cqe_fn(cqe, msg_arg): every completion on it without
+	 * DPS_SUP_UDATA; child_fn(msg_arg): in each rank right after fork (close the caller's
+	 * descriptors there); signal_fn(signo, msg_arg): SIGTERM, SIGINT and SIGHUP first go here,
+	 * and a return of 1 means handled (else TERM and INT stop the instance, HUP is ignored).
+	 */
+	struct io_uring *ring;
+	void (*cqe_fn)(struct io_uring_cqe *cqe, void *arg);
+	void (*child_fn)(void *arg);
+	int (*signal_fn)(int signo, void *arg);
+	/* fail_fn(why, msg_arg): the moment a rank failure is seen (the run then winds down). */
+	void (*fail_fn)(const char *why, void *arg);
+};
+
+struct dps_sup_result {
+	int failed_rank;           /* first rank that failed, or -1 */
+	int failed_signal;         /* its signal, or 0 */
+	int failed_status;         /* its exit status when it exited, or -1 */
+	uint64_t failed_ns;        /* dps_now_ns() when the supervisor saw it fail */
+	int stop_signal;           /* SIGTERM/SIGINT that stopped the instance, or 0 */
+	int killed;                /* ranks killed after the grace period */
+};
+
+/*
+ * Runs an instance to completion. Returns 0 when every rank exited 0; -DPS_ERANK when a rank
+ * failed (res says which; err has a sentence such as "rank 3 (DP 0, TP 3) was killed by
+ * signal 9 (Killed)"); -DPS_EABORT when stopped by a signal; -DPS_ECONFIG / -DPS_ENOSHM /
+ * -errno when the instance could not start (err says why).
+ */
+int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *err,
+		size_t errlen);
+
+/*
+ * From the supervisor (msg_fn or tick_fn, while dps_sup_run runs): pushes a message onto
+ * rank's from-supervisor ring without waiting. Returns 0, -EAGAIN when the ring is full (try
+ * again on a later tick), -EMSGSIZE, or -ESRCH outside dps_sup_run.
+ */
+int dps_sup_send(int rank, const void *msg, size_t len);
+
+/*
+ * From the supervisor, while dps_sup_run runs: stops the instance as signal signo would
+ * (the ranks are aborted; dps_sup_run returns -DPS_EABORT with res.stop_signal = signo).
+ */
+void dps_sup_stop(int signo);
+
+#endif

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/runtime/world.h - the shared-memory layout of one engine instance and each rank's view of it.
+ *
+ * The supervisor computes a dps_layout before it forks: the instance control block (abort
+ * word), one collective area for every distinct group of ranks (a TP group, a DP group, a
+ * component TP group or DP column whose member list equals another's shares its area, so the
+ * aliases of docs/DESIGN.md section 3 are one communicator), and two message rings per rank
+ * (rank -> supervisor, supervisor -> rank). It lives in one segment. Each rank process then
+ * builds its dps_world: one dps_comm handle for every area it is a member of.
+ */
+#ifndef DPS_ENGINE_WORLD_H
+#define DPS_ENGINE_WORLD_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "engine/runtime/groups.h"
+#include "shm/coll.h"
+#include "shm/ring.h"
+#include "shm/seg.h"
+
+/* Instance control block, at offset 0 of the segment. */
+struct dps_ctl {
+	_Alignas(DPS_CACHELINE) _Atomic uint32_t abort; /* raised by the supervisor; read by every wait */
+	char pad[DPS_CACHELINE - sizeof(uint32_t)];
+};
+
+#define DPS_SETS_MAX (3 + 2 * DPS_MAX_COMP_SIZES)
+
+struct dps_layout_comm {
+	int n;
+	const int *ranks;  /* (n), borrowed from the group set that first produced it */
+	size_t off;        /* offset of its area in the segment (unused when n == 1) */
+};
+
+struct dps_layout {
+	struct dps_groups groups;
+	int world;
+	size_t slot_bytes;        /* collective slot size */
+	unsigned ring_slots;
+	size_t ring_slot_bytes;
+	int n_sets;
+	const struct dps_groupset *sets[DPS_SETS_MAX]; /* in dps_groups_foreach_set order */
+	int *set_comm[DPS_SETS_MAX];                   /* (n_groups of set): index into comms */
+	int n_comms;
+	struct dps_layout_comm *comms;
+	size_t ring_off;          /* rings: rank r's to-supervisor ring at ring_off + 2r*ring_bytes */
+	size_t ring_bytes;
+	size_t rep_ring_off;      /* with TP > 1: replica d's batch ring (TP rank 0 -> its peers) */
+	size_t rep_ring_bytes;    /*   at rep_ring_off + d * rep_ring_bytes */
+	size_t total;             /* segment size */
+};
+
+/*
+ * Builds the layout for cfg. Returns 0, -DPS_ECONFIG (message in err) or -ENOMEM.
+ * slot_bytes is rounded up to a multiple of 4096 and to at least 64 * (world + 1).
+ */
+int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t slot_bytes,
+		     char *err, size_t errlen);
+void dps_layout_free(struct dps_layout *l);
+
+/* Initialises a zeroed segment of l->total bytes (control block, every area and ring). */
+void dps_layout_init_shm(const struct dps_layout *l, void *base);
+
+/* Rings of rank r inside the segment. */
+void *dps_layout_ring_to_sup(const struct dps_layout *l, void *base, int r);
+void *dps_layout_ring_from_sup(const struct dps_layout *l, void *base, int r);
+/* The batch ring of replica d (TP > 1 only): written by its TP rank 0, read by the others. */
+void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int d);
+
+struct dps_world {
+	int rank, world, tp, dp, tp_rank, dp_rank;
+	const struct dps_layout *lay;
+	struct dps_ctl *ctl;
+	struct dps_comm *comms;   /* (lay->n_comms); only those containing rank are attached */
+	struct dps_comm *world_c, *tp_c, *dp_c;
+	struct dps_comm *comp_tp_c[DPS_COMP_COUNT], *dp_col_c[DPS_COMP_COUNT];
+	struct dps_ring to_sup, from_sup;
+	struct dps_ring replica;  /* TP > 1: the batch ring of this rank's replica (reader tp_rank-1) */
+	unsigned ncpus;           /* CPUs this rank may use */
+};
+
+/*
+ * Builds rank r's view of the segment at base. notify_fd is the eventfd the supervisor
+ * sleeps on (-1 for none). Returns 0 or -ENOMEM / -EINVAL.
+ */
+int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base, int r,
+		     int notify_fd);
+void dps_world_detach(struct dps_world *w);
+
+/* The communicator of rank w->rank's group in set gs (a set of w->lay->groups). */
+struct dps_comm *dps_world_comm(struct dps_world *w, const struct dps_groupset *gs);
+
+/* Sets the all-reduce switch point and the forced algorithm on every communicator. */
+void dps_world_set_algo(struct dps_world *w, size_t oneshot_max, enum dps_coll_algo algo);
+
+#endif

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/serve/engine.h - the serving engine (docs/DESIGN.md section 5; the data-parallelism
+ * reference): every DP replica runs a scheduler on its TP rank 0 and a busy loop on all its
+ * ranks; the supervisor side (the client) balances requests over the replicas and collects
+ * their tokens.
+ *
+ * Messages. The client sends a replica's TP rank 0, through its ring, requests (a header
+ * and the prompt, in as many messages as the ring's slots need), cancellations, wake-ups and
+ * the final stop. Rank 0 answers with every token as it is sampled and a done message with the
+ * finish reason, and the counts of its scheduler at exit.
+ *
+ * The loop of a replica. TP rank 0 takes the messages, asks the scheduler for a batch and
+ * publishes it to the replica's other ranks through the replica's batch ring (one writer, a
+ * reader per peer); all ranks run the step. Uncoupled replicas (every component size 1, no
+ * expert parallelism) never wait for each other: an idle replica sleeps on its ring. Coupled
+ * replicas (any component size above 1, or --enable-expert-parallel) agree before every step
+ * with the _get_dp_padding all-reduce over the DP group (each writes its row count, whether it
+ * prefills, whether it has unfinished requests and whether it was told to stop into its own
+ * slot; sum): the prefill graph when any replica prefills, else the decode graph on the
+ * largest (bucket-sized) batch, smaller ones padded; a replica with nothing to do runs a dummy
+ * batch of that size; when no replica has work they all sleep on their rings until the client
+ * wakes every replica, which it does whenever it sends a request.
+ */
+#ifndef DPS_ENGINE_ENGINE_H
+#define DPS_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/serve/sched.h"
+#include "engine/runtime/world.h"
+
+struct dps_engine_opts {
+	const char *model;
+	const char *blis_arch;
+	int threads;                 /* per rank; 0: the CPUs its placement gave it */
+	int block_size;              /* --block-size */
+	size_t kv_cache_memory;      /* bytes of KV cache per rank (0: kv_fraction of free memory) */
+	double kv_fraction;          /* of MemAvailable, shared by the ranks (default 0.5) */
+	int max_num_seqs, max_model_len, max_batched_tokens;
+	const char *decode_buckets;  /* NULL: powers of two */
+	int verbose, trace;
+	/* Eagle3 speculative decoding: the draft's directory (NULL: none) and the tokens it
+	 * proposes per step (--num-speculative-tokens). */
+	const char *spec_model;
+	int spec_k;
+};
+
+/* The rank side: run with dps_sup_run, arg a struct dps_engine_opts. */
+int dps_engine_rank_main(struct dps_world *w, void *arg);
+
+/* ---- the client (in the supervisor) ------------------------------------------------------ */
+
+struct dps_engine_req {
+	const int *prompt;
+	int n_prompt;
+	struct dps_req_params p;     /* deadline_ns: a timeout counted from the request's arrival
+				      * at its replica (0: none) */
+	int replica;                 /* -1: the least loaded */
+	void *user;
+};
+
+#define DPS_ENGINE_GROUPS 12     /* group sets reported in the stats, at most */
+
+struct dps_engine_stats {
+	uint64_t steps, dummy_steps, padded_rows, preemptions, prefill_steps, decode_steps;
+	uint64_t dp_allreduces;      /* cross-replica collectives (the agreement) */
+	uint64_t num_blocks, free_blocks; /* the scheduler's (free: now, or at exit) */
+	uint64_t collectives;        /* every collective of the step, rank 0 of the replica */
+	uint64_t running, waiting;   /* the scheduler's requests now */
+	uint64_t expert_bytes;       /* MoE router and expert weights read, rank 0 of the replica */
+	/* Speculative decoding: verifications, tokens drafted and accepted (in all, and at each
+	 * draft position), draft passes. */
+	uint64_t spec_drafts, spec_draft_tokens, spec_accepted, draft_steps;
+	uint64_t spec_accepted_pos[DPS_MAX_SPEC];
+	int spec_k;
+	/* Time rank 0 of the replica spent in collectives, per group set it belongs to: names
+	 * as dps_groupset_name gives them; sets sharing a communicator count it once. */
+	int n_groups;
+	char group[DPS_ENGINE_GROUPS][32];
+	uint64_t group_ns[DPS_ENGINE_GROUPS];
+};
+
+struct dps_engine_client;
+
+/*
+ * Callbacks of the client, in the supervisor. stats: a replica's counts, every
+ * DPS_ENGINE_STATS_MS while it runs (final 0) and once at exit (final 1); ready: every rank
+ * has loaded the model.
+ */
+struct dps_engine_cb {
+	void (*token)(void *arg, void *user, int token);
+	void (*done)(void *arg, void *user, enum dps_finish why, int n_gen);
+	void (*stats)(void *arg, int replica, const struct dps_engine_stats *st, int final);
+	void *arg;
+	void (*ready)(void *arg);
+};
+
+#define DPS_ENGINE_STATS_MS 500
+
+int dps_engine_client_new(struct dps_engine_client **c, int dp, int tp,
+			  const struct dps_engine_cb *cb);
+void dps_engine_client_free(struct dps_engine_client *c);
+
+/* Queues a request; returns its id (>= 0) or a negative code. The prompt is copied. */
+int64_t dps_engine_submit(struct dps_engine_client *c, const struct dps_engine_req *r);
+
+/* Cancels request id (its done callback follows with "cancelled"). */
+void dps_engine_cancel(struct dps_engine_client *c, int64_t id);
+
+/* After the last request finishes, tells every replica to stop. */
+void dps_engine_close_when_idle(struct dps_engine_client *c);
+
+/* Requests queued or running. */
+int dps_engine_outstanding(const struct dps_engine_client *c);
+
+/* Requests waiting (not started) and running on replica d, as the load balancer counts them. */
+void dps_engine_load(const struct dps_engine_client *c, int d, int *waiting, int *running);
+
+/* Whether every rank has reported that it loaded the model. */
+int dps_engine_ready(const struct dps_engine_client *c);
+
+/*
+ * Ends every outstanding request with why (DPS_FINISH_ERROR when the ranks died), calling
+ * the done callback for each.
+ */
+void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why);
+
+/* Requests sent to each replica so far (dp entries). */
+const uint64_t *dps_engine_sent(const struct dps_engine_client *c);
+
+/* For dps_sup_opts: msg_fn and tick_fn with msg_arg = the client. */
+void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client);
+int dps_engine_tick(void *client);
+
+#endif

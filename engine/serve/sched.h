@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/serve/sched.h - the scheduler of one DP replica (run by its TP rank 0): requests, the paged
+ * KV cache's blocks, continuous batching with chunked prefill, preemption by recompute, and
+ * decode buckets. Pure bookkeeping, no I/O: the runner turns each batch into a model step.
+ *
+ * A step (dps_sched_step) takes, in order: one row for every running request that is
+ * decoding, the next chunk of every running request still prefilling, then new requests from
+ * the waiting queue (FIFO) while there is room (--max-num-seqs, --max-num-batched-tokens,
+ * free blocks). When a running request needs a block and none is free, the newest running
+ * request is preempted: its blocks are freed and it goes back to the front of the waiting
+ * queue, to be recomputed from its prompt and the tokens it had produced, which it keeps. A
+ * batch with no prompt rows is a decode batch, padded to the smallest bucket that holds it
+ * (rows feeding token 0 at position 0 into DPS_PAD_SLOT, never sampled); a batch with prompt
+ * rows is not padded.
+ */
+#ifndef DPS_ENGINE_SCHED_H
+#define DPS_ENGINE_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/sample.h"
+
+#define DPS_MAX_STOP 8
+#define DPS_MAX_BUCKETS 32
+#define DPS_MAX_SPEC 15 /* --num-speculative-tokens at most */
+
+enum dps_req_state { DPS_REQ_WAITING, DPS_REQ_RUNNING, DPS_REQ_FINISHED };
+
+enum dps_finish {
+	DPS_FINISH_NONE, DPS_FINISH_STOP, DPS_FINISH_LENGTH, DPS_FINISH_TIMEOUT,
+	DPS_FINISH_CANCELLED, DPS_FINISH_ERROR
+};
+
+const char *dps_finish_name(enum dps_finish f);
+
+struct dps_req_params {
+	int max_tokens;                 /* tokens to generate at most (>= 1) */
+	int stop[DPS_MAX_STOP], n_stop; /* token ids that end the request (not emitted) */
+	struct dps_sampling sampling;   /* seed: the request's own */
+	uint64_t deadline_ns;           /* dps_now_ns() after which it ends with "timeout" (0: none) */
+};
+
+struct dps_req {
+	uint64_t id;
+	struct dps_req_params p;
+	int *ids, n_prompt, n_ids;  /* prompt then generated tokens */
+	int computed;               /* positions whose K/V are in the cache */
+	int *blocks, n_blocks;      /* block table */
+	enum dps_req_state state;
+	enum dps_finish finish;
+	int preempted;              /* times preempted */
+	struct dps_rng rng;
+	uint64_t seq;               /* admission order, for "newest" */
+	int draft[DPS_MAX_SPEC];    /* target ids the draft proposed after the last token */
+	int n_draft;                /* 0, or spec_k when the next step verifies them */
+};
+
+struct dps_sched_cfg {
+	int block_size, num_blocks;
+	int max_num_seqs, max_model_len, max_batched_tokens;
+	int buckets[DPS_MAX_BUCKETS], n_buckets; /* ascending; the last equals max_num_seqs */
+	int spec_k;                 /* speculative tokens per decode step (0: no speculation) */
+};
+
+/* One step's rows, as the model takes them (struct dps_rows), plus whose they are. */
+struct dps_batch {
+	int n, n_real, prefill;
+	int *tokens, *pos, *slot;
+	const int **table;
+	unsigned char *want;
+	struct dps_req **req;       /* (n) the request of each row, NULL for padding */
+	/*
+	 * Speculation: verify[i] marks the first of the 1 + spec_k rows of a request that verifies
+	 * its draft (its last token, then the drafted ones; every row wanted). A decoding request
+	 * without a draft has 1 row and spec_k padding rows, so a decode batch is always
+	 * requests x (1 + spec_k) rows.
+	 */
+	unsigned char *verify;
+};
+
+/* Counts of speculative decoding (vLLM's spec_decode metrics). */
+struct dps_spec_stats {
+	uint64_t drafts;            /* verifications run */
+	uint64_t draft_tokens;      /* tokens drafted and verified */
+	uint64_t accepted;          /* of those, accepted */
+	uint64_t accepted_pos[DPS_MAX_SPEC]; /* accepted at draft position j */
+};
+
+/*
+ * Speculation: what the draft runs after a step (dps_sched_update fills it). Catch-up rows:
+ * for every request still running, each position the step fed and kept, with the token that
+ * follows it (the draft at position p reads the target's hidden state at p and token p + 1);
+ * row[k] is the step's row whose hidden states it reads. want[k] marks a request's last row
+ * when the request is decoding and may be drafted (dps_sched_reserve_draft): its output
+ * starts the draft's spec_k proposals.
+ */
+struct dps_catchup {
+	int n, n_prop;
+	int *row, *token, *pos, *slot;
+	unsigned char *want;
+	struct dps_req **req;
+};
+
+struct dps_sched {
+	struct dps_sched_cfg cfg;
+	int *free_blocks, n_free;
+	struct dps_req **waiting, **running;
+	int n_waiting, n_running, cap;
+	uint64_t admitted;
+	uint64_t preemptions;
+	struct dps_batch b;
+	struct dps_spec_stats spec;
+	struct dps_catchup cu;
+};
+
+/*
+ * Default buckets: powers of two below max_num_seqs, then max_num_seqs. spec (may be NULL or
+ * "") is a comma list such as "1,2,4,8"; it must ascend and end at max_num_seqs. Returns 0 or
+ * -EINVAL with a message.
+ */
+int dps_sched_buckets(struct dps_sched_cfg *cfg, const char *spec, char *err, size_t errlen);
+
+/* The bucket a decode batch of n rows is padded to. */
+int dps_sched_bucket(const struct dps_sched_cfg *cfg, int n);
+
+int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *err, size_t errlen);
+void dps_sched_free(struct dps_sched *s);
+
+/*
+ * Queues a request (prompt of n tokens, copied). Returns it, or NULL with -EINVAL (a prompt
+ * that is empty or does not leave room to generate within max_model_len, or a bad
+ * parameter) or -ENOMEM in *rc.
+ */
+struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *prompt, int n,
+			      const struct dps_req_params *p, int *rc);
+
+/* Ends a request now (cancel): frees its blocks. It is reported by the next dps_sched_step. */
+void dps_sched_cancel(struct dps_sched *s, struct dps_req *r);
+
+/*
+ * Builds the next batch (s->b) at time now_ns: requests past their deadline end with
+ * "timeout". Returns the number of rows (0: nothing to run).
+ */
+int dps_sched_step(struct dps_sched *s, uint64_t now_ns);
+
+/*
+ * After the model ran s->b: samples the next token of every wanted row from logits (packed,
+ * vocab floats per wanted row; modified), appends it, and ends requests that hit a stop
+ * token, max_tokens or max_model_len. eos (< 0: none) ends a request like a stop token.
+ * For every sampled token calls emit(arg, req, token) (not for stop tokens), and for every
+ * request that ended (including cancelled and timed-out ones) done(arg, req); the request is
+ * freed after done returns. scratch: vocab ints.
+ */
+void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, int *scratch,
+		      void (*emit)(void *arg, struct dps_req *r, int token),
+		      void (*done)(void *arg, struct dps_req *r), void *arg);
+
+/*
+ * Speculation, after dps_sched_update: whether request r (running, decoding) may be drafted
+ * for the next step: its verification must stay inside max_model_len; the blocks for it are
+ * reserved now (0: yes, blocks held; -1: no, the next step decodes it plainly).
+ */
+int dps_sched_reserve_draft(struct dps_sched *s, struct dps_req *r);
+
+/* Requests waiting or running. */
+static inline int dps_sched_pending(const struct dps_sched *s)
+{
+	return s->n_waiting + s->n_running;
+}
+
+#endif

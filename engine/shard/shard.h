@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/shard/shard.h - the model as one rank of a TP x DP layout holds and runs it: every
+ * component sharded as the component-level DP sharding reference describes (docs/DESIGN.md
+ * sections 3 and 4).
+ *
+ * Weights. Each component of size c is sharded over its component TP group (TP * c ranks,
+ * group rank j*TP + t, j = d mod c) and loaded with that group rank in place of the TP rank:
+ * embedding and LM head by vocabulary rows, MLP gate/up by intermediate rows and down by
+ * intermediate columns. Attention: Q/O by the interleaved effective rank e = j + t*c (query
+ * heads padded with zero heads to a multiple of TP * c); K/V by TP rank (each rank holds the KV
+ * heads its TP position's query heads read, the "Q-only all-to-all" variant), or, when the KV
+ * heads are a multiple of TP * c and c > 1, by effective rank with their own all-to-all. A
+ * dimension that does not divide is zero-padded. Prefill uses plain TP for attention,
+ * embedding and LM head, so a component with c > 1 holds both layouts; the MLP has one.
+ *
+ * Steps. A step is either a prefill step (the prefill graph: some rows are prompt rows; any
+ * decode rows of the same replica ride along) or a decode step (the decode graph of the reference:
+ * embedding bracket, _dp_transition around attention and MLP, one all-reduce per attention
+ * and per MLP over the component groups, LM head bracket). In a decode step every replica of a
+ * supergroup contributes the same number of rows (the caller pads: seq < 0 marks a row that
+ * writes nothing to the KV cache and whose logits are never used).
+ *
+ * Mixture of experts. The router is replicated. Without expert parallelism every expert is
+ * sharded like the MLP (intermediate rows over TP x c_mlp) and a MoE layer is the MLP's flow
+ * with each expert run once on the rows that chose it. With --enable-expert-parallel, EP rank
+ * k = d*TP + t holds experts [k*E/ep, (k+1)*E/ep) whole, and a MoE layer dispatches:
+ *   all-gather + reduce-scatter: gather the replica rows over the DP group (every rank of a
+ *     replica holds the same rows), run the local experts on every gathered row, reduce-scatter
+ *     the partial sums back to their replicas, then all-reduce over TP;
+ *   all-to-all-v: the rows stay where attention left them and are split over the ranks that
+ *     hold them alike (sequence parallel, no MLP _dp_transition); each (row, expert) item
+ *     travels to the expert's rank and its output back; the owner adds the k outputs in the
+ *     router's order and the pieces are all-gathered.
+ * Prefill rows differ per replica, so the dispatch uses the -v collectives with counts.
+ *
+ * Every collective is counted per kind and per group set, per step (dps_shard_stats).
+ */
+#ifndef DPS_ENGINE_SHARD_H
+#define DPS_ENGINE_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/runtime/groups.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/world.h"
+#include "shm/coll.h"
+
+#define DPS_PAD_SLOT (-1)          /* the KV slot of a row that writes nothing */
+#define DPS_BLOCK_SIZE_DEFAULT 32
+
+struct dps_shard_opts {
+	int max_pos;  /* positions per sequence (0: the model's context) */
+	int max_seqs; /* sequences of dps_shard_step's seq numbering (0: 1) */
+	int block_size; /* positions per KV block (0: DPS_BLOCK_SIZE_DEFAULT) */
+	int num_blocks; /* KV blocks (0: kv_bytes' worth, or enough for max_seqs of max_pos) */
+	size_t kv_bytes; /* when num_blocks is 0: the KV cache's memory budget on this rank */
+	int max_blocks;  /* and then at most this many blocks (0: no limit) */
+	int max_rows; /* rows per step of any replica (0: 1); the same on every rank, since a
+		       * rank gathers the rows of other replicas */
+	/*
+	 * Non-NULL: dir is an Eagle3 draft of this (loaded) target, sharded as the draft is
+	 * (below); num_blocks should then be the target's, so that its block tables serve both.
+	 */
+	const struct dps_shard *target;
+};
+
+/* What a layout of a component holds on this rank. */
+enum dps_shard_part {
+	DPS_PART_EMB_PREFILL, DPS_PART_EMB_DECODE,
+	DPS_PART_ATTN_PREFILL, DPS_PART_ATTN_DECODE,
+	DPS_PART_MLP,
+	DPS_PART_LM_PREFILL, DPS_PART_LM_DECODE,
+	DPS_PART_NORMS,
+	DPS_PART_EXPERTS, /* MoE layers: the router (replicated) and the experts held here */
+	DPS_PART_COUNT
+};
+
+const char *dps_shard_part_name(enum dps_shard_part p);
+
+/* Collective counters: [kind][component of the group used]; "TP" and "DP" as extra slots. */
+enum { DPS_SG_ATTN_COMP, DPS_SG_ATTN_COL, DPS_SG_EMB_COMP, DPS_SG_EMB_COL, DPS_SG_MLP_COMP,
+       DPS_SG_MLP_COL, DPS_SG_LM_COMP, DPS_SG_LM_COL, DPS_SG_TP, DPS_SG_DP,
+       DPS_SG_EP, /* the expert dispatch (over the DP group or the whole EP group) */
+       DPS_SG_COUNT };
+
+/* How a rank runs the MoE layers of a model. */
+enum dps_moe_mode {
+	DPS_MOE_NONE,  /* a dense model */
+	DPS_MOE_TP,    /* no expert parallelism: every expert sharded like the MLP (TP x c_mlp) */
+	DPS_MOE_EP_AG, /* EP, all-gather + reduce-scatter over the DP group */
+	DPS_MOE_EP_A2A /* EP, all-to-all-v over the EP group */
+};
+
+const char *dps_shard_group_name(int sg);
+
+struct dps_shard_stats {
+	uint64_t calls[DPS_COLL_KINDS][DPS_SG_COUNT];
+	uint64_t bytes[DPS_COLL_KINDS][DPS_SG_COUNT];
+};
+
+struct dps_shard_layer;
+
+struct dps_shard {
+	struct dps_model_config cfg;
+	struct dps_par_cfg par;
+	struct dps_world *w;
+	int t, d;                    /* TP rank, DP rank */
+	int c[DPS_COMP_COUNT];       /* component sizes */
+	int j[DPS_COMP_COUNT];       /* d mod c: place in the component's DP column */
+	struct dps_comm *tp_c, *dp_c;
+	struct dps_comm *comp_c[DPS_COMP_COUNT], *col_c[DPS_COMP_COUNT];
+
+	/* Attention geometry. */
+	int hd, heads_p;             /* query heads padded to a multiple of TP * c_attn */
+	int hq_t, hq_e;              /* query heads per TP position, per effective rank */
+	int kv_by_eff;               /* KV sharded by effective rank (with their all-to-all) */
+	int nkv_t;                   /* KV heads held for this TP position (cache heads) */
+	int *kv_t;                   /* (nkv_t) their ids */
+	int *q2kv;                   /* (hq_t) index in kv_t of the KV head each query head reads */
+	int nkv_e;                   /* kv_by_eff: KV heads per effective rank */
+
+	/* Vocabulary shards. */
+	int v_tp, v_emb, v_lm;       /* rows per shard: plain TP, embedding, LM head decode */
+	int im_sh;                   /* intermediate rows per MLP shard */
+
+	/* Mixture of experts: this rank holds experts [e_lo, e_lo + e_n), im_e rows of each. */
+	enum dps_moe_mode moe;
+	int ep_n, ep_rank, e_per;    /* EP group (TP x DP, rank d*TP + t), experts per EP rank */
+	/* Decode with EP: padding rows (no KV slot) choose no expert; which rows are padding is
+	 * gathered once per step (m_pad) over the group whose rows the dispatch meets. */
+	int e_lo, e_n, im_e;
+	int moe_route, moe_rows, moe_items; /* scratch capacity: rows routed here, rows one
+					     * expert meets, items received */
+	float *m_lg, *m_w, *m_h, *m_y, *m_gather, *m_gu, *m_eout, *m_send, *m_recv, *m_ret;
+	int *m_e, *m_ix, *m_pos, *m_e2, *m_pad;
+
+	float *emb_p, *emb_d;        /* (v_tp | v_emb, hidden); emb_d == emb_p when c_emb == 1 */
+	float *lm_p, *lm_d;          /* (v_tp | v_lm, hidden) */
+	float *final_norm;
+	struct dps_shard_layer *layers;
+	size_t bytes[DPS_PART_COUNT];
+
+	int max_pos, max_seqs, max_rows, max_gather;
+	int block_size, num_blocks, bps; /* bps: blocks of a max_pos sequence */
+	int score_threads;           /* threads the attention scratch was sized for */
+	float *key_cache, *value_cache; /* (layers, num_blocks, block_size, nkv_t * hd) */
+	size_t cache_bytes;
+
+	/* Scratch (max_gather rows unless noted). */
+	float *x, *h, *o, *qkv, *att, *att2, *gu, *scores, *cs, *lg, *lg2, *logits;
+	int *ids;
+	int *rows_slot, **rows_table, *seq_tables; /* dps_shard_step's seq -> blocks mapping */
+
+	struct dps_shard_stats stats;  /* since load */
+	uint64_t moe_bytes;            /* router and expert weight bytes read, since load */
+	uint64_t linear_ns;            /* time in the matrix products, since load */
+	double linear_flops;
+	int trace;                     /* print every collective on stderr */
+	uint64_t steps;                /* steps run since load */
+
+	/*
+	 * Eagle3. A target keeps the input hidden states of layers aux_l[0..2] of its own rows of
+	 * every step, (rows, 3 * hidden), in aux (after dps_shard_set_aux). A draft (draft = 1):
+	 * one decoder layer whose q/k/v read qkv_in = 2 * hidden inputs, fc (hidden, fc_w)
+	 * columns [t * fc_w, (t + 1) * fc_w) of the (hidden, 3 * hidden) fusion (all-reduced over
+	 * TP), hidden_norm, an LM head over the draft vocabulary (cfg.vocab_size) and d2t: draft
+	 * id -> target id.
+	 */
+	int n_aux, aux_l[3];
+	float *aux;
+	int draft, qkv_in, fc_w, target_vocab;
+	float *fc, *hidden_norm, *fcin;
+	int *d2t;
+	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
+};
+
+/*
+ * Loads rank w's shards of the checkpoint in dir. Each rank reads only its bytes. Returns 0 or
+ * a negative code with a message naming the file, tensor or rule.
+ */
+int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_par_cfg *par,
+		   const char *dir, const struct dps_shard_opts *opts, char *err, size_t errlen);
+void dps_shard_free(struct dps_shard *s);
+
+/*
+ * Checks the rules that need the model as well as the layout: TP * attention size at most the
+ * query heads; expert parallelism only on a MoE model, and its experts divisible by the EP
+ * degree TP * DP. 0 or -DPS_ECONFIG with a message naming the flags.
+ */
+int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg *par, char *err,
+		    size_t errlen);
+
+/*
+ * The rows of one step of this replica: row i feeds tokens[i] at position pos[i], writes its
+ * K and V to KV slot slot[i] (block * block_size + offset; DPS_PAD_SLOT writes nothing) and
+ * attends to positions 0..pos[i] through the block table table[i] (NULL for a padding row,
+ * whose attention output is zero and whose logits mean nothing).
+ */
+struct dps_rows {
+	int n;
+	const int *tokens, *pos, *slot;
+	const int *const *table;
+	const unsigned char *want;  /* logits of the rows with want[i] (NULL: all) */
+};
+
+/*
+ * Whether the replicas of this layout must step together (DP padding, dummy batches, the global
+ * unfinished check): any component size above 1 (the draft MLP's only when a draft runs, which
+ * the caller adds), or expert parallelism.
+ */
+int dps_shard_coupled(const struct dps_shard *s);
+
+const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct dps_rows *r,
+				 int *rc);
+
+/*
+ * The same with a fixed block table per sequence (sequence k owns blocks [k * bps, (k + 1) *
+ * bps)): one step of this replica's n rows (row i: token, position, KV sequence slot, or
+ * seq < 0 for a padding row). prefill selects the graph; every rank of the supergroup (every rank, when
+ * replicas are coupled) must run the same graph, and in a decode step every replica the same
+ * n. Returns the logits of the rows with want[i] (NULL: all), packed (vocab floats each, valid
+ * until the next step), or NULL after a failed collective (*rc says why).
+ */
+const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
+			    const int *pos, const int *seq, const unsigned char *want, int *rc);
+
+/*
+ * Keeps the input hidden states of the target's layers aux[0..2] from now on (for an Eagle3
+ * draft). 0 or -ENOMEM / -EINVAL (a layer out of range) with a message.
+ */
+int dps_shard_set_aux(struct dps_shard *s, const int *aux, char *err, size_t errlen);
+
+/*
+ * One pass of the Eagle3 draft d (loaded with opts.target = t) over this replica's rows r:
+ * row i feeds target token r->tokens[i] at r->pos[i] (draft KV slot r->slot[i]) with the
+ * hidden state hin row i: the target's three fused hidden states (3 * hidden floats) when
+ * fused, else the draft's own previous output (hidden floats). Writes every row's output
+ * hidden state (before the final norm) to hout (n, hidden) and returns the draft-vocabulary
+ * logits of the rows with want[i], packed. The draft MLP runs over TP x --draft-mlp-dp-size
+ * (gathering over its column with counts, so replicas may give different row counts, 0
+ * included; every rank of the column must call it); attention, fc and the LM head over TP.
+ */
+const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t,
+				  const struct dps_rows *r, const float *hin, int fused,
+				  float *hout, int *rc);
+
+/*
+ * The reference's _dp_transition on rows of `cols` floats: from rows gathered over a column of size
+ * from (x: rows_local * from rows, this replica's block at d mod from) to one of size to. out
+ * receives rows_local * to rows. d is this replica's DP rank; to_col is the column of size to.
+ */
+int dps_dp_transition(struct dps_shard *s, const float *x, float *out, int rows_local, int cols,
+		      int from, int to, struct dps_comm *to_col, int to_sg);
+
+#endif
