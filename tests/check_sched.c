@@ -109,15 +109,15 @@ START_TEST(test_cancel_and_deadline_free_blocks)
 	ck_assert_ptr_nonnull(a);
 	ck_assert_ptr_nonnull(b);
 	ck_assert_int_gt(dps_sched_step(&s, 10), 0);
-	ck_assert_int_eq(s.n_free, 20 - 6); /* 3 blocks of 4 for each 9-token prompt */
+	ck_assert_int_eq(s.kv.n_free, 20 - 6); /* 3 blocks of 4 for each 9-token prompt */
 	dps_sched_update(&s, logits, 16, -1, scratch, NULL, count_done, NULL);
 	dps_sched_cancel(&s, a);
-	ck_assert_int_eq(s.n_free, 20 - 3);
+	ck_assert_int_eq(s.kv.n_free, 20 - 3);
 	n_done = 0;
 	ck_assert_int_ge(dps_sched_step(&s, 2000), 0); /* b is past its deadline */
 	dps_sched_update(&s, logits, 16, -1, scratch, NULL, count_done, NULL);
 	ck_assert_int_eq(n_done, 2);
-	ck_assert_int_eq(s.n_free, 20);
+	ck_assert_int_eq(s.kv.n_free, 20);
 	ck_assert_int_eq(dps_sched_pending(&s), 0);
 	dps_sched_free(&s);
 }
@@ -182,7 +182,7 @@ START_TEST(test_preempt_with_full_queue)
 	}
 	ck_assert_int_eq(n_done, 80);
 	ck_assert_uint_gt(s.preemptions, 0);
-	ck_assert_int_eq(s.n_free, 12);
+	ck_assert_int_eq(s.kv.n_free, 12);
 	dps_sched_free(&s);
 }
 END_TEST
@@ -295,7 +295,7 @@ static uint64_t serve(unsigned mask, int blocks, int budget, struct served *sv)
 		}
 		ck_assert_int_lt(++step, 10000);
 	}
-	ck_assert_int_eq(s.n_free, blocks); /* every block back */
+	ck_assert_int_eq(s.kv.n_free, blocks); /* every block back */
 	pre = s.preemptions;
 	dps_sched_free(&s);
 	dps_shard_free(&m);

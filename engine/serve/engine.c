@@ -10,6 +10,7 @@
 
 #include "common/dps.h"
 #include "engine/serve/engine.h"
+#include "engine/shard/kv.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
@@ -252,7 +253,7 @@ static void fill_stats(struct replica *R, struct m_stats *m, int final)
 	m->replica = w->dp_rank;
 	m->st = R->st;
 	m->st.preemptions = R->s.preemptions;
-	m->st.free_blocks = (uint64_t)R->s.n_free;
+	m->st.free_blocks = (uint64_t)R->s.kv.n_free;
 	m->st.running = (uint64_t)R->s.n_running;
 	m->st.waiting = (uint64_t)R->s.n_waiting;
 	m->st.expert_bytes = R->m.moe_bytes;
@@ -628,21 +629,6 @@ static int draft_passes(struct replica *R)
 	return 0;
 }
 
-static long mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	long kb = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb * 1024;
-}
-
 /* One line per rank: its weight bytes per component and layout, and its KV cache. */
 static void describe_rank(const struct dps_shard *s, const struct dps_world *w)
 {
@@ -694,10 +680,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
 		return rc;
 	}
-	budget = o->kv_cache_memory ? o->kv_cache_memory
-				    : (size_t)((double)mem_available() *
-					       (o->kv_fraction > 0 ? o->kv_fraction : 0.5) /
-					       (double)w->world);
+	budget = dps_kv_budget(o->kv_cache_memory, o->kv_fraction, w->world);
 	R->spec_k = o->spec_model ? o->spec_k : 0;
 	sc.spec_k = R->spec_k;
 	if (R->spec_k < 0 || R->spec_k > DPS_MAX_SPEC || (o->spec_model && !R->spec_k)) {

@@ -62,6 +62,7 @@ int dps_sched_bucket(const struct dps_sched_cfg *cfg, int n)
 int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *err, size_t errlen)
 {
 	const int rows = cfg->max_batched_tokens + cfg->max_num_seqs * (1 + cfg->spec_k);
+	int rc;
 
 	memset(s, 0, sizeof(*s));
 	s->cfg = *cfg;
@@ -87,7 +88,7 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 		return -EINVAL;
 	}
 	s->cap = cfg->max_num_seqs + 64;
-	s->free_blocks = malloc(sizeof(int) * (size_t)cfg->num_blocks);
+	rc = dps_kv_pool_init(&s->kv, cfg->num_blocks);
 	s->waiting = malloc(sizeof(*s->waiting) * (size_t)s->cap);
 	s->running = malloc(sizeof(*s->running) * (size_t)cfg->max_num_seqs);
 	s->b.tokens = calloc((size_t)rows, sizeof(int));
@@ -108,16 +109,12 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 		    !s->cu.req)
 			s->b.verify = (free(s->b.verify), NULL);
 	}
-	if (!s->free_blocks || !s->waiting || !s->running || !s->b.tokens || !s->b.pos ||
+	if (rc || !s->waiting || !s->running || !s->b.tokens || !s->b.pos ||
 	    !s->b.slot || !s->b.table || !s->b.want || !s->b.req || !s->b.verify) {
 		dps_sched_free(s);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	/* A stack: block 0 is handed out first. */
-	for (int b = 0; b < cfg->num_blocks; b++)
-		s->free_blocks[b] = cfg->num_blocks - 1 - b;
-	s->n_free = cfg->num_blocks;
 	return 0;
 }
 
@@ -134,7 +131,7 @@ void dps_sched_free(struct dps_sched *s)
 		req_free(s->waiting[i]);
 	for (int i = 0; i < s->n_running; i++)
 		req_free(s->running[i]);
-	free(s->free_blocks);
+	dps_kv_pool_free(&s->kv);
 	free(s->waiting);
 	free(s->running);
 	free(s->b.tokens);
@@ -196,7 +193,7 @@ struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *promp
 static void release_blocks(struct dps_sched *s, struct dps_req *r)
 {
 	for (int i = 0; i < r->n_blocks; i++)
-		s->free_blocks[s->n_free++] = r->blocks[i];
+		dps_kv_pool_give(&s->kv, r->blocks[i]);
 	r->n_blocks = 0;
 	r->computed = 0;
 	r->n_draft = 0;
@@ -254,9 +251,11 @@ static int grow(struct dps_sched *s, struct dps_req *r, int upto)
 	const int need = (upto + s->cfg.block_size - 1) / s->cfg.block_size;
 
 	while (r->n_blocks < need) {
-		if (!s->n_free)
+		const int b = dps_kv_pool_take(&s->kv);
+
+		if (b < 0)
 			return -1;
-		r->blocks[r->n_blocks++] = s->free_blocks[--s->n_free];
+		r->blocks[r->n_blocks++] = b;
 	}
 	return 0;
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/shard/kv.h"
 #include "kernels/sample.h"
 
 #define DPS_MAX_STOP 8
@@ -105,7 +106,7 @@ struct dps_catchup {
 
 struct dps_sched {
 	struct dps_sched_cfg cfg;
-	int *free_blocks, n_free;
+	struct dps_kv_pool kv;      /* the KV cache's free blocks */
 	struct dps_req **waiting, **running;
 	int n_waiting, n_running, cap;
 	uint64_t admitted;

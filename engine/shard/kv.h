@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/shard/kv.h - the paged KV cache of a rank, in one module: its layout (K and V of every
+ * layer in blocks of block_size positions, each position the rank's KV heads x head_dim
+ * floats), its budget (how many blocks a byte budget buys, and the share of the free memory
+ * that budget is), and its blocks (the free list a replica's scheduler hands out and takes
+ * back). The shard (load.c, attn.c) holds the memory and reads it; the serving engine
+ * (engine/serve/) sizes it and owns the blocks. vLLM's PAD_SLOT_ID is DPS_PAD_SLOT (shard.h).
+ *
+ * Layout: float key[layers][num_blocks][block_size][width], value likewise; slot
+ * b * block_size + i is position i of block b.
+ */
+#ifndef DPS_ENGINE_SHARD_KV_H
+#define DPS_ENGINE_SHARD_KV_H
+
+#include <stddef.h>
+
+/* Offset, in floats, of slot `slot` of layer `layer` in a cache of num_blocks blocks. */
+static inline size_t dps_kv_offset(int layer, int num_blocks, int block_size, int slot,
+				   size_t width)
+{
+	return ((size_t)layer * (size_t)num_blocks * (size_t)block_size + (size_t)slot) * width;
+}
+
+/* Bytes of one block across the layers, K and V. */
+static inline size_t dps_kv_block_bytes(int layers, int block_size, size_t width)
+{
+	return 2 * (size_t)layers * (size_t)block_size * width * sizeof(float);
+}
+
+/*
+ * The blocks a budget of `budget` bytes buys (at most max_blocks; 0: no limit) into *blocks.
+ * Returns 0, or -EINVAL with a message when they are fewer than `need` (the blocks of one
+ * sequence of need_pos positions).
+ */
+int dps_kv_blocks_for(size_t budget, size_t block_bytes, int block_size, int max_blocks, int need,
+		      int need_pos, int *blocks, char *err, size_t errlen);
+
+/*
+ * The KV budget of one rank: kv_cache_memory when given, else `fraction` (0: 0.5) of the
+ * machine's available memory (MemAvailable) shared by `ranks` ranks.
+ */
+size_t dps_kv_budget(size_t kv_cache_memory, double fraction, int ranks);
+
+/* Anonymous memory for a cache of bytes, untouched (so free) until written; huge pages. NULL
+ * when it cannot be mapped. */
+float *dps_kv_alloc(size_t bytes);
+void dps_kv_free(float *p, size_t bytes);
+
+/* The free blocks of a replica: a stack, block 0 handed out first. */
+struct dps_kv_pool {
+	int *free;   /* (num_blocks) */
+	int n_free, num_blocks;
+};
+
+/* 0 or -ENOMEM. */
+int dps_kv_pool_init(struct dps_kv_pool *p, int num_blocks);
+void dps_kv_pool_free(struct dps_kv_pool *p);
+
+/* A free block, or -1 when none is. */
+static inline int dps_kv_pool_take(struct dps_kv_pool *p)
+{
+	return p->n_free ? p->free[--p->n_free] : -1;
+}
+
+/* Gives block b back (it must have been taken). */
+static inline void dps_kv_pool_give(struct dps_kv_pool *p, int b)
+{
+	p->free[p->n_free++] = b;
+}
+
+#endif

@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/shard/moe.c - mixture-of-experts layers on the shards (see shard.h): routing, every
+ * expert run once on the rows that chose it, and the three forms: experts sharded like the MLP,
+ * expert parallelism by all-gather + reduce-scatter, and by all-to-all-v.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dps.h"
+#include "engine/shard/shard_int.h"
+#include "kernels/kernels.h"
+
+
+int dps_shard_moe_layer(const struct dps_shard *s, int l)
+{
+	return s->moe != DPS_MOE_NONE && dps_cfg_layer_moe(&s->cfg, l);
+}
+
+
+/*
+ * Routes n normed rows h: each row's k experts into s->m_e and their weights into s->m_w. A
+ * padding row (pad[i], pad may be NULL) chooses no expert (-1): its output is never used.
+ */
+static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int n, const float *h,
+		      const int *pad)
+{
+	const int E = s->cfg.num_local_experts, k = s->cfg.num_experts_per_tok;
+
+	if (!n)
+		return;
+	s->moe_bytes += (uint64_t)E * ((uint64_t)s->cfg.hidden_size + 1) * sizeof(float);
+	dps_shard_linear(s, s->m_lg, h, w->router, n, E, s->cfg.hidden_size);
+	for (int i = 0; i < n; i++) {
+		float *lg = s->m_lg + (size_t)i * (size_t)E;
+
+		for (int e = 0; e < E; e++)
+			lg[e] += w->router_bias[e];
+		dps_moe_route(lg, E, k, s->m_e + (size_t)i * (size_t)k, s->m_w + (size_t)i * (size_t)k);
+		if (pad && pad[i])
+			for (int j = 0; j < k; j++)
+				s->m_e[(size_t)i * (size_t)k + (size_t)j] = -1;
+	}
+}
+
+/*
+ * Runs this rank's experts (its im_e rows of each) on n rows x (row stride ldx), each row with
+ * k choices re[i*k + j] (global expert ids; others are skipped): every expert once, on the rows
+ * that chose it, in ascending order. With weights rw, out row i += rw[i*k+j] * expert(x_i);
+ * without (k == 1), out row i = expert(x_i) for the rows whose expert is here.
+ */
+static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, int n,
+			const float *x, size_t ldx, const int *re, const float *rw, int k, float *out)
+{
+	const int dim = s->cfg.hidden_size, im = s->im_e;
+	const float limit = (float)s->cfg.swiglu_limit;
+
+	for (int i = 0; i < s->e_n; i++) {
+		const int e = s->e_lo + i;
+		int cnt = 0;
+
+		for (int q = 0; q < n * k; q++)
+			if (re[q] == e) {
+				DPS_ASSERT(cnt < s->moe_rows);
+				memcpy(s->m_gather + (size_t)cnt * (size_t)dim, x + (size_t)(q / k) * ldx,
+				       sizeof(float) * (size_t)dim);
+				s->m_ix[cnt++] = q;
+			}
+		if (!cnt)
+			continue;
+		s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
+		dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
+		for (int r = 0; r < cnt; r++) {
+			float *g = s->m_gu + (size_t)r * 2 * (size_t)im;
+
+			if (limit > 0)
+				dps_swiglu_clamped(g, g + im, im, limit);
+			else
+				dps_swiglu(g, g + im, im);
+			memmove(s->m_gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
+		}
+		dps_shard_linear(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
+		for (int r = 0; r < cnt; r++) {
+			const float *y = s->m_eout + (size_t)r * (size_t)dim;
+			float *o = out + (size_t)(s->m_ix[r] / k) * (size_t)dim;
+
+			if (!rw) {
+				memcpy(o, y, sizeof(float) * (size_t)dim);
+				continue;
+			}
+			const float wt = rw[s->m_ix[r]];
+
+			for (int d = 0; d < dim; d++)
+				o[d] += wt * y[d];
+		}
+	}
+}
+
+/* Without expert parallelism: the partial MoE output (this rank's slice of every expert). */
+void dps_shard_moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+
+	DPS_ASSERT(R <= s->moe_route);
+	memset(o, 0, sizeof(float) * (size_t)R * (size_t)s->cfg.hidden_size);
+	moe_route(s, w, R, h, NULL);
+	experts_run(s, w, R, h, (size_t)s->cfg.hidden_size, s->m_e, s->m_w,
+		    s->cfg.num_experts_per_tok, o);
+}
+
+/*
+ * EP, all-gather + reduce-scatter: this replica's n normed rows h (the same on every rank of
+ * the replica); o (n, hidden) gets the whole MoE output of those rows. cnt: every replica's
+ * row count (NULL: all n, a decode step); pad: which of the gathered rows are padding.
+ */
+int dps_shard_moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, const int *cnt,
+		  const int *pad)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, dp = s->par.dp;
+	struct dps_comm *col = s->dp_c;
+	size_t counts[DPS_MAX_WORLD];
+	int R = 0, rc;
+
+	for (int q = 0; q < dp; q++) {
+		const int m = cnt ? cnt[q] : n;
+
+		counts[q] = (size_t)m * (size_t)dim;
+		R += m;
+	}
+	DPS_ASSERT(R <= s->moe_route);
+	if (dp > 1) {
+		if (R) {
+			dps_shard_count(s, DPS_COLL_ALLGATHER, DPS_SG_EP, (size_t)R * dim * sizeof(float));
+			rc = dps_coll_allgatherv(col, h, s->m_h, counts, NULL, DPS_F32);
+			if (rc)
+				return rc;
+		}
+	} else {
+		memcpy(s->m_h, h, sizeof(float) * (size_t)n * (size_t)dim);
+	}
+	memset(s->m_y, 0, sizeof(float) * (size_t)R * (size_t)dim);
+	moe_route(s, w, R, s->m_h, pad);
+	experts_run(s, w, R, s->m_h, (size_t)dim, s->m_e, s->m_w, s->cfg.num_experts_per_tok,
+		    s->m_y);
+	if (dp > 1) {
+		if (R) {
+			dps_shard_count(s, DPS_COLL_REDUCESCATTER, DPS_SG_EP, (size_t)R * dim * sizeof(float));
+			rc = dps_coll_reducescatterv(col, s->m_y, o, counts, DPS_F32);
+			if (rc)
+				return rc;
+		}
+	} else {
+		memcpy(o, s->m_y, sizeof(float) * (size_t)n * (size_t)dim);
+	}
+	return dps_shard_allreduce(s, s->tp_c, DPS_SG_TP, o, (size_t)n * (size_t)dim);
+}
+
+/*
+ * EP, all-to-all-v: x (R rows, the residual, the same on every member of group G) becomes x +
+ * MoE(norm(x)) in out. Member me of G takes rows [R*me/n, R*(me+1)/n), sends each of its
+ * (row, choice) items to the EP rank holding the expert, gets the expert outputs back, adds
+ * them in the router's order, and the members' rows are all-gathered over G.
+ */
+int dps_shard_moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R, const float *x,
+		   const int *pad, float *out)
+{
+	const struct dps_shard_layer *w = &s->layers[l];
+	const int dim = s->cfg.hidden_size, k = s->cfg.num_experts_per_tok, ep = s->ep_n;
+	const int gn = G ? G->n : 1, me = G ? G->me : 0;
+	const int lo = (int)((long)R * me / gn), hi = (int)((long)R * (me + 1) / gn), m = hi - lo;
+	const size_t item = (size_t)dim + 1;
+	struct dps_comm *world = s->w ? s->w->world_c : NULL;
+	size_t sc[DPS_MAX_WORLD], rcn[DPS_MAX_WORLD], at[DPS_MAX_WORLD];
+	int cnt[DPS_MAX_WORLD], cin[DPS_MAX_WORLD], items = 0, sent = 0, rc;
+	float *z = s->m_y;
+
+	DPS_ASSERT(ep >= 1 && ep <= DPS_MAX_WORLD && (!world || world->n == ep) &&
+		   m <= s->moe_route);
+	for (int i = 0; i < m; i++)
+		dps_rmsnorm(s->m_h + (size_t)i * dim, x + (size_t)(lo + i) * dim, w->ffn_norm, dim,
+			    (float)s->cfg.rms_norm_eps);
+	moe_route(s, w, m, s->m_h, pad ? pad + lo : NULL);
+	/* Items by destination rank, in (row, choice) order within each; padding sends none. */
+	memset(cnt, 0, sizeof(int) * (size_t)ep);
+	for (int q = 0; q < m * k; q++)
+		if (s->m_e[q] >= 0)
+			cnt[s->m_e[q] / s->e_per]++;
+	for (int p = 0, a = 0; p < ep; a += cnt[p], p++)
+		at[p] = (size_t)a;
+	for (int q = 0; q < m * k; q++) {
+		const int e = s->m_e[q];
+		float *it;
+
+		if (e < 0)
+			continue;
+		it = s->m_send + at[e / s->e_per] * item;
+		s->m_pos[q] = (int)at[e / s->e_per]++;
+		memcpy(it, s->m_h + (size_t)(q / k) * dim, sizeof(float) * (size_t)dim);
+		it[dim] = (float)e;
+	}
+	/* How many items each rank receives from each. */
+	for (int p = 0; p < ep; p++)
+		sc[p] = rcn[p] = 1;
+	if (world) {
+		dps_shard_count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)ep * sizeof(int));
+		rc = dps_coll_alltoallv(world, cnt, sc, NULL, cin, rcn, NULL, DPS_I32);
+		if (rc)
+			return rc;
+	} else {
+		cin[0] = cnt[0];
+	}
+	for (int p = 0; p < ep; p++) {
+		sc[p] = (size_t)cnt[p] * item;
+		rcn[p] = (size_t)cin[p] * item;
+		items += cin[p];
+		sent += cnt[p];
+	}
+	DPS_ASSERT(items <= s->moe_items);
+	if (world) {
+		dps_shard_count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)sent * item * sizeof(float));
+		rc = dps_coll_alltoallv(world, s->m_send, sc, NULL, s->m_recv, rcn, NULL, DPS_F32);
+		if (rc)
+			return rc;
+	} else {
+		memcpy(s->m_recv, s->m_send, sizeof(float) * (size_t)items * item);
+	}
+	/* The received items, one expert each, computed and returned in arrival order. */
+	for (int i = 0; i < items; i++)
+		s->m_e2[i] = (int)s->m_recv[(size_t)i * item + (size_t)dim];
+	experts_run(s, w, items, s->m_recv, item, s->m_e2, NULL, 1, s->m_ret);
+	for (int p = 0; p < ep; p++) {
+		sc[p] = (size_t)cin[p] * (size_t)dim;
+		rcn[p] = (size_t)cnt[p] * (size_t)dim;
+	}
+	if (world) {
+		dps_shard_count(s, DPS_COLL_ALLTOALL, DPS_SG_EP, (size_t)items * dim * sizeof(float));
+		rc = dps_coll_alltoallv(world, s->m_ret, sc, NULL, s->m_send, rcn, NULL, DPS_F32);
+		if (rc)
+			return rc;
+	} else {
+		memcpy(s->m_send, s->m_ret, sizeof(float) * (size_t)items * (size_t)dim);
+	}
+	/* Combine: the residual plus the k outputs in the router's order (as on one rank). */
+	for (int i = 0; i < m; i++) {
+		float *zi = z + (size_t)i * dim;
+
+		memcpy(zi, x + (size_t)(lo + i) * dim, sizeof(float) * (size_t)dim);
+		for (int j = 0; j < k && s->m_e[(size_t)i * k] >= 0; j++) {
+			const float wt = s->m_w[(size_t)i * k + (size_t)j];
+			const float *y = s->m_send + (size_t)s->m_pos[(size_t)i * k + (size_t)j] * dim;
+
+			for (int d = 0; d < dim; d++)
+				zi[d] += wt * y[d];
+		}
+	}
+	if (gn == 1) {
+		memcpy(out, z, sizeof(float) * (size_t)m * (size_t)dim);
+		return 0;
+	}
+	for (int q = 0; q < gn; q++)
+		sc[q] = (size_t)((long)R * (q + 1) / gn - (long)R * q / gn) * (size_t)dim;
+	dps_shard_count(s, DPS_COLL_ALLGATHER, sg, (size_t)R * dim * sizeof(float));
+	return dps_coll_allgatherv(G, z, out, sc, NULL, DPS_F32);
+}
+

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/shard/shard_int.h - what the files of engine/shard/ share and nothing outside sees
+ * (as SQLite's btreeInt.h): a layer's weights, the loader with its rank-override reads, and
+ * the pieces of the forward pass each file lends the others. The public face is shard.h.
+ *
+ *   load.c   geometry, the rank-override loaders, dps_shard_load and dps_shard_free
+ *   kv.c     the paged KV cache: layout, budget, blocks (kv.h, also used by engine/serve/)
+ *   coll.c   the counted collectives and _dp_transition
+ *   attn.c   attention, prefill and decode forms
+ *   moe.c    mixture-of-experts layers and their dispatches
+ *   draft.c  the Eagle3 draft
+ *   step.c   the two graphs, and the product, MLP, lookup and projection they share
+ */
+#ifndef DPS_ENGINE_SHARD_SHARD_INT_H
+#define DPS_ENGINE_SHARD_SHARD_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model/ckpt.h"
+#include "engine/shard/shard.h"
+
+/* One decoder layer's weights as this rank holds them. */
+struct dps_shard_layer {
+	float *attn_norm, *ffn_norm; /* (hidden) each */
+	float *wqkv_p;   /* prefill (plain TP): q (hq_t heads), k and v (nkv_t heads) x qkv_in */
+	float *wo_p;     /* (hidden, hq_t * hd) */
+	float *wq_d;     /* decode, c_attn > 1: q of the effective rank's hq_e heads [+ k, v] */
+	float *wo_d;     /* (hidden, hq_e * hd) */
+	float *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
+	float *w_down;   /* (hidden, im_sh) */
+	/* MoE layers: router (E, hidden) and bias (E); expert e_lo + i: exp_gu[i] (2 * im_e,
+	 * hidden) gate rows then up rows, exp_dn[i] (hidden, im_e). */
+	float *router, *router_bias;
+	float **exp_gu, **exp_dn;
+};
+
+/* ---- load.c: reading a rank's shards --------------------------------------------------------- */
+
+/* A load in progress: the checkpoint, the shard being filled, the first error (rc, err). */
+struct dps_shard_loader {
+	struct dps_ckpt ck;
+	struct dps_shard *s;
+	char *err;
+	size_t errlen;
+	int rc;
+};
+
+/* floats of weights for part (counted in s->bytes), or NULL with L->rc set. */
+float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part, size_t floats);
+
+/* Indices [first, first + n) of dimension dim of a (d0 x d1) tensor into dst; zero past the
+ * end. Does nothing once L->rc is set (every loader below behaves so). */
+void dps_shard_load_range(struct dps_shard_loader *L, const char *name, uint64_t d0, uint64_t d1,
+			  int dim, int64_t first, uint64_t n, float *dst);
+
+/* A 1-D tensor of n floats, whole. */
+void dps_shard_load_whole(struct dps_shard_loader *L, const char *name, uint64_t n, float *dst);
+
+/*
+ * The reference's sharding_weight_loader(shard_dim, shard_size, num_shards) wrapped by
+ * with_rank_override(loader, rank): shard `rank` of `per` rows (dimension 0) of a (d0 x d1)
+ * tensor into dst, where rank is the rank the component shards by: its component TP group's
+ * rank_in_group j*TP + t (dps_shard_comp_rank), attention's interleaved effective rank
+ * j + t*c (dps_shard_attn_rank), or the plain TP rank t for the prefill layouts.
+ */
+void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, uint64_t d0,
+				 uint64_t d1, int rank, uint64_t per, float *dst);
+
+/* The same along dimension 1: columns [rank * per, (rank + 1) * per) of a (rows x cols) tensor
+ * into dst (rows x ld) at column off. */
+void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, uint64_t rows,
+				 uint64_t cols, int rank, int per, float *dst, int ld, int off);
+
+/* The rank component k shards its weights by: j*TP + t in its component TP group. */
+static inline int dps_shard_comp_rank(const struct dps_shard *s, enum dps_comp k)
+{
+	return s->j[k] * s->par.tp + s->t;
+}
+
+/* Attention's decode layout: the interleaved effective rank e = j + t*c of its query heads. */
+static inline int dps_shard_attn_rank(const struct dps_shard *s)
+{
+	return s->j[DPS_COMP_ATTN] + s->t * s->c[DPS_COMP_ATTN];
+}
+
+/* ---- coll.c: the counted collectives --------------------------------------------------------- */
+
+/* Counts (and traces) one collective of kind k over group set sg. */
+void dps_shard_count(struct dps_shard *s, enum dps_coll_kind k, int sg, size_t bytes);
+/* In-place f32 sum over c (nothing for a group of one or n == 0). 0 or a collective's code. */
+int dps_shard_allreduce(struct dps_shard *s, struct dps_comm *c, int sg, float *buf, size_t n);
+/* recv = every member's n elements of send, in group order (a copy for a group of one). */
+int dps_shard_allgather(struct dps_shard *s, struct dps_comm *c, int sg, const void *send,
+			void *recv, size_t n, enum dps_dtype t);
+
+/* ---- step.c: what both graphs use ------------------------------------------------------------ */
+
+/* out (m, n) = x (m, k) W (n, k)^T, timed and counted in s->linear_ns and s->linear_flops. */
+void dps_shard_linear(struct dps_shard *s, float *out, const float *x, const float *W, int m,
+		      int n, int k);
+/* The partial MLP of R rows h (this rank's intermediate shard) into o (R, hidden). */
+void dps_shard_mlp(struct dps_shard *s, int l, int R, const float *h, float *o);
+/* x (n, hidden) = the rows of ids in a vocabulary shard starting at lo (per rows), else 0. */
+void dps_shard_lookup(const struct dps_shard *s, const float *table, int lo, int per,
+		      const int *ids, int n, float *x);
+/* Logits of m normed rows h against a vocabulary shard gathered over comm; rows
+ * [first, first + keep) are assembled into out (keep, vocab). */
+int dps_shard_project(struct dps_shard *s, const float *h, int m, const float *table, int per,
+		      struct dps_comm *comm, int sg, int first, int keep, float *out);
+
+/* ---- attn.c ---------------------------------------------------------------------------------- */
+
+/* Prefill attention (plain TP) of r's rows h; the partial o (n, hidden) before the all-reduce. */
+void dps_shard_attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r, const float *h,
+			    float *o);
+/* Decode attention over the attention column (c_attn > 1): o (B * c, hidden), partial. */
+int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, const float *h,
+			  float *o);
+
+/* ---- moe.c ----------------------------------------------------------------------------------- */
+
+/* Whether layer l runs as a mixture of experts on this shard. */
+int dps_shard_moe_layer(const struct dps_shard *s, int l);
+/* No expert parallelism: the partial MoE output of R rows (this rank's slice of each expert). */
+void dps_shard_moe_tp(struct dps_shard *s, int l, int R, const float *h, float *o);
+/* EP, all-gather + reduce-scatter over the DP group; o gets the whole output of n rows. */
+int dps_shard_moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, const int *cnt,
+		     const int *pad);
+/* EP, all-to-all-v: out = x + MoE(norm(x)) for the R rows of group G. */
+int dps_shard_moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R,
+		      const float *x, const int *pad, float *out);
+
+/* ---- draft.c --------------------------------------------------------------------------------- */
+
+/* An Eagle3 draft's config checked against its target T, and what its shards follow. */
+int dps_shard_draft_config(struct dps_shard *s, const struct dps_shard *T, const char *dir,
+			   char *err, size_t errlen);
+/* The draft's fc columns, hidden_norm and d2t. */
+void dps_shard_load_draft_extras(struct dps_shard_loader *L);
+/* Keeps this replica's n rows x (the input of layer l) where a draft fuses them. */
+void dps_shard_keep_aux(struct dps_shard *s, int l, const float *x, int n);
+
+#endif
