@@ -4,7 +4,8 @@
  *
  * Oracle: dps_model (one process, whole weights) generating each prompt greedily alone. Each
  * configuration runs as real rank processes under the supervisor; every rank generates its
- * replica's prompts (prompt i goes to replica i mod DP) with dps_shard_generate and compares,
+ * replica's prompts (prompt i goes to replica i mod DP) with the step loop of
+ * tests/shard_loop.h (the serving engine's lockstep, without its scheduler) and compares,
  * at every step, the token with the oracle's and every logit within 1e-4 of it. Models: a
  * GQA model whose dimensions divide by nothing (6 query heads over 2 KV heads, intermediate
  * 100, vocabulary 300), a multi-head model whose KV heads are a multiple of TP x attention
@@ -31,9 +32,9 @@
 #include "engine/model/mkmodel.h"
 #include "engine/model/model.h"
 #include "engine/shard/shard.h"
-#include "engine/shard/shard_gen.h"
 #include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
+#include "tests/shard_loop.h"
 
 #define NPROMPT 5
 #define MAXPOS 40
@@ -162,11 +163,11 @@ static int rank_main(struct dps_world *w, void *argp)
 {
 	const struct run_arg *a = argp;
 	struct dps_shard s;
-	struct dps_gen_req reqs[NPROMPT];
+	struct loop_req reqs[NPROMPT];
 	struct dps_sampling sp = { 0.0f, 0, 1.0f, 0 };
-	struct dps_gen_stats st = { 0 };
+	struct loop_stats st = { 0 };
 	char err[512], msg[256];
-	int n = 0, rc, coupled = 0;
+	int n = 0, rc;
 
 	dps_gemm_setup("auto", 1, msg, sizeof(msg));
 	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, a->model,
@@ -177,7 +178,6 @@ static int rank_main(struct dps_world *w, void *argp)
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
 		return rc;
 	}
-	coupled = dps_shard_coupled(&s);
 	for (int k = w->dp_rank; k < NPROMPT; k += w->dp) {
 		reqs[n].prompt = prompts[k];
 		reqs[n].n_prompt = prompt_len[k];
@@ -185,7 +185,7 @@ static int rank_main(struct dps_world *w, void *argp)
 		reqs[n].index = k;
 		n++;
 	}
-	rc = dps_shard_generate(&s, reqs, n, coupled, &sp, compare, NULL, &st);
+	rc = loop_generate(&s, reqs, n, &sp, compare, NULL, &st);
 	if (w->rank == 0) {
 		memcpy(sh->calls, s.stats.calls, sizeof(sh->calls));
 		memcpy(sh->bytes, s.bytes, sizeof(sh->bytes));

@@ -54,6 +54,12 @@ size_t dps_kv_budget(size_t kv_cache_memory, double fraction, int ranks)
 			(double)(ranks > 0 ? ranks : 1));
 }
 
+size_t dps_kv_budget_share(size_t budget, size_t target_width, size_t draft_width)
+{
+	return (size_t)((double)budget * (double)target_width /
+			(double)(target_width + draft_width ? target_width + draft_width : 1));
+}
+
 float *dps_kv_alloc(size_t bytes)
 {
 	void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,

@@ -42,6 +42,13 @@ int dps_kv_blocks_for(size_t budget, size_t block_bytes, int block_size, int max
  */
 size_t dps_kv_budget(size_t kv_cache_memory, double fraction, int ranks);
 
+/*
+ * The target's part of a budget shared with an Eagle3 draft whose one layer keeps its KV in
+ * the same blocks: in proportion to the floats each keeps per position (target_width over
+ * all its layers, draft_width for its one).
+ */
+size_t dps_kv_budget_share(size_t budget, size_t target_width, size_t draft_width);
+
 /* Anonymous memory for a cache of bytes, untouched (so free) until written; huge pages. NULL
  * when it cannot be mapped. */
 float *dps_kv_alloc(size_t bytes);

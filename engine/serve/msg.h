@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/serve/msg.h - the messages between the engine client (in the supervisor) and a
+ * replica's TP rank 0, through the rank's rings (engine/runtime/world.h). Down: a request (its
+ * header and the prompt, in as many messages as the ring's slots need), a cancellation, a
+ * wake-up, the final stop. Up: the sampled tokens, a request's end with its finish reason,
+ * the replica's counts (every DPS_ENGINE_STATS_MS and at exit), and "loaded" from every rank.
+ * Every field is checked by its reader before use.
+ */
+#ifndef DPS_ENGINE_SERVE_MSG_H
+#define DPS_ENGINE_SERVE_MSG_H
+
+#include <stdint.h>
+
+#include "engine/serve/engine.h"
+
+enum { M_REQ = 1, M_REQ_MORE, M_CANCEL, M_WAKE, M_STOP, M_TOKENS, M_DONE, M_STATS, M_READY };
+
+#define MSG_BYTES 4096 /* the rings' slot size (engine/runtime/world.c) */
+
+struct m_hdr {
+	uint32_t type, count;
+	int64_t id;
+};
+
+struct m_req {
+	struct m_hdr h;        /* count: ids in this message */
+	struct dps_req_params p;
+	int32_t n_prompt;
+	int32_t ids[];
+};
+
+struct m_more {
+	struct m_hdr h;        /* count: ids in this message */
+	int32_t ids[];
+};
+
+struct m_tok {
+	int64_t id;
+	int32_t token, pad;
+};
+
+struct m_tokens {
+	struct m_hdr h;        /* count: tokens */
+	struct m_tok t[];
+};
+
+struct m_done {
+	struct m_hdr h;
+	int32_t finish, n_gen;
+};
+
+struct m_stats {
+	struct m_hdr h;        /* count: 1 for the final stats */
+	int32_t replica, pad;
+	struct dps_engine_stats st;
+};
+
+_Static_assert(sizeof(struct m_stats) <= MSG_BYTES, "stats fit one ring slot");
+
+#define REQ_IDS ((MSG_BYTES - sizeof(struct m_req)) / sizeof(int32_t))
+#define MORE_IDS ((MSG_BYTES - sizeof(struct m_more)) / sizeof(int32_t))
+#define TOKS ((MSG_BYTES - sizeof(struct m_tokens)) / sizeof(struct m_tok))
+
+#endif
