@@ -70,10 +70,6 @@ static inline size_t dps_align_up(size_t x, size_t a)
 /* Monotonic clock in nanoseconds. */
 uint64_t dps_now_ns(void);
 
-/* Writes s (len bytes) to f as the body of a JSON string: quotes, backslashes and control
- * bytes escaped, no surrounding quotes. */
-void dps_json_escape(FILE *f, const char *s, size_t len);
-
 /*
  * Zeroed memory for large arrays that are streamed (weights, KV caches, benchmark buffers):
  * 2 MiB-aligned and advised for transparent huge pages from 2 MiB up, since with 4 KiB pages

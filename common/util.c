@@ -22,20 +22,6 @@ uint64_t dps_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void dps_json_escape(FILE *f, const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		const unsigned char ch = (unsigned char)s[i];
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-}
-
 void *dps_alloc_huge(size_t bytes)
 {
 	const size_t huge = (size_t)2 << 20;

@@ -23,7 +23,7 @@ for target in safetensors config tokenizer llama2c conf request http; do
 	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
 		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/model/safetensors.c $src/engine/model/model_config.c"
 		srcs="$srcs $src/engine/model/tokenizer.c $src/engine/model/convert.c $src/engine/model/ckpt.c"
-		srcs="$srcs $src/engine/api/request.c $src/engine/api/http.c $src/engine/api/openai.c"
+		srcs="$srcs $src/engine/api/request.c $src/engine/api/http_parse.c $src/common/json.c"
 		srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c $src/common/conf.c"
 		# shellcheck disable=SC2086
 		if ! clang -g -O1 -fsanitize=fuzzer,address,undefined -include "$build/config.h" \

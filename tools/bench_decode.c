@@ -32,6 +32,7 @@
 #include <immintrin.h>
 
 #include "common/dps.h"
+#include "common/json.h"
 #include "engine/model/mkmodel.h"
 #include "engine/serve/sched.h"
 #include "engine/shard/shard.h"

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "common/dps.h"
+#include "common/json.h"
 #include "engine/runtime/groups.h"
 #include "engine/model/model_config.h"
 #include "engine/shard/shard.h"

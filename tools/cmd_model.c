@@ -312,8 +312,9 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 {
 	struct dps_model_config cfg;
 	struct dps_tokenizer tok = { 0 };
-	struct dps_parsed_req *reqs = NULL;
+	struct dps_request *reqs = NULL;
 	struct dps_req_params *params = NULL;
+	struct dps_req_limits lim;
 	int *replica = NULL, *lens = NULL, n = 0, cap = 0, bad = 0, lineno = 0, rc, have_tok;
 	int **ids = NULL;
 	char err[512], path[4200], *line = NULL;
@@ -331,6 +332,10 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 		fprintf(stderr, "dpshard generate: %s\n", err);
 		return 1;
 	}
+	lim = (struct dps_req_limits){ .tok = have_tok ? &tok : NULL, .vocab = cfg.vocab_size,
+				       .bos = cfg.bos_token_id, .eos = cfg.eos_token_id,
+				       .default_max_tokens = o->steps,
+				       .default_temperature = 0.0f /* generate's greedy default */ };
 	f = fopen(file, "r");
 	if (!f) {
 		fprintf(stderr, "dpshard generate: --requests %s: %s\n", file, strerror(errno));
@@ -346,7 +351,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 		if (!l)
 			continue;
 		if (n == cap) {
-			struct dps_parsed_req *nr = realloc(reqs, sizeof(*nr) * (size_t)(cap ? 2 * cap : 64));
+			struct dps_request *nr = realloc(reqs, sizeof(*nr) * (size_t)(cap ? 2 * cap : 64));
 
 			if (!nr) {
 				bad = 1;
@@ -355,9 +360,9 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 			reqs = nr;
 			cap = cap ? 2 * cap : 64;
 		}
-		if (dps_request_parse(line, l, have_tok ? &tok : NULL, cfg.vocab_size,
-				      cfg.bos_token_id, o->steps, &reqs[n], err, sizeof(err))) {
+		if (dps_request_parse(line, l, DPS_REQ_LINE, &lim, &reqs[n], err, sizeof(err))) {
 			fprintf(stderr, "dpshard generate: %s line %d: %s\n", file, lineno, err);
+			dps_request_free(&reqs[n]);
 			bad = 1;
 			continue;
 		}
@@ -365,7 +370,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 			fprintf(stderr, "dpshard generate: %s line %d: \"replica\" %d, but "
 					"--data-parallel-size is %d\n", file, lineno, reqs[n].replica,
 				o->par.dp);
-			dps_parsed_req_free(&reqs[n]);
+			dps_request_free(&reqs[n]);
 			bad = 1;
 			continue;
 		}
@@ -393,12 +398,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	if (!bad && (!params || !replica || !lens || !ids))
 		bad = 1;
 	for (int k = 0; k < n && !bad; k++) {
-		params[k] = reqs[k].p;
-		/* BOS (llama2.c) and EOS end a request, as on one rank. */
-		if (params[k].n_stop < DPS_MAX_STOP)
-			params[k].stop[params[k].n_stop++] = cfg.bos_token_id;
-		if (params[k].n_stop < DPS_MAX_STOP && cfg.eos_token_id != cfg.bos_token_id)
-			params[k].stop[params[k].n_stop++] = cfg.eos_token_id;
+		params[k] = reqs[k].p; /* BOS and EOS among its stop ids, unless "ignore_eos" */
 		replica[k] = reqs[k].replica;
 		ids[k] = reqs[k].prompt;
 		lens[k] = reqs[k].n_prompt;
@@ -416,7 +416,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 		rc = dps_generate_ranks(o);
 	}
 	for (int k = 0; k < n; k++)
-		dps_parsed_req_free(&reqs[k]);
+		dps_request_free(&reqs[k]);
 	free(reqs);
 	free(params);
 	free(replica);

@@ -442,6 +442,7 @@ int dps_cmd_serve(int argc, char **argv)
 			.lim = { .tok = have_tok ? &tok : NULL, .vocab = cfg.vocab_size,
 				 .bos = cfg.bos_token_id, .eos = cfg.eos_token_id,
 				 .max_model_len = max_model_len, .default_max_tokens = max_tokens,
+				 .default_temperature = 1.0f, /* as OpenAI */
 				 .default_timeout_ms = (unsigned)request_timeout },
 			.dp = par.dp, .tp = par.tp, .log_requests = !no_log_requests };
 		const struct dps_http_opts ho = { .host = host, .port = port, .unix_path = unix_path,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/dps.h"
+#include "common/json.h"
 #include "engine/serve/engine.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"

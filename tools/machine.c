@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/dps.h"
+#include "common/json.h"
 #include "engine/runtime/topo.h"
 #include "kernels/gemm.h"
 #include "tools/machine.h"

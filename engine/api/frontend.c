@@ -11,136 +11,12 @@
 #include <time.h>
 
 #include "common/dps.h"
-#include "engine/api/frontend.h"
+#include "common/json.h"
+#include "engine/api/frontend_int.h"
 #include "engine/runtime/supervisor.h"
-
-/* ---- metrics --------------------------------------------------------------------------------- */
-
-static const double ttft_b[] = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-				 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0 };
-static const double itl_b[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
-				0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 };
-static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0,
-				15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0 };
-#define NB(a) (int)(sizeof(a) / sizeof(a[0]))
-
-struct hist {
-	const double *b;
-	int n;
-	uint64_t count[32];    /* count[i]: observations <= b[i]; count[n]: all */
-	double sum;
-};
-
-static void hist_add(struct hist *h, double v)
-{
-	for (int i = 0; i < h->n; i++)
-		if (v <= h->b[i])
-			h->count[i]++;
-	h->count[h->n]++;
-	h->sum += v;
-}
-
-static void hist_print(FILE *o, const char *name, const char *help, const struct hist *h)
-{
-	fprintf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-	for (int i = 0; i < h->n; i++)
-		fprintf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->b[i],
-			(unsigned long long)h->count[i]);
-	fprintf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-		(unsigned long long)h->count[h->n], name, h->sum, name,
-		(unsigned long long)h->count[h->n]);
-}
 
 /* ---- requests --------------------------------------------------------------------------------- */
 
-struct fe_req {
-	struct dps_frontend *f;
-	struct fe_req *prev, *next;   /* the list of requests in flight */
-	uint64_t conn;
-	int conn_gone;
-	int64_t eid;                  /* the engine's id */
-	int stream, include_usage;
-	char id[40];
-	long created;
-	int n_prompt, last;           /* prompt length; the last token (for the next piece) */
-	int *gen, n_gen, cap_gen;
-	char *text;                   /* the completion's text so far */
-	size_t len, cap, emitted;     /* bytes of text; bytes already streamed */
-	int ids_emitted;              /* token ids already streamed */
-	char *stop[DPS_OAI_MAX_STOP];
-	size_t stop_len[DPS_OAI_MAX_STOP];
-	int n_stop;
-	size_t max_stop;
-	int answered;                 /* the response is complete (or the client is gone) */
-	uint64_t t_arrive, t_first, t_last;
-};
-
-struct dps_frontend {
-	struct dps_frontend_opts o;
-	struct dps_http *http;
-	struct dps_engine_client *client;
-	enum dps_fe_state state;
-	struct fe_req *head;
-	int active;
-	long started;
-	uint64_t seq;
-	/* counters */
-	uint64_t prompt_tokens, gen_tokens, requests[8], http_errors, restarts;
-	struct hist ttft, itl, e2e;
-	/* the replicas' latest counts, and what earlier runs (before a restart) added */
-	struct dps_engine_stats *rep, base;
-	uint64_t *base_group_ns;      /* (dp * DPS_ENGINE_GROUPS) */
-};
-
-static void json_str(FILE *o, const char *s, size_t n)
-{
-	fputc('"', o);
-	dps_json_escape(o, s, n);
-	fputc('"', o);
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	size_t need;
-
-	if (s[0] < 0x80)
-		return 1;
-	need = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
-		: s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
-	if (!need || need > n)
-		return 0;
-	for (size_t i = 1; i < need; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
-	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))
-		return 0; /* overlong, surrogate, or beyond U+10FFFF */
-	return need;
-}
-
-/* Model text as a JSON string: a byte that is no valid UTF-8 becomes U+FFFD. */
-static void json_text(FILE *o, const char *s, size_t n)
-{
-	size_t i = 0, run = 0;
-
-	fputc('"', o);
-	while (i < n) {
-		const size_t l = utf8_len((const unsigned char *)s + i, n - i);
-
-		if (l) {
-			i += l;
-			continue;
-		}
-		dps_json_escape(o, s + run, i - run);
-		fputs("\\ufffd", o);
-		run = ++i;
-	}
-	dps_json_escape(o, s + run, n - run);
-	fputc('"', o);
-}
-
-/* A JSON error response: {"error": {"message", "type", "code"}}. */
 static void send_error(struct dps_frontend *f, uint64_t conn, int status, const char *type,
 		       const char *msg)
 {
@@ -151,7 +27,7 @@ static void send_error(struct dps_frontend *f, uint64_t conn, int status, const 
 	if (!o)
 		return;
 	fprintf(o, "{\"error\": {\"message\": ");
-	json_str(o, msg, strlen(msg));
+	dps_json_string(o, msg, strlen(msg));
 	fprintf(o, ", \"type\": \"%s\", \"code\": %d}}\n", type, status);
 	fclose(o);
 	dps_http_respond(f->http, conn, status, "application/json", body, n,
@@ -247,7 +123,7 @@ static void chunk_head(FILE *o, const struct fe_req *r, const char *model)
 {
 	fprintf(o, "data: {\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %ld, "
 		   "\"model\": ", r->id, r->created);
-	json_str(o, model, strlen(model));
+	dps_json_string(o, model, strlen(model));
 }
 
 /*
@@ -269,7 +145,7 @@ static void stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
 		return;
 	chunk_head(o, r, f->o.model_name);
 	fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-	json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
+	dps_json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
 	fprintf(o, ", \"logprobs\": null, \"finish_reason\": null, \"token_ids\": [");
 	for (int i = r->ids_emitted; i < r->n_gen; i++)
 		fprintf(o, "%s%d", i > r->ids_emitted ? ", " : "", r->gen[i]);
@@ -311,7 +187,7 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 		return;
 	r->answered = 1;
 	f->requests[why < 8 ? why : 7]++;
-	hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
+	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
 	log_request(f, r, fin);
 	if (r->conn_gone)
 		return;
@@ -342,9 +218,9 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	} else {
 		fprintf(o, "{\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %ld, "
 			   "\"model\": ", r->id, r->created);
-		json_str(o, f->o.model_name, strlen(f->o.model_name));
+		dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
 		fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-		json_text(o, r->text ? r->text : "", r->len);
+		dps_json_text(o, r->text ? r->text : "", r->len);
 		fprintf(o, ", \"logprobs\": null, \"finish_reason\": \"%s\", \"token_ids\": [", fin);
 		for (int i = 0; i < r->n_gen; i++)
 			fprintf(o, "%s%d", i ? ", " : "", r->gen[i]);
@@ -394,9 +270,9 @@ static void on_token(void *arg, void *user, int token)
 	f->gen_tokens++;
 	if (!r->t_first) {
 		r->t_first = now;
-		hist_add(&f->ttft, (double)(now - r->t_arrive) / 1e9);
+		dps_fe_hist_add(&f->ttft, (double)(now - r->t_arrive) / 1e9);
 	} else {
-		hist_add(&f->itl, (double)(now - r->t_last) / 1e9);
+		dps_fe_hist_add(&f->itl, (double)(now - r->t_last) / 1e9);
 	}
 	r->t_last = now;
 	from = r->len > r->max_stop ? r->len - r->max_stop : 0;
@@ -483,7 +359,7 @@ static const char *unavailable(const struct dps_frontend *f)
 
 static void completions(struct dps_frontend *f, const struct dps_http_req *hr)
 {
-	struct dps_oai_req q;
+	struct dps_request q;
 	struct fe_req *r;
 	char err[512];
 	const char *why = unavailable(f);
@@ -493,25 +369,26 @@ static void completions(struct dps_frontend *f, const struct dps_http_req *hr)
 		send_error(f, hr->conn, 503, "service_unavailable", why ? why : "not ready");
 		return;
 	}
-	rc = dps_oai_parse(hr->body, hr->body_len, &f->o.lim, &q, err, sizeof(err));
+	rc = dps_request_parse(hr->body, hr->body_len, DPS_REQ_COMPLETIONS, &f->o.lim, &q, err,
+			       sizeof(err));
 	if (!rc && q.model[0] && strcmp(q.model, f->o.model_name)) {
 		snprintf(err, sizeof(err), "the model '%.100s' does not exist here (this server has "
 			 "'%.100s')", q.model, f->o.model_name);
-		dps_oai_req_free(&q);
+		dps_request_free(&q);
 		send_error(f, hr->conn, 404, "not_found_error", err);
 		return;
 	}
 	if (rc) {
-		dps_oai_req_free(&q);
-		if (rc < 0)
-			send_error(f, hr->conn, 500, "internal_error", "out of memory");
+		dps_request_free(&q);
+		if (rc == -EINVAL)
+			send_error(f, hr->conn, 400, "invalid_request_error", err);
 		else
-			send_error(f, hr->conn, rc, "invalid_request_error", err);
+			send_error(f, hr->conn, 500, "internal_error", "out of memory");
 		return;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		dps_oai_req_free(&q);
+		dps_request_free(&q);
 		send_error(f, hr->conn, 500, "internal_error", "out of memory");
 		return;
 	}
@@ -542,7 +419,7 @@ static void completions(struct dps_frontend *f, const struct dps_http_req *hr)
 
 		r->eid = dps_engine_submit(f->client, &er);
 	}
-	dps_oai_req_free(&q);
+	dps_request_free(&q);
 	if (r->eid < 0) {
 		send_error(f, hr->conn, 500, "internal_error", "cannot queue the request");
 		for (int i = 0; i < r->n_stop; i++)
@@ -565,10 +442,10 @@ static void models(struct dps_frontend *f, uint64_t conn)
 	if (!o)
 		return;
 	fprintf(o, "{\"object\": \"list\", \"data\": [{\"id\": ");
-	json_str(o, f->o.model_name, strlen(f->o.model_name));
+	dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
 	fprintf(o, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"dpshard\", "
 		   "\"root\": ", f->started);
-	json_str(o, f->o.model_name, strlen(f->o.model_name));
+	dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
 	fprintf(o, ", \"max_model_len\": %d}]}\n", f->o.lim.max_model_len);
 	fclose(o);
 	dps_http_respond(f->http, conn, 200, "application/json", body, n, NULL, 0);
@@ -592,182 +469,6 @@ static void health(struct dps_frontend *f, uint64_t conn)
 			 0);
 }
 
-/* s as a Prometheus label value (backslash, quote and newline escaped), in buf. */
-static const char *label(const char *s, char *buf, size_t len)
-{
-	size_t n = 0;
-
-	for (; *s && n + 3 < len; s++) {
-		if (*s == '\\' || *s == '"' || *s == '\n') {
-			buf[n++] = '\\';
-			buf[n++] = *s == '\n' ? 'n' : *s;
-		} else {
-			buf[n++] = *s;
-		}
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
-/* Speculative decoding, when a draft runs: vLLM's spec_decode counters and two ratios. */
-static void spec_metrics(struct dps_frontend *f, FILE *o, const char *name)
-{
-	struct dps_engine_stats t = f->base;
-
-	for (int d = 0; d < f->o.dp; d++) {
-		const struct dps_engine_stats *s = &f->rep[d];
-
-		t.spec_drafts += s->spec_drafts;
-		t.spec_draft_tokens += s->spec_draft_tokens;
-		t.spec_accepted += s->spec_accepted;
-		for (int j = 0; j < DPS_MAX_SPEC; j++)
-			t.spec_accepted_pos[j] += s->spec_accepted_pos[j];
-		if (s->spec_k)
-			t.spec_k = s->spec_k;
-	}
-	if (!t.spec_k)
-		return;
-	fprintf(o, "# HELP vllm:spec_decode_num_drafts Verifications of a draft.\n"
-		   "# TYPE vllm:spec_decode_num_drafts counter\n"
-		   "vllm:spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n"
-		   "# HELP vllm:spec_decode_num_draft_tokens Draft tokens verified.\n"
-		   "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
-		   "vllm:spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n"
-		   "# HELP vllm:spec_decode_num_accepted_tokens Draft tokens accepted.\n"
-		   "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
-		   "vllm:spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n",
-		name, (unsigned long long)t.spec_drafts, name,
-		(unsigned long long)t.spec_draft_tokens, name, (unsigned long long)t.spec_accepted);
-	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted at "
-		   "each draft position.\n"
-		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n");
-	for (int j = 0; j < t.spec_k && j < DPS_MAX_SPEC; j++)
-		fprintf(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
-			   "position=\"%d\"} %llu\n", name, j,
-			(unsigned long long)t.spec_accepted_pos[j]);
-	fprintf(o, "# HELP dpshard:spec_decode_acceptance_rate Accepted over drafted tokens.\n"
-		   "# TYPE dpshard:spec_decode_acceptance_rate gauge\n"
-		   "dpshard:spec_decode_acceptance_rate{model_name=\"%s\"} %.6f\n"
-		   "# HELP dpshard:spec_decode_mean_acceptance_length Tokens per verification: 1 + "
-		   "accepted drafts (the target's own token included).\n"
-		   "# TYPE dpshard:spec_decode_mean_acceptance_length gauge\n"
-		   "dpshard:spec_decode_mean_acceptance_length{model_name=\"%s\"} %.6f\n",
-		name, t.spec_draft_tokens ? (double)t.spec_accepted / (double)t.spec_draft_tokens : 0.0,
-		name, t.spec_drafts ? 1.0 + (double)t.spec_accepted / (double)t.spec_drafts : 0.0);
-}
-
-void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
-{
-	char nbuf[300], gbuf[80];
-	const char *name = label(f->o.model_name, nbuf, sizeof(nbuf));
-	uint64_t pre = f->base.preemptions, dummy = f->base.dummy_steps, steps = f->base.steps;
-
-	fprintf(o, "# HELP vllm:num_requests_running Requests running on a replica.\n"
-		   "# TYPE vllm:num_requests_running gauge\n");
-	for (int d = 0; d < f->o.dp; d++) {
-		int w = 0, run = 0;
-
-		if (f->client)
-			dps_engine_load(f->client, d, &w, &run);
-		fprintf(o, "vllm:num_requests_running{model_name=\"%s\",engine=\"%d\"} %d\n", name, d,
-			run);
-	}
-	fprintf(o, "# HELP vllm:num_requests_waiting Requests waiting for a replica.\n"
-		   "# TYPE vllm:num_requests_waiting gauge\n");
-	for (int d = 0; d < f->o.dp; d++) {
-		int w = 0, run = 0;
-
-		if (f->client)
-			dps_engine_load(f->client, d, &w, &run);
-		fprintf(o, "vllm:num_requests_waiting{model_name=\"%s\",engine=\"%d\"} %d\n", name, d,
-			w);
-	}
-	fprintf(o, "# HELP vllm:kv_cache_usage_perc Fraction of the KV-cache blocks in use.\n"
-		   "# TYPE vllm:kv_cache_usage_perc gauge\n");
-	for (int d = 0; d < f->o.dp; d++) {
-		const struct dps_engine_stats *s = &f->rep[d];
-		const double use = s->num_blocks ? 1.0 - (double)s->free_blocks / (double)s->num_blocks
-						 : 0.0;
-
-		fprintf(o, "vllm:kv_cache_usage_perc{model_name=\"%s\",engine=\"%d\"} %.6f\n", name,
-			d, use);
-		pre += s->preemptions;
-		dummy += s->dummy_steps;
-		steps += s->steps;
-	}
-	fprintf(o, "# HELP vllm:prompt_tokens_total Prompt tokens received.\n"
-		   "# TYPE vllm:prompt_tokens_total counter\n"
-		   "vllm:prompt_tokens_total{model_name=\"%s\"} %llu\n", name,
-		(unsigned long long)f->prompt_tokens);
-	fprintf(o, "# HELP vllm:generation_tokens_total Tokens generated.\n"
-		   "# TYPE vllm:generation_tokens_total counter\n"
-		   "vllm:generation_tokens_total{model_name=\"%s\"} %llu\n", name,
-		(unsigned long long)f->gen_tokens);
-	fprintf(o, "# HELP vllm:request_success_total Requests finished, by finish reason.\n"
-		   "# TYPE vllm:request_success_total counter\n");
-	for (int i = DPS_FINISH_STOP; i <= DPS_FINISH_ERROR; i++)
-		fprintf(o, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} "
-			   "%llu\n", name, dps_finish_name((enum dps_finish)i),
-			(unsigned long long)f->requests[i]);
-	fprintf(o, "# HELP vllm:num_preemptions_total Requests preempted (recomputed later).\n"
-		   "# TYPE vllm:num_preemptions_total counter\n"
-		   "vllm:num_preemptions_total{model_name=\"%s\"} %llu\n", name,
-		(unsigned long long)pre);
-	hist_print(o, "vllm:time_to_first_token_seconds", "Time to the first token.", &f->ttft);
-	hist_print(o, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
-		   &f->itl);
-	hist_print(o, "vllm:e2e_request_latency_seconds", "Time from arrival to the last token.",
-		   &f->e2e);
-	fprintf(o, "# HELP dpshard:engine_steps_total Steps run (replica 0 and every other).\n"
-		   "# TYPE dpshard:engine_steps_total counter\n"
-		   "dpshard:engine_steps_total %llu\n", (unsigned long long)steps);
-	fprintf(o, "# HELP dpshard:dummy_batches_total Dummy batches run by idle coupled replicas.\n"
-		   "# TYPE dpshard:dummy_batches_total counter\n"
-		   "dpshard:dummy_batches_total %llu\n", (unsigned long long)dummy);
-	fprintf(o, "# HELP dpshard:http_errors_total Requests answered with an error status.\n"
-		   "# TYPE dpshard:http_errors_total counter\n"
-		   "dpshard:http_errors_total %llu\n", (unsigned long long)f->http_errors);
-	fprintf(o, "# HELP dpshard:rank_restarts_total Times the ranks were restarted after a "
-		   "failure.\n# TYPE dpshard:rank_restarts_total counter\n"
-		   "dpshard:rank_restarts_total %llu\n", (unsigned long long)f->restarts);
-	fprintf(o, "# HELP dpshard:collective_seconds_per_step Time TP rank 0 of a replica spent "
-		   "in the collectives of a group set, per step (this run).\n"
-		   "# TYPE dpshard:collective_seconds_per_step gauge\n");
-	for (int d = 0; d < f->o.dp; d++)
-		for (int g = 0; g < f->rep[d].n_groups && g < DPS_ENGINE_GROUPS; g++)
-			fprintf(o, "dpshard:collective_seconds_per_step{engine=\"%d\",group=\"%s\"} "
-				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
-				f->rep[d].steps ? (double)f->rep[d].group_ns[g] / 1e9 /
-							 (double)f->rep[d].steps : 0.0);
-	fprintf(o, "# HELP dpshard:collective_seconds_total Time TP rank 0 of a replica spent in "
-		   "the collectives of a group set (this run).\n"
-		   "# TYPE dpshard:collective_seconds_total counter\n");
-	for (int d = 0; d < f->o.dp; d++)
-		for (int g = 0; g < f->rep[d].n_groups && g < DPS_ENGINE_GROUPS; g++)
-			fprintf(o, "dpshard:collective_seconds_total{engine=\"%d\",group=\"%s\"} "
-				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
-				(double)f->rep[d].group_ns[g] / 1e9);
-	spec_metrics(f, o, name);
-	fprintf(o, "# HELP dpshard:up 1 when every rank serves, 0 while loading, draining or "
-		   "recovering.\n# TYPE dpshard:up gauge\ndpshard:up %d\n",
-		f->state == DPS_FE_READY);
-}
-
-static void metrics(struct dps_frontend *f, uint64_t conn)
-{
-	char *body = NULL;
-	size_t n = 0;
-	FILE *o = open_memstream(&body, &n);
-
-	if (!o)
-		return;
-	dps_frontend_metrics(f, o);
-	fclose(o);
-	dps_http_respond(f->http, conn, 200, "text/plain; version=0.0.4; charset=utf-8", body, n,
-			 NULL, 0);
-	free(body);
-}
-
 void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 {
 	struct dps_frontend *f = arg;
@@ -782,7 +483,7 @@ void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 	}
 	if (!strcmp(r->path, "/metrics")) {
 		if (get)
-			metrics(f, r->conn);
+			dps_fe_metrics_page(f, r->conn);
 		else
 			send_error(f, r->conn, 405, "invalid_request_error", "use GET /metrics");
 		return;
@@ -844,9 +545,7 @@ int dps_frontend_new(struct dps_frontend **out, const struct dps_frontend_opts *
 		free(f);
 		return -ENOMEM;
 	}
-	f->ttft = (struct hist){ .b = ttft_b, .n = NB(ttft_b) };
-	f->itl = (struct hist){ .b = itl_b, .n = NB(itl_b) };
-	f->e2e = (struct hist){ .b = e2e_b, .n = NB(e2e_b) };
+	dps_fe_metrics_init(f);
 	f->started = (long)time(NULL);
 	*out = f;
 	return 0;

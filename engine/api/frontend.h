@@ -4,7 +4,7 @@
  * section 5), in the supervisor: it validates requests, hands them to the engine client (which
  * balances them over the replicas), and streams the tokens back.
  *
- * Endpoints: POST /v1/completions (openai.h; "stream": server-sent events ending in
+ * Endpoints: POST /v1/completions (request.h; "stream": server-sent events ending in
  * "data: [DONE]"), POST /v1/chat/completions (400: no model here has a chat template),
  * GET /v1/models, GET /health (200 when every rank has loaded the model and the service takes
  * requests; 503 while loading, draining or recovering), GET /metrics (Prometheus text).
@@ -23,14 +23,14 @@
 
 #include "engine/serve/engine.h"
 #include "engine/api/http.h"
-#include "engine/api/openai.h"
+#include "engine/api/request.h"
 
 enum dps_fe_state { DPS_FE_LOADING, DPS_FE_READY, DPS_FE_DRAINING, DPS_FE_RECOVERING };
 
 struct dps_frontend_opts {
 	const char *model_name;       /* as /v1/models lists it and requests name it */
 	const char *api_key;          /* NULL: none */
-	struct dps_oai_limits lim;
+	struct dps_req_limits lim;
 	int dp, tp;
 	int log_requests;             /* a log line per request */
 };

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/api/http.c - the HTTP/1.1 server of http.h: connections on io_uring, requests parsed by
- * http-parser. Outside input: every size is bounded before it is stored.
+ * engine/api/http.c - the HTTP/1.1 server of http.h: the listener and the connections on
+ * io_uring (accept, receive, send, timeouts, keep-alive), the responses; requests are parsed
+ * by http_parse.c. Outside input: every size is bounded before it is stored.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,32 +23,14 @@
 #include <liburing.h>
 
 #include "common/dps.h"
-#include "engine/api/http.h"
+#include "engine/api/http_int.h"
 
 enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
 
-#define URL_MAX 8192
-#define HDR_MAX 16384
 #define RECV_CHUNK 16384
 #define IN_MAX (256u << 10)   /* unparsed bytes kept while a request is served */
 #define OUT_MAX (16u << 20)   /* response bytes a slow reader may let queue up */
 #define LINGER_MS 2000
-
-struct buf {
-	char *p;
-	size_t len, cap;
-};
-
-/* The parse state of one request (also used alone by dps_http_parse_probe). */
-struct preq {
-	http_parser p;
-	size_t max_body;
-	struct buf url, auth, body;
-	char field[32], expect[16];
-	size_t field_len, hdr_bytes, expect_len;
-	int in_value, field_over, expect_continue, complete, status, keep_alive, started;
-	int want_continue; /* headers done with Expect: 100-continue: answer it */
-};
 
 struct conn {
 	int used, fd;
@@ -76,224 +59,6 @@ struct dps_http {
 	int n_used;
 	char unix_path[108];
 };
-
-static http_parser_settings settings;
-
-/* ---- small buffers ----------------------------------------------------------------------- */
-
-static int buf_add(struct buf *b, const char *d, size_t n, size_t limit)
-{
-	if (b->len + n > limit)
-		return -E2BIG;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p)
-			return -ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
-static void buf_free(struct buf *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof(*b));
-}
-
-/* ---- parsing --------------------------------------------------------------------------------- */
-
-static int cb_begin(http_parser *p)
-{
-	struct preq *q = p->data;
-
-	q->url.len = q->auth.len = q->body.len = 0;
-	q->field_len = q->hdr_bytes = q->expect_len = 0;
-	q->in_value = q->field_over = q->expect_continue = q->complete = q->want_continue = 0;
-	q->status = 0;
-	q->started = 1;
-	return 0;
-}
-
-static int cb_url(http_parser *p, const char *at, size_t n)
-{
-	struct preq *q = p->data;
-
-	if (buf_add(&q->url, at, n, URL_MAX)) {
-		q->status = 414;
-		return 1;
-	}
-	return 0;
-}
-
-static int cb_field(http_parser *p, const char *at, size_t n)
-{
-	struct preq *q = p->data;
-
-	if ((q->hdr_bytes += n) > HDR_MAX) {
-		q->status = 431;
-		return 1;
-	}
-	if (q->in_value) { /* a new header begins */
-		q->in_value = 0;
-		q->field_len = 0;
-		q->field_over = 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (q->field_len + 1 >= sizeof(q->field)) {
-			q->field_over = 1;
-			break;
-		}
-		q->field[q->field_len++] = (char)(at[i] >= 'A' && at[i] <= 'Z' ? at[i] + 32 : at[i]);
-	}
-	q->field[q->field_len] = '\0';
-	return 0;
-}
-
-static int cb_value(http_parser *p, const char *at, size_t n)
-{
-	struct preq *q = p->data;
-
-	if ((q->hdr_bytes += n) > HDR_MAX) {
-		q->status = 431;
-		return 1;
-	}
-	q->in_value = 1;
-	if (q->field_over)
-		return 0;
-	if (!strcmp(q->field, "authorization")) {
-		if (buf_add(&q->auth, at, n, HDR_MAX)) {
-			q->status = 431;
-			return 1;
-		}
-	} else if (!strcmp(q->field, "expect")) {
-		/* (the value may come in pieces) */
-		for (size_t i = 0; i < n && q->expect_len + 1 < sizeof(q->expect); i++)
-			q->expect[q->expect_len++] = at[i];
-		q->expect[q->expect_len] = '\0';
-		q->expect_continue = q->expect_len == 12 && !strncasecmp(q->expect, "100-continue", 12);
-	}
-	return 0;
-}
-
-static int cb_headers_done(http_parser *p)
-{
-	struct preq *q = p->data;
-
-	if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
-	    p->content_length > q->max_body) {
-		q->status = 413;
-		return 3; /* (1 and 2 mean "no body" and "upgrade" here: any other value fails) */
-	}
-	/* HTTP/1.0 clients do not know 100 Continue. */
-	q->want_continue = q->expect_continue && (p->http_major > 1 || p->http_minor >= 1);
-	return 0;
-}
-
-static int cb_body(http_parser *p, const char *at, size_t n)
-{
-	struct preq *q = p->data;
-	const int rc = buf_add(&q->body, at, n, q->max_body);
-
-	if (rc) {
-		q->status = rc == -E2BIG ? 413 : 503;
-		return 1;
-	}
-	return 0;
-}
-
-static int cb_done(http_parser *p)
-{
-	struct preq *q = p->data;
-
-	q->complete = 1;
-	/* An Upgrade request is answered like any other, then the connection closes. */
-	q->keep_alive = http_should_keep_alive(p) && !p->upgrade;
-	http_parser_pause(p, 1); /* one request at a time */
-	return 0;
-}
-
-static void settings_init(void)
-{
-	if (settings.on_message_complete)
-		return;
-	http_parser_settings_init(&settings);
-	settings.on_message_begin = cb_begin;
-	settings.on_url = cb_url;
-	settings.on_header_field = cb_field;
-	settings.on_header_value = cb_value;
-	settings.on_headers_complete = cb_headers_done;
-	settings.on_body = cb_body;
-	settings.on_message_complete = cb_done;
-}
-
-static void preq_init(struct preq *q, size_t max_body)
-{
-	settings_init();
-	http_parser_init(&q->p, HTTP_REQUEST);
-	q->p.data = q;
-	q->max_body = max_body;
-	q->started = q->complete = 0;
-}
-
-static void preq_free(struct preq *q)
-{
-	buf_free(&q->url);
-	buf_free(&q->auth);
-	buf_free(&q->body);
-}
-
-/*
- * Feeds data to the parser. Returns the bytes consumed; *status: 0 (more needed or a request
- * completed: q->complete) or the error status to answer.
- */
-static size_t preq_feed(struct preq *q, const char *data, size_t len, int *status)
-{
-	size_t n;
-	enum http_errno e;
-
-	*status = 0;
-	if (q->complete)
-		return 0;
-	n = http_parser_execute(&q->p, &settings, data, len);
-	e = HTTP_PARSER_ERRNO(&q->p);
-	if (e == HPE_PAUSED) {
-		http_parser_pause(&q->p, 0);
-		return n;
-	}
-	if (e != HPE_OK)
-		*status = q->status ? q->status : 400;
-	return n;
-}
-
-int dps_http_parse_probe(const char *data, size_t len, size_t max_body, char *method,
-			 size_t mlen, char *path, size_t plen, size_t *body_len)
-{
-	struct preq q;
-	int status;
-
-	memset(&q, 0, sizeof(q));
-	preq_init(&q, max_body ? max_body : (1u << 20));
-	preq_feed(&q, data, len, &status);
-	if (!status && q.complete) {
-		snprintf(method, mlen, "%s", http_method_str((enum http_method)q.p.method));
-		snprintf(path, plen, "%.*s", (int)strcspn(q.url.p ? q.url.p : "", "?"),
-			 q.url.p ? q.url.p : "");
-		*body_len = q.body.len;
-	} else if (!status) {
-		status = 100;
-	}
-	preq_free(&q);
-	return status;
-}
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
@@ -388,10 +153,10 @@ static void conn_reap(struct dps_http *h, struct conn *c)
 	if (c->lingering)
 		return;
 	close(c->fd);
-	preq_free(&c->q);
-	buf_free(&c->in);
-	buf_free(&c->out);
-	buf_free(&c->sending);
+	dps_http_preq_free(&c->q);
+	dps_http_buf_free(&c->in);
+	dps_http_buf_free(&c->out);
+	dps_http_buf_free(&c->sending);
 	free(c->rbuf);
 	c->rbuf = NULL;
 	c->used = 0;
@@ -440,7 +205,7 @@ static void conn_linger(struct dps_http *h, struct conn *c)
 
 static int queue(struct conn *c, const char *d, size_t n)
 {
-	return buf_add(&c->out, d, n, OUT_MAX);
+	return dps_http_buf_add(&c->out, d, n, OUT_MAX);
 }
 
 static int queue_head(struct conn *c, int status, const char *ctype, const char *len_or_chunked,
@@ -513,7 +278,7 @@ static void process(struct dps_http *h, struct conn *c)
 {
 	while (!c->serving && !c->closing && c->in.len) {
 		int status;
-		const size_t n = preq_feed(&c->q, c->in.p, c->in.len, &status);
+		const size_t n = dps_http_preq_feed(&c->q, c->in.p, c->in.len, &status);
 
 		if (c->q.started && !c->t_first)
 			c->t_first = dps_now_ns();
@@ -596,7 +361,7 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	c->used = 1;
 	c->fd = fd;
 	c->rbuf = malloc(RECV_CHUNK);
-	preq_init(&c->q, h->o.max_body);
+	dps_http_preq_init(&c->q, h->o.max_body);
 	c->t_active = dps_now_ns();
 	h->n_used++;
 	if (!c->rbuf) {
@@ -640,7 +405,7 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 			return;
 		}
 		c->t_active = dps_now_ns();
-		if (buf_add(&c->in, c->rbuf, (size_t)cqe->res, IN_MAX + RECV_CHUNK)) {
+		if (dps_http_buf_add(&c->in, c->rbuf, (size_t)cqe->res, IN_MAX + RECV_CHUNK)) {
 			conn_gone(h, c);
 			return;
 		}
@@ -1023,10 +788,10 @@ void dps_http_free(struct dps_http *h)
 		if (!c->used)
 			continue;
 		close(c->fd);
-		preq_free(&c->q);
-		buf_free(&c->in);
-		buf_free(&c->out);
-		buf_free(&c->sending);
+		dps_http_preq_free(&c->q);
+		dps_http_buf_free(&c->in);
+		dps_http_buf_free(&c->out);
+		dps_http_buf_free(&c->sending);
 		/* rbuf may still be the target of a receive in flight: the ring goes with us */
 		if (!c->recv_inflight)
 			free(c->rbuf);

@@ -2,8 +2,8 @@
 /*
  * tests/fuzz/fuzz_http.c - fuzz target for the HTTP request path of `dpshard serve`: the
  * request parser under the server's limits (any input is an error status, incomplete, or one
- * request whose body fits the limit), then the completions body parser on the body (refused
- * with a message and a 4xx status, or a request whose ids are in the vocabulary, BOS first,
+ * request whose body fits the limit), then the request parser on the body as a completions
+ * body (refused with a message, or a request whose ids are in the vocabulary, BOS first,
  * BOS among the stop ids, within the context).
  */
 #include <errno.h>
@@ -12,21 +12,22 @@
 
 #include "common/dps.h"
 #include "engine/api/http.h"
-#include "engine/api/openai.h"
+#include "engine/api/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void body(const char *b, size_t n)
 {
-	const struct dps_oai_limits lim = { .tok = NULL, .vocab = 512, .bos = 1, .eos = 2,
-					    .max_model_len = 256, .default_max_tokens = 16 };
-	struct dps_oai_req r;
+	const struct dps_req_limits lim = { .tok = NULL, .vocab = 512, .bos = 1, .eos = 2,
+					    .max_model_len = 256, .default_max_tokens = 16,
+					    .default_temperature = 1.0f };
+	struct dps_request r;
 	char err[256] = "";
-	const int rc = dps_oai_parse(b, n, &lim, &r, err, sizeof(err));
+	const int rc = dps_request_parse(b, n, DPS_REQ_COMPLETIONS, &lim, &r, err, sizeof(err));
 
 	if (rc) {
-		DPS_ASSERT(rc == -ENOMEM || (rc >= 400 && rc < 500 && err[0]));
-		dps_oai_req_free(&r);
+		DPS_ASSERT(rc == -ENOMEM || (rc == -EINVAL && err[0]));
+		dps_request_free(&r);
 		return;
 	}
 	DPS_ASSERT(r.n_prompt >= 1 && r.prompt[0] == 1);
@@ -44,10 +45,10 @@ static void body(const char *b, size_t n)
 	}
 	DPS_ASSERT(r.p.sampling.top_p > 0 && r.p.sampling.top_p <= 1);
 	DPS_ASSERT(r.p.sampling.temperature >= 0 && r.p.sampling.temperature <= 2);
-	DPS_ASSERT(r.n_stop >= 0 && r.n_stop <= DPS_OAI_MAX_STOP);
+	DPS_ASSERT(r.n_stop >= 0 && r.n_stop <= DPS_REQ_MAX_STOP);
 	for (int i = 0; i < r.n_stop; i++)
 		DPS_ASSERT(r.stop[i] && strlen(r.stop[i]) >= 1);
-	dps_oai_req_free(&r);
+	dps_request_free(&r);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

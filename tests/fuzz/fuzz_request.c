@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/fuzz/fuzz_request.c - fuzz target for the JSON request parser (generate --requests,
- * later the HTTP bodies): any input is refused with a message, or gives a request whose ids
+ * tests/fuzz/fuzz_request.c - fuzz target for the request parser on a line of generate
+ * --requests (fuzz_http.c fuzzes it on completions bodies): any input is refused with a message, or gives a request whose ids
  * are in the vocabulary, BOS first, with sane parameters.
  */
 #include <stdint.h>
@@ -14,11 +14,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct dps_parsed_req r;
+	const struct dps_req_limits lim = { .tok = NULL, .vocab = 512, .bos = 1, .eos = 2,
+					    .default_max_tokens = 16 };
+	struct dps_request r;
 	char err[256] = "";
 
-	if (dps_request_parse((const char *)data, size, NULL, 512, 1, 16, &r, err, sizeof(err))) {
+	if (dps_request_parse((const char *)data, size, DPS_REQ_LINE, &lim, &r, err, sizeof(err))) {
 		DPS_ASSERT(err[0]);
+		dps_request_free(&r);
 		return 0;
 	}
 	DPS_ASSERT(r.n_prompt >= 1 && r.prompt[0] == 1);
@@ -26,7 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		DPS_ASSERT(r.prompt[i] >= 0 && r.prompt[i] < 512);
 	DPS_ASSERT(r.p.max_tokens >= 1 && r.p.n_stop >= 0 && r.p.n_stop <= DPS_MAX_STOP);
 	DPS_ASSERT(r.p.sampling.top_p > 0 && r.p.sampling.top_p <= 1);
-	DPS_ASSERT(r.p.sampling.temperature >= 0);
-	dps_parsed_req_free(&r);
+	DPS_ASSERT(r.p.sampling.temperature >= 0 && r.p.sampling.temperature <= 2);
+	DPS_ASSERT(r.p.sampling.top_k >= 0 && r.n_stop == 0);
+	dps_request_free(&r);
 	return 0;
 }

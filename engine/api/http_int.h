@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/api/http_int.h - what http.c (connections) and http_parse.c (the request parser)
+ * share: growable buffers with a limit, and the parse state of one request.
+ */
+#ifndef DPS_ENGINE_API_HTTP_INT_H
+#define DPS_ENGINE_API_HTTP_INT_H
+
+#include <stddef.h>
+
+#include <http_parser.h>
+
+#include "engine/api/http.h"
+
+#define URL_MAX 8192
+#define HDR_MAX 16384
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+/* The parse state of one request (also used alone by dps_http_parse_probe). */
+struct preq {
+	http_parser p;
+	size_t max_body;
+	struct buf url, auth, body;
+	char field[32], expect[16];
+	size_t field_len, hdr_bytes, expect_len;
+	int in_value, field_over, expect_continue, complete, status, keep_alive, started;
+	int want_continue; /* headers done with Expect: 100-continue: answer it */
+};
+
+/* Appends n bytes of d to b (kept NUL-terminated): 0, -E2BIG past limit, or -ENOMEM. */
+int dps_http_buf_add(struct buf *b, const char *d, size_t n, size_t limit);
+void dps_http_buf_free(struct buf *b);
+
+/* A fresh request of at most max_body body bytes. */
+void dps_http_preq_init(struct preq *q, size_t max_body);
+void dps_http_preq_free(struct preq *q);
+/*
+ * Parses up to len bytes of data into q; returns how many it consumed (it stops after one
+ * complete request). *status: 0, or the error status to answer (400, 413, 414, 431).
+ */
+size_t dps_http_preq_feed(struct preq *q, const char *data, size_t len, int *status);
+
+#endif

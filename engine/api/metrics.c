@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine/api/metrics.c - GET /metrics of `dpshard serve`: Prometheus text with vLLM's metric
+ * names (requests running and waiting per replica, KV-cache usage, tokens, finished requests
+ * by reason, preemptions, the latency histograms, speculative decoding) and dpshard's own
+ * (steps, dummy batches, errors, restarts, time in each group set's collectives).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/api/frontend_int.h"
+
+static const double ttft_b[] = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+				 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0 };
+static const double itl_b[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+				0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 };
+static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0,
+				15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0 };
+#define NB(a) (int)(sizeof(a) / sizeof(a[0]))
+
+void dps_fe_metrics_init(struct dps_frontend *f)
+{
+	f->ttft = (struct hist){ .b = ttft_b, .n = NB(ttft_b) };
+	f->itl = (struct hist){ .b = itl_b, .n = NB(itl_b) };
+	f->e2e = (struct hist){ .b = e2e_b, .n = NB(e2e_b) };
+}
+
+void dps_fe_hist_add(struct hist *h, double v)
+{
+	for (int i = 0; i < h->n; i++)
+		if (v <= h->b[i])
+			h->count[i]++;
+	h->count[h->n]++;
+	h->sum += v;
+}
+
+static void hist_print(FILE *o, const char *name, const char *help, const struct hist *h)
+{
+	fprintf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (int i = 0; i < h->n; i++)
+		fprintf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->b[i],
+			(unsigned long long)h->count[i]);
+	fprintf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+		(unsigned long long)h->count[h->n], name, h->sum, name,
+		(unsigned long long)h->count[h->n]);
+}
+
+
+/* s as a Prometheus label value (backslash, quote and newline escaped), in buf. */
+static const char *label(const char *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (; *s && n + 3 < len; s++) {
+		if (*s == '\\' || *s == '"' || *s == '\n') {
+			buf[n++] = '\\';
+			buf[n++] = *s == '\n' ? 'n' : *s;
+		} else {
+			buf[n++] = *s;
+		}
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/* Speculative decoding, when a draft runs: vLLM's spec_decode counters and two ratios. */
+static void spec_metrics(struct dps_frontend *f, FILE *o, const char *name)
+{
+	struct dps_engine_stats t = f->base;
+
+	for (int d = 0; d < f->o.dp; d++) {
+		const struct dps_engine_stats *s = &f->rep[d];
+
+		t.spec_drafts += s->spec_drafts;
+		t.spec_draft_tokens += s->spec_draft_tokens;
+		t.spec_accepted += s->spec_accepted;
+		for (int j = 0; j < DPS_MAX_SPEC; j++)
+			t.spec_accepted_pos[j] += s->spec_accepted_pos[j];
+		if (s->spec_k)
+			t.spec_k = s->spec_k;
+	}
+	if (!t.spec_k)
+		return;
+	fprintf(o, "# HELP vllm:spec_decode_num_drafts Verifications of a draft.\n"
+		   "# TYPE vllm:spec_decode_num_drafts counter\n"
+		   "vllm:spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n"
+		   "# HELP vllm:spec_decode_num_draft_tokens Draft tokens verified.\n"
+		   "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+		   "vllm:spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n"
+		   "# HELP vllm:spec_decode_num_accepted_tokens Draft tokens accepted.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+		   "vllm:spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n",
+		name, (unsigned long long)t.spec_drafts, name,
+		(unsigned long long)t.spec_draft_tokens, name, (unsigned long long)t.spec_accepted);
+	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted at "
+		   "each draft position.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n");
+	for (int j = 0; j < t.spec_k && j < DPS_MAX_SPEC; j++)
+		fprintf(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
+			   "position=\"%d\"} %llu\n", name, j,
+			(unsigned long long)t.spec_accepted_pos[j]);
+	fprintf(o, "# HELP dpshard:spec_decode_acceptance_rate Accepted over drafted tokens.\n"
+		   "# TYPE dpshard:spec_decode_acceptance_rate gauge\n"
+		   "dpshard:spec_decode_acceptance_rate{model_name=\"%s\"} %.6f\n"
+		   "# HELP dpshard:spec_decode_mean_acceptance_length Tokens per verification: 1 + "
+		   "accepted drafts (the target's own token included).\n"
+		   "# TYPE dpshard:spec_decode_mean_acceptance_length gauge\n"
+		   "dpshard:spec_decode_mean_acceptance_length{model_name=\"%s\"} %.6f\n",
+		name, t.spec_draft_tokens ? (double)t.spec_accepted / (double)t.spec_draft_tokens : 0.0,
+		name, t.spec_drafts ? 1.0 + (double)t.spec_accepted / (double)t.spec_drafts : 0.0);
+}
+
+void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
+{
+	char nbuf[300], gbuf[80];
+	const char *name = label(f->o.model_name, nbuf, sizeof(nbuf));
+	uint64_t pre = f->base.preemptions, dummy = f->base.dummy_steps, steps = f->base.steps;
+
+	fprintf(o, "# HELP vllm:num_requests_running Requests running on a replica.\n"
+		   "# TYPE vllm:num_requests_running gauge\n");
+	for (int d = 0; d < f->o.dp; d++) {
+		int w = 0, run = 0;
+
+		if (f->client)
+			dps_engine_load(f->client, d, &w, &run);
+		fprintf(o, "vllm:num_requests_running{model_name=\"%s\",engine=\"%d\"} %d\n", name, d,
+			run);
+	}
+	fprintf(o, "# HELP vllm:num_requests_waiting Requests waiting for a replica.\n"
+		   "# TYPE vllm:num_requests_waiting gauge\n");
+	for (int d = 0; d < f->o.dp; d++) {
+		int w = 0, run = 0;
+
+		if (f->client)
+			dps_engine_load(f->client, d, &w, &run);
+		fprintf(o, "vllm:num_requests_waiting{model_name=\"%s\",engine=\"%d\"} %d\n", name, d,
+			w);
+	}
+	fprintf(o, "# HELP vllm:kv_cache_usage_perc Fraction of the KV-cache blocks in use.\n"
+		   "# TYPE vllm:kv_cache_usage_perc gauge\n");
+	for (int d = 0; d < f->o.dp; d++) {
+		const struct dps_engine_stats *s = &f->rep[d];
+		const double use = s->num_blocks ? 1.0 - (double)s->free_blocks / (double)s->num_blocks
+						 : 0.0;
+
+		fprintf(o, "vllm:kv_cache_usage_perc{model_name=\"%s\",engine=\"%d\"} %.6f\n", name,
+			d, use);
+		pre += s->preemptions;
+		dummy += s->dummy_steps;
+		steps += s->steps;
+	}
+	fprintf(o, "# HELP vllm:prompt_tokens_total Prompt tokens received.\n"
+		   "# TYPE vllm:prompt_tokens_total counter\n"
+		   "vllm:prompt_tokens_total{model_name=\"%s\"} %llu\n", name,
+		(unsigned long long)f->prompt_tokens);
+	fprintf(o, "# HELP vllm:generation_tokens_total Tokens generated.\n"
+		   "# TYPE vllm:generation_tokens_total counter\n"
+		   "vllm:generation_tokens_total{model_name=\"%s\"} %llu\n", name,
+		(unsigned long long)f->gen_tokens);
+	fprintf(o, "# HELP vllm:request_success_total Requests finished, by finish reason.\n"
+		   "# TYPE vllm:request_success_total counter\n");
+	for (int i = DPS_FINISH_STOP; i <= DPS_FINISH_ERROR; i++)
+		fprintf(o, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} "
+			   "%llu\n", name, dps_finish_name((enum dps_finish)i),
+			(unsigned long long)f->requests[i]);
+	fprintf(o, "# HELP vllm:num_preemptions_total Requests preempted (recomputed later).\n"
+		   "# TYPE vllm:num_preemptions_total counter\n"
+		   "vllm:num_preemptions_total{model_name=\"%s\"} %llu\n", name,
+		(unsigned long long)pre);
+	hist_print(o, "vllm:time_to_first_token_seconds", "Time to the first token.", &f->ttft);
+	hist_print(o, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
+		   &f->itl);
+	hist_print(o, "vllm:e2e_request_latency_seconds", "Time from arrival to the last token.",
+		   &f->e2e);
+	fprintf(o, "# HELP dpshard:engine_steps_total Steps run (replica 0 and every other).\n"
+		   "# TYPE dpshard:engine_steps_total counter\n"
+		   "dpshard:engine_steps_total %llu\n", (unsigned long long)steps);
+	fprintf(o, "# HELP dpshard:dummy_batches_total Dummy batches run by idle coupled replicas.\n"
+		   "# TYPE dpshard:dummy_batches_total counter\n"
+		   "dpshard:dummy_batches_total %llu\n", (unsigned long long)dummy);
+	fprintf(o, "# HELP dpshard:http_errors_total Requests answered with an error status.\n"
+		   "# TYPE dpshard:http_errors_total counter\n"
+		   "dpshard:http_errors_total %llu\n", (unsigned long long)f->http_errors);
+	fprintf(o, "# HELP dpshard:rank_restarts_total Times the ranks were restarted after a "
+		   "failure.\n# TYPE dpshard:rank_restarts_total counter\n"
+		   "dpshard:rank_restarts_total %llu\n", (unsigned long long)f->restarts);
+	fprintf(o, "# HELP dpshard:collective_seconds_per_step Time TP rank 0 of a replica spent "
+		   "in the collectives of a group set, per step (this run).\n"
+		   "# TYPE dpshard:collective_seconds_per_step gauge\n");
+	for (int d = 0; d < f->o.dp; d++)
+		for (int g = 0; g < f->rep[d].n_groups && g < DPS_ENGINE_GROUPS; g++)
+			fprintf(o, "dpshard:collective_seconds_per_step{engine=\"%d\",group=\"%s\"} "
+				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
+				f->rep[d].steps ? (double)f->rep[d].group_ns[g] / 1e9 /
+							 (double)f->rep[d].steps : 0.0);
+	fprintf(o, "# HELP dpshard:collective_seconds_total Time TP rank 0 of a replica spent in "
+		   "the collectives of a group set (this run).\n"
+		   "# TYPE dpshard:collective_seconds_total counter\n");
+	for (int d = 0; d < f->o.dp; d++)
+		for (int g = 0; g < f->rep[d].n_groups && g < DPS_ENGINE_GROUPS; g++)
+			fprintf(o, "dpshard:collective_seconds_total{engine=\"%d\",group=\"%s\"} "
+				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
+				(double)f->rep[d].group_ns[g] / 1e9);
+	spec_metrics(f, o, name);
+	fprintf(o, "# HELP dpshard:up 1 when every rank serves, 0 while loading, draining or "
+		   "recovering.\n# TYPE dpshard:up gauge\ndpshard:up %d\n",
+		f->state == DPS_FE_READY);
+}
+
+void dps_fe_metrics_page(struct dps_frontend *f, uint64_t conn)
+{
+	char *body = NULL;
+	size_t n = 0;
+	FILE *o = open_memstream(&body, &n);
+
+	if (!o)
+		return;
+	dps_frontend_metrics(f, o);
+	fclose(o);
+	dps_http_respond(f->http, conn, 200, "text/plain; version=0.0.4; charset=utf-8", body, n,
+			 NULL, 0);
+	free(body);
+}
+
