@@ -16,6 +16,7 @@
 #include "tests/oracle.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/membw.h"
 #include "kernels/pool.h"
 
 static void fill(float *x, int n, uint32_t salt, float scale)
@@ -272,6 +273,29 @@ START_TEST(test_check_can_fail)
 }
 END_TEST
 
+START_TEST(test_membw_sum)
+{
+	/* Small integers: every partial sum exact, so the fast sum equals the twin's bit for bit;
+	 * one element changed changes it (the comparison can fail). */
+	const size_t n = 64 * 1000;
+	float *p = aligned_alloc(64, n * sizeof(float));
+
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(i % 7);
+	ck_assert(dps_membw_sum_f32(p, n) == dps_membw_sum_f32_ref(p, n));
+	ck_assert(dps_membw_sum_f32(p, 64) == dps_membw_sum_f32_ref(p, 64));
+	{
+		const float before = dps_membw_sum_f32_ref(p, n);
+
+		p[777] += 1.0f;
+		ck_assert(dps_membw_sum_f32(p, n) == before + 1.0f);
+	}
+	free(p);
+	ck_assert(dps_membw_read_bandwidth((size_t)8 << 20, 3) > 1e8);
+}
+END_TEST
+
 /* ---- the pool ---------------------------------------------------------------------- */
 
 struct count_job {
@@ -425,6 +449,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_attention, 0, 5);
 	tcase_add_test(tc, test_attention_paged);
 	tcase_add_test(tc, test_check_can_fail);
+	tcase_add_test(tc, test_membw_sum);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pool");
 	tcase_set_timeout(tc, 60);

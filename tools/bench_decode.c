@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <immintrin.h>
 
 #include "common/dps.h"
 #include "common/json.h"
@@ -38,6 +37,7 @@
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
+#include "kernels/membw.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
 #include "tools/bench_spec.h"
@@ -97,82 +97,6 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* ---- the machine's limits ------------------------------------------------------------ */
-
-struct read_job {
-	const float *buf;
-	size_t n;
-	int chunks;
-	float sink[64];
-};
-
-__attribute__((target("avx512f"))) static float read512(const float *p, size_t n)
-{
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-
-	for (size_t i = 0; i + 64 <= n; i += 64) {
-		a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-		a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-		a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-		a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-static float read_plain(const float *p, size_t n)
-{
-	float acc[16] = { 0 };
-
-	for (size_t i = 0; i + 16 <= n; i += 16)
-		for (int j = 0; j < 16; j++)
-			acc[j] += p[i + j];
-	for (int j = 1; j < 16; j++)
-		acc[0] += acc[j];
-	return acc[0];
-}
-
-static void read_slice(void *arg, int chunk, int tid)
-{
-	struct read_job *j = arg;
-	int lo, hi;
-
-	(void)tid;
-	/* In units of 64 floats (one 256-byte block), so every slice stays aligned. */
-	dps_pool_split((int)(j->n / 64), 1, chunk, j->chunks, &lo, &hi);
-	__builtin_cpu_init();
-	j->sink[chunk % 64] += __builtin_cpu_supports("avx512f")
-				    ? read512(j->buf + (size_t)lo * 64, (size_t)(hi - lo) * 64)
-				    : read_plain(j->buf + (size_t)lo * 64, (size_t)(hi - lo) * 64);
-}
-
-/*
- * Read bandwidth (bytes/s) of this process's threads over a buffer far larger than the
- * caches, on huge pages like the weights: the median of reps passes.
- */
-static double read_bandwidth(size_t bytes, int reps)
-{
-	const size_t huge = (size_t)2 << 20;
-	struct read_job j = { 0 };
-	double t[16];
-	void *p = NULL;
-
-	bytes = (bytes + huge - 1) / huge * huge;
-	p = dps_alloc_huge(bytes); /* zeroed: every page touched before the timing */
-	if (!p)
-		return 0;
-	j.buf = p;
-	j.n = bytes / sizeof(float);
-	j.chunks = 4 * dps_pool_size(dps_gemm_pool());
-	dps_pool_run(dps_gemm_pool(), j.chunks, read_slice, &j); /* warm the TLB and the threads */
-	for (int r = 0; r < reps && r < 16; r++) {
-		const uint64_t t0 = dps_now_ns();
-
-		dps_pool_run(dps_gemm_pool(), j.chunks, read_slice, &j);
-		t[r] = (double)bytes / ((double)(dps_now_ns() - t0) / 1e9);
-	}
-	free(p);
-	qsort(t, (size_t)(reps < 16 ? reps : 16), sizeof(double), cmp_double);
-	return t[(reps < 16 ? reps : 16) / 2];
-}
 
 /* GFLOP/s of a square n x n x n product through dps_linear_f32: the median of reps. */
 static double sgemm_rate(int n, int reps)
@@ -671,7 +595,7 @@ int dps_bench_decode(int argc, char **argv)
 			free(b.rows);
 			return 1;
 		}
-		bw = read_bandwidth((size_t)1 << 30, 7);
+		bw = dps_membw_read_bandwidth((size_t)1 << 30, 7);
 		dps_gemm_setup(blis_arch, per, msg, sizeof(msg));
 		peak = sgemm_rate(1536, 5);
 		threads = per;

@@ -31,4 +31,9 @@ int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len
  */
 int dps_default_model(const char *who, char *dir, size_t len);
 
+#include "engine/model/safetensors.h"
+/* The --dtype of convert and mkmodel (f32, bf16, f16) of command cmd. 0, or -1 after a
+ * message. */
+int dps_tool_parse_dtype(const char *cmd, const char *s, enum dps_st_dtype *dt);
+
 #endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/cmd_model.c - `dpshard convert` and `dpshard generate` (one process, the reference
- * decoder; the sharded engine takes over generate in later work).
+ * tools/cmd_generate.c - `dpshard generate`: text or ids from a prompt, in one process (the
+ * one-rank model, as llama2.c's run.c) or across ranks on the serving engine
+ * (tools/gen_ranks.c), and many requests at once from a JSON-lines file.
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,13 +12,10 @@
 #include <unistd.h>
 
 #include "common/dps.h"
-#include "engine/model/convert.h"
-#include "engine/model/gguf.h"
-#include "engine/model/mkmodel.h"
-#include "engine/model/model.h"
 #include "engine/api/request.h"
-#include "engine/shard/shard.h"
+#include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
+#include "engine/shard/shard.h"
 #include "kernels/gemm.h"
 #include "kernels/sample.h"
 #include "tools/cmd.h"
@@ -28,70 +26,6 @@
 #define PREFILL_ROWS 512
 /* Prompts one generate takes (each a positional argument). */
 #define MAX_PROMPTS 64
-
-/* The --dtype of convert and mkmodel. Returns 0, or -1 after printing the message. */
-static int parse_dtype(const char *cmd, const char *s, enum dps_st_dtype *dt)
-{
-	if (!strcmp(s, "f32"))
-		*dt = DPS_ST_F32;
-	else if (!strcmp(s, "bf16"))
-		*dt = DPS_ST_BF16;
-	else if (!strcmp(s, "f16"))
-		*dt = DPS_ST_F16;
-	else {
-		fprintf(stderr, "dpshard %s: --dtype %s is not one of f32, bf16, f16\n", cmd, s);
-		return -1;
-	}
-	return 0;
-}
-
-int dps_cmd_convert(int argc, char **argv)
-{
-	const char *dtype = "f32";
-	char *pos[4], err[512];
-	enum dps_st_dtype dt;
-	int npos, rc;
-	const struct dps_flag flags[] = {
-		{ "dtype", DPS_FLAG_STR, &dtype, "T",
-		  "llama2c: tensor type written, f32, bf16 or f16 (gguf writes f32)" },
-		DPS_FLAGS_END
-	};
-
-	rc = dps_flags_parse(flags, argc, argv, "convert",
-			     "llama2c MODEL.bin TOKENIZER.bin OUTDIR [--dtype f32|bf16|f16]\n"
-			     "       dpshard convert gguf MODEL_DIR OUT.gguf", pos, 4, &npos);
-	if (rc)
-		return rc > 0 ? 0 : 2;
-	if (npos == 3 && !strcmp(pos[0], "gguf")) {
-		/* Export, for llama.cpp: the same weights in its format. */
-		if (strcmp(dtype, "f32")) {
-			fprintf(stderr, "dpshard convert gguf writes F32 only (--dtype %s); make other "
-					"types from it with llama.cpp's llama-quantize\n", dtype);
-			return 2;
-		}
-		rc = dps_gguf_export(pos[1], pos[2], err, sizeof(err));
-		if (rc) {
-			fprintf(stderr, "dpshard convert: %s\n", err);
-			return rc == -DPS_ECONFIG ? 2 : 1;
-		}
-		printf("wrote %s (GGUF, F32, llama.cpp's llama architecture)\n", pos[2]);
-		return 0;
-	}
-	if (npos != 4 || strcmp(pos[0], "llama2c")) {
-		fprintf(stderr, "dpshard convert: expected `llama2c MODEL.bin TOKENIZER.bin OUTDIR` "
-				"(import) or `gguf MODEL_DIR OUT.gguf` (export)\n");
-		return 2;
-	}
-	if (parse_dtype("convert", dtype, &dt))
-		return 2;
-	rc = dps_convert_llama2c(pos[1], pos[2], pos[3], dt, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "dpshard convert: %s\n", err);
-		return 1;
-	}
-	printf("wrote %s (config.json, model.safetensors, tokenizer.bin)\n", pos[3]);
-	return 0;
-}
 
 /* Parses "1 403 407" or "1,403,407" into ids. Returns the count or -1. */
 static int parse_ids(const char *s, int *ids, int cap, int vocab)
@@ -113,81 +47,6 @@ static int parse_ids(const char *s, int *ids, int cap, int vocab)
 		s = end;
 	}
 	return n;
-}
-
-/*
- * A preset model with seed 0 (random weights, no tokenizer), written on first use to
- * $XDG_CACHE_HOME/dpshard/PRESET-seed0 (or ~/.cache/dpshard/...), so a generation or a
- * benchmark runs on a fresh machine with nothing downloaded.
- */
-int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len)
-{
-	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-	const struct dps_mkmodel_preset *p = dps_mkmodel_preset(preset);
-	char base[3900], cfg[4200], err[512];
-	uint64_t t0;
-	int rc;
-
-	if (!p) {
-		fprintf(stderr, "dpshard %s: no preset '%s' (dpshard mkmodel --list-presets shows them)\n", who,
-			preset);
-		return -EINVAL;
-	}
-	if (xdg && *xdg)
-		snprintf(base, sizeof(base), "%s", xdg);
-	else
-		snprintf(base, sizeof(base), "%s/.cache", home && *home ? home : "/tmp");
-	snprintf(dir, len, "%s/dpshard/%s-seed0", base, preset);
-	snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
-	if (access(cfg, R_OK) == 0)
-		return 0;
-	snprintf(cfg, sizeof(cfg), "%s/dpshard", base);
-	if ((mkdir(base, 0755) && errno != EEXIST) || (mkdir(cfg, 0755) && errno != EEXIST)) {
-		fprintf(stderr, "dpshard %s: cannot create %s: %s\n", who, cfg, strerror(errno));
-		return -errno;
-	}
-	fprintf(stderr, "dpshard %s: writing the '%s' model (%.1fM parameters, random weights, "
-			"prompts as token ids) to %s ...\n", who, preset,
-		(double)dps_model_config_params(&p->cfg) / 1e6, dir);
-	t0 = dps_now_ns();
-	rc = dps_mkmodel(&p->cfg, 0, DPS_ST_F32, dir, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "dpshard %s: %s\n", who, err);
-	else
-		fprintf(stderr, "dpshard %s: done in %.1f s\n", who,
-			(double)(dps_now_ns() - t0) / 1e9);
-	return rc;
-}
-
-/*
- * The default model, stories260K: the copy `make` converts into the build tree beside the
- * running binary (data/stories260K), else the one `make install` put into the package data
- * folder. A directory counts when it has a config.json.
- */
-int dps_default_model(const char *who, char *dir, size_t len)
-{
-	char exe[4096], cfg[4300], *slash;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n > 0 && (size_t)n < sizeof(exe) - 1) {
-		exe[n] = '\0';
-		slash = strrchr(exe, '/');
-		if (slash) {
-			*slash = '\0';
-			snprintf(cfg, sizeof(cfg), "%s/data/stories260K/config.json", exe);
-			if (!access(cfg, R_OK) &&
-			    (size_t)snprintf(dir, len, "%s/data/stories260K", exe) < len)
-				return 0;
-		}
-	}
-	snprintf(cfg, sizeof(cfg), "%s/stories260K/config.json", DPS_PKGDATADIR);
-	if (!access(cfg, R_OK) && (size_t)snprintf(dir, len, "%s/stories260K", DPS_PKGDATADIR) < len)
-		return 0;
-	fprintf(stderr, "dpshard %s: no --model given, and the default model stories260K is neither "
-			"in the build tree (data/stories260K beside the binary: run make) nor installed "
-			"(%s/stories260K: run make install); give --model DIR, or make a random one with "
-			"dpshard mkmodel --out DIR\n", who, DPS_PKGDATADIR);
-	return -ENOENT;
 }
 
 /* Loads the model's config and checks the layout against it; 0, or the exit status after a
@@ -694,121 +553,3 @@ out:
 	return rc ? 1 : 0;
 }
 
-int dps_cmd_mkmodel(int argc, char **argv)
-{
-	const char *preset = NULL, *out = NULL, *dtype = "f32", *draft_for = NULL;
-	const char *draft_kind = "self";
-	int draft_vocab = 0;
-	struct dps_model_config c, check;
-	int seed = 0, list = 0, tie = -1, npos, rc;
-	int hidden = 0, inter = 0, layers = 0, heads = 0, kv = 0, hd = 0, vocab = 0, maxpos = 0;
-	enum dps_st_dtype dt;
-	char *pos[1], err[512] = "cannot write config.json", path[4200];
-	const struct dps_flag flags[] = {
-		{ "preset", DPS_FLAG_STR, &preset, "NAME", "start from a preset (--list-presets)" },
-		{ "out", DPS_FLAG_STR, &out, "DIR", "output directory (created)" },
-		{ "seed", DPS_FLAG_INT, &seed, "S", "random seed; the same seed gives the same bytes" },
-		{ "dtype", DPS_FLAG_STR, &dtype, "T", "tensor type: f32, bf16 or f16" },
-		{ "hidden-size", DPS_FLAG_INT, &hidden, "N", "override: hidden size" },
-		{ "intermediate-size", DPS_FLAG_INT, &inter, "N", "override: MLP intermediate size" },
-		{ "num-hidden-layers", DPS_FLAG_INT, &layers, "N", "override: decoder layers" },
-		{ "num-attention-heads", DPS_FLAG_INT, &heads, "N", "override: query heads" },
-		{ "num-key-value-heads", DPS_FLAG_INT, &kv, "N", "override: KV heads" },
-		{ "head-dim", DPS_FLAG_INT, &hd, "N", "override: head size (default hidden / heads)" },
-		{ "vocab-size", DPS_FLAG_INT, &vocab, "N", "override: vocabulary size" },
-		{ "max-position-embeddings", DPS_FLAG_INT, &maxpos, "N", "override: context length" },
-		{ "tie-word-embeddings", DPS_FLAG_INT, &tie, "0|1", "override: tie the LM head", -1, 1 },
-		{ "list-presets", DPS_FLAG_BOOL, &list, NULL, "print the presets and exit" },
-		{ "draft-for", DPS_FLAG_STR, &draft_for, "DIR",
-		  "write an Eagle3 draft of the model in DIR instead (shape flags do not apply)" },
-		{ "draft-kind", DPS_FLAG_STR, &draft_kind, "self|random",
-		  "self: built from the target's weights, no training (default); random: seeded "
-		  "random weights" },
-		{ "draft-vocab", DPS_FLAG_INT, &draft_vocab, "N",
-		  "draft vocabulary size (default: the target's)" },
-		DPS_FLAGS_END
-	};
-
-	rc = dps_flags_parse(flags, argc, argv, "mkmodel",
-			     "(--preset NAME | --hidden-size N ... | --draft-for DIR) --out DIR [--seed S]", pos, 0, &npos);
-	if (rc)
-		return rc > 0 ? 0 : 2;
-	if (list) {
-		for (const struct dps_mkmodel_preset *p = dps_mkmodel_presets; p->name; p++)
-			printf("%-12s %6.1fM parameters  %s\n", p->name,
-			       (double)dps_model_config_params(&p->cfg) / 1e6, p->what);
-		return 0;
-	}
-	if (!out) {
-		fprintf(stderr, "dpshard mkmodel: --out DIR is required\n");
-		return 2;
-	}
-	if (draft_for) {
-		enum dps_draft_kind kind;
-
-		if (!strcmp(draft_kind, "self"))
-			kind = DPS_DRAFT_SELF;
-		else if (!strcmp(draft_kind, "random"))
-			kind = DPS_DRAFT_RANDOM;
-		else {
-			fprintf(stderr, "dpshard mkmodel: --draft-kind must be self or random, not "
-				"'%s'\n", draft_kind);
-			return 2;
-		}
-		if (draft_vocab < 0) {
-			fprintf(stderr, "dpshard mkmodel: --draft-vocab must be positive\n");
-			return 2;
-		}
-		if (parse_dtype("mkmodel", dtype, &dt))
-			return 2;
-		fprintf(stderr, "dpshard mkmodel: writing a %s Eagle3 draft of %s to %s ...\n",
-			kind == DPS_DRAFT_SELF ? "self-distilled" : "random", draft_for, out);
-		rc = dps_mkmodel_draft(draft_for, kind, draft_vocab, (uint64_t)seed, dt, out, err,
-				       sizeof(err));
-		if (rc) {
-			fprintf(stderr, "dpshard mkmodel: %s\n", err);
-			return 1;
-		}
-		printf("wrote %s\n", out);
-		return 0;
-	}
-	if (preset && !dps_mkmodel_preset(preset)) {
-		fprintf(stderr, "dpshard mkmodel: unknown preset '%s' (see --list-presets)\n", preset);
-		return 2;
-	}
-	c = dps_mkmodel_preset(preset ? preset : "tiny")->cfg;
-	if (hidden) c.hidden_size = hidden;
-	if (inter) c.intermediate_size = inter;
-	if (layers) c.num_hidden_layers = layers;
-	if (heads) c.num_attention_heads = heads;
-	if (kv) c.num_key_value_heads = kv;
-	else if (heads) c.num_key_value_heads = heads;
-	if (hd) c.head_dim = hd;
-	else if (hidden || heads) c.head_dim = c.num_attention_heads ? c.hidden_size / c.num_attention_heads : 0;
-	if (vocab) c.vocab_size = vocab;
-	if (maxpos) c.max_position_embeddings = maxpos;
-	if (tie >= 0) c.tie_word_embeddings = tie;
-	if (parse_dtype("mkmodel", dtype, &dt))
-		return 2;
-	/* Validate the shape with the same rules as any config.json, before writing weights. */
-	if (mkdir(out, 0755) && errno != EEXIST) {
-		fprintf(stderr, "dpshard mkmodel: %s: %s\n", out, strerror(errno));
-		return 1;
-	}
-	snprintf(path, sizeof(path), "%s/config.json", out);
-	if (dps_model_config_save(&c, path) ||
-	    dps_model_config_load(out, &check, err, sizeof(err))) {
-		fprintf(stderr, "dpshard mkmodel: invalid shape: %s\n", err);
-		unlink(path);
-		return 2;
-	}
-	fprintf(stderr, "dpshard mkmodel: writing %.1fM parameters to %s ...\n",
-		(double)dps_model_config_params(&c) / 1e6, out);
-	rc = dps_mkmodel(&c, (uint64_t)seed, dt, out, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "dpshard mkmodel: %s\n", err);
-		return 1;
-	}
-	printf("wrote %s\n", out);
-	return 0;
-}
