@@ -16,7 +16,7 @@
 #include "tests/oracle.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
-#include "kernels/membw.h"
+#include "kernels/limits.h"
 #include "kernels/pool.h"
 
 static void fill(float *x, int n, uint32_t salt, float scale)
@@ -283,16 +283,16 @@ START_TEST(test_membw_sum)
 	ck_assert_ptr_nonnull(p);
 	for (size_t i = 0; i < n; i++)
 		p[i] = (float)(i % 7);
-	ck_assert(dps_membw_sum_f32(p, n) == dps_membw_sum_f32_ref(p, n));
-	ck_assert(dps_membw_sum_f32(p, 64) == dps_membw_sum_f32_ref(p, 64));
+	ck_assert(dps_limits_sum_f32(p, n) == dps_limits_sum_f32_ref(p, n));
+	ck_assert(dps_limits_sum_f32(p, 64) == dps_limits_sum_f32_ref(p, 64));
 	{
-		const float before = dps_membw_sum_f32_ref(p, n);
+		const float before = dps_limits_sum_f32_ref(p, n);
 
 		p[777] += 1.0f;
-		ck_assert(dps_membw_sum_f32(p, n) == before + 1.0f);
+		ck_assert(dps_limits_sum_f32(p, n) == before + 1.0f);
 	}
 	free(p);
-	ck_assert(dps_membw_read_bandwidth((size_t)8 << 20, 3) > 1e8);
+	ck_assert(dps_limits_read_bandwidth((size_t)8 << 20, 3) > 1e8);
 }
 END_TEST
 

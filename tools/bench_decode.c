@@ -37,7 +37,7 @@
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
-#include "kernels/membw.h"
+#include "kernels/limits.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
 #include "tools/bench_spec.h"
@@ -87,46 +87,6 @@ static void stats(const double *v, int n, double *mean, double *sd)
 	for (int i = 0; i < n; i++)
 		q += (v[i] - *mean) * (v[i] - *mean);
 	*sd = n > 1 ? sqrt(q / (n - 1)) : 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* ---- the machine's limits ------------------------------------------------------------ */
-
-/* GFLOP/s of a square n x n x n product through dps_linear_f32: the median of reps. */
-static double sgemm_rate(int n, int reps)
-{
-	float *a = malloc(sizeof(float) * (size_t)n * n), *b = malloc(sizeof(float) * (size_t)n * n);
-	float *c = malloc(sizeof(float) * (size_t)n * n);
-	double t[16];
-
-	if (!a || !b || !c) {
-		free(a);
-		free(b);
-		free(c);
-		return 0;
-	}
-	for (size_t i = 0; i < (size_t)n * n; i++) {
-		a[i] = (float)(i % 13) * 0.01f;
-		b[i] = (float)(i % 7) * 0.02f;
-	}
-	dps_linear_f32(c, a, b, n, n, n);
-	for (int r = 0; r < reps && r < 16; r++) {
-		const uint64_t t0 = dps_now_ns();
-
-		dps_linear_f32(c, a, b, n, n, n);
-		t[r] = 2.0 * n * n * (double)n / ((double)(dps_now_ns() - t0));
-	}
-	free(a);
-	free(b);
-	free(c);
-	qsort(t, (size_t)(reps < 16 ? reps : 16), sizeof(double), cmp_double);
-	return t[(reps < 16 ? reps : 16) / 2];
 }
 
 /* Prints s as a JSON string. */
@@ -595,9 +555,9 @@ int dps_bench_decode(int argc, char **argv)
 			free(b.rows);
 			return 1;
 		}
-		bw = dps_membw_read_bandwidth((size_t)1 << 30, 7);
+		bw = dps_limits_read_bandwidth((size_t)1 << 30, 7);
 		dps_gemm_setup(blis_arch, per, msg, sizeof(msg));
-		peak = sgemm_rate(1536, 5);
+		peak = dps_limits_sgemm_rate(1536, 5);
 		threads = per;
 	}
 	for (int pi = 0; pi < np; pi++) {

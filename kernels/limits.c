@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/membw.c - the read-bandwidth probe (see membw.h). Called once per `bench decode` run.
+ * kernels/limits.c - the read-bandwidth probe (see membw.h). Called once per `bench decode` run.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -8,10 +8,10 @@
 
 #include "common/dps.h"
 #include "kernels/gemm.h"
-#include "kernels/membw.h"
+#include "kernels/limits.h"
 #include "kernels/pool.h"
 
-float dps_membw_sum_f32_ref(const float *restrict p, size_t n)
+float dps_limits_sum_f32_ref(const float *restrict p, size_t n)
 {
 	float acc[16] = { 0 };
 
@@ -70,14 +70,14 @@ __attribute__((target("avx2"))) static float sum_avx2(const float *restrict p, s
 	return lanes_sum(lanes);
 }
 
-float dps_membw_sum_f32(const float *restrict p, size_t n)
+float dps_limits_sum_f32(const float *restrict p, size_t n)
 {
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f"))
 		return sum_avx512(p, n);
 	if (__builtin_cpu_supports("avx2"))
 		return sum_avx2(p, n);
-	return dps_membw_sum_f32_ref(p, n);
+	return dps_limits_sum_f32_ref(p, n);
 }
 
 struct read_job {
@@ -95,7 +95,7 @@ static void read_slice(void *arg, int chunk, int tid)
 	(void)tid;
 	/* In units of 64 floats (one 256-byte block), so every slice stays aligned. */
 	dps_pool_split((int)(j->n / 64), 1, chunk, j->chunks, &lo, &hi);
-	j->sink[chunk % 64] += dps_membw_sum_f32(j->buf + (size_t)lo * 64, (size_t)(hi - lo) * 64);
+	j->sink[chunk % 64] += dps_limits_sum_f32(j->buf + (size_t)lo * 64, (size_t)(hi - lo) * 64);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -105,7 +105,7 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-double dps_membw_read_bandwidth(size_t bytes, int reps)
+double dps_limits_read_bandwidth(size_t bytes, int reps)
 {
 	const size_t huge = (size_t)2 << 20;
 	struct read_job j = { 0 };
@@ -131,6 +131,40 @@ double dps_membw_read_bandwidth(size_t bytes, int reps)
 		t[r] = (double)bytes / ((double)(dps_now_ns() - t0) / 1e9);
 	}
 	free(p);
+	qsort(t, (size_t)reps, sizeof(double), cmp_double);
+	return t[reps / 2];
+}
+
+double dps_limits_sgemm_rate(int n, int reps)
+{
+	float *a = malloc(sizeof(float) * (size_t)n * n), *b = malloc(sizeof(float) * (size_t)n * n);
+	float *c = malloc(sizeof(float) * (size_t)n * n);
+	double t[16];
+
+	if (reps > 16)
+		reps = 16;
+	if (reps < 1)
+		reps = 1;
+	if (!a || !b || !c) {
+		free(a);
+		free(b);
+		free(c);
+		return 0;
+	}
+	for (size_t i = 0; i < (size_t)n * n; i++) {
+		a[i] = (float)(i % 13) * 0.01f;
+		b[i] = (float)(i % 7) * 0.02f;
+	}
+	dps_linear_f32(c, a, b, n, n, n);
+	for (int r = 0; r < reps; r++) {
+		const uint64_t t0 = dps_now_ns();
+
+		dps_linear_f32(c, a, b, n, n, n);
+		t[r] = 2.0 * n * n * (double)n / ((double)(dps_now_ns() - t0));
+	}
+	free(a);
+	free(b);
+	free(c);
 	qsort(t, (size_t)reps, sizeof(double), cmp_double);
 	return t[reps / 2];
 }
