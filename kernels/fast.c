@@ -28,6 +28,7 @@ static int have_avx512(void)
  * degree 7 (relative error below 2e-8 on that range), then scaled by 2^n. Inputs below -104
  * give 0 and above 88.7 give +inf, as expf does.
  */
+/* Assumptions: sixteen independent lanes; no memory. */
 __attribute__((target("avx512f"))) static __m512 exp16(__m512 x)
 {
 	const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.8f);
@@ -55,8 +56,12 @@ static inline __mmask16 tail_mask(int left)
 	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
 }
 
+/*
+ * Assumptions: n >= 1, any alignment (the tail is a masked load); out may alias x (each
+ * element is read before it is written); the sum of squares runs in 16 lanes, then reduced.
+ */
 __attribute__((target("avx512f"))) static void rmsnorm512(float *out, const float *x,
-							  const float *w, int n, float eps)
+							  const float *restrict w, int n, float eps)
 {
 	__m512 acc = _mm512_setzero_ps(), s;
 	float ss;
@@ -76,7 +81,7 @@ __attribute__((target("avx512f"))) static void rmsnorm512(float *out, const floa
 	}
 }
 
-void dps_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+void dps_rmsnorm(float *out, const float *x, const float *restrict w, int n, float eps)
 {
 	if (have_avx512())
 		rmsnorm512(out, x, w, n, eps);
@@ -84,21 +89,11 @@ void dps_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 		dps_rmsnorm_ref(out, x, w, n, eps);
 }
 
-void dps_rope_table(float *cs, int head_dim, int pos, float theta)
-{
-	const int half = head_dim / 2;
-
-	for (int j = 0; j < half; j++) {
-		/* The reference's formula, so angles (and their rounding) agree exactly. */
-		const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
-		const float a = (float)pos * freq;
-
-		cs[j] = cosf(a);
-		cs[half + j] = sinf(a);
-	}
-}
-
-void dps_rope(float *x, int n_heads, int head_dim, const float *cs)
+/*
+ * Assumptions: head_dim even; cs from dps_rope_table (cos then sin of head_dim / 2 angles);
+ * the two halves of a head are independent lanes, which the compiler vectorises.
+ */
+void dps_rope(float *restrict x, int n_heads, int head_dim, const float *restrict cs)
 {
 	const int half = head_dim / 2;
 	const float *c = cs, *s = cs + half;
@@ -106,7 +101,6 @@ void dps_rope(float *x, int n_heads, int head_dim, const float *cs)
 	for (int h = 0; h < n_heads; h++) {
 		float *v0 = x + (size_t)h * (size_t)head_dim, *v1 = v0 + half;
 
-		/* Independent lanes: the compiler vectorises this loop. */
 		for (int j = 0; j < half; j++) {
 			const float x0 = v0[j], x1 = v1[j];
 
@@ -116,6 +110,10 @@ void dps_rope(float *x, int n_heads, int head_dim, const float *cs)
 	}
 }
 
+/*
+ * Assumptions: n >= 1, any alignment; three passes (max, exponentials and their 16-lane sum,
+ * scale), masked loads for the tail, masked-out lanes -inf for the max and 0 for the sum.
+ */
 __attribute__((target("avx512f"))) static void softmax512(float *x, int n)
 {
 	__m512 vmax = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), inv;
@@ -149,7 +147,9 @@ void dps_softmax(float *x, int n)
 		dps_softmax_ref(x, n);
 }
 
-__attribute__((target("avx512f"))) static void swiglu512(float *g, const float *u, int n)
+/* Assumptions: g and u do not overlap; any alignment; elementwise, masked tail. */
+__attribute__((target("avx512f"))) static void swiglu512(float *restrict g,
+							 const float *restrict u, int n)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 
@@ -165,7 +165,7 @@ __attribute__((target("avx512f"))) static void swiglu512(float *g, const float *
 	}
 }
 
-void dps_swiglu(float *g, const float *u, int n)
+void dps_swiglu(float *restrict g, const float *restrict u, int n)
 {
 	if (have_avx512())
 		swiglu512(g, u, n);
@@ -173,8 +173,10 @@ void dps_swiglu(float *g, const float *u, int n)
 		dps_swiglu_ref(g, u, n);
 }
 
-__attribute__((target("avx512f"))) static void swiglu_clamped512(float *g, const float *u, int n,
-								  float limit)
+/* Assumptions: as swiglu512; limit > 0. */
+__attribute__((target("avx512f"))) static void swiglu_clamped512(float *restrict g,
+								 const float *restrict u, int n,
+								 float limit)
 {
 	const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit);
 	const __m512 nlim = _mm512_set1_ps(-limit), alpha = _mm512_set1_ps(-1.702f);
@@ -192,7 +194,7 @@ __attribute__((target("avx512f"))) static void swiglu_clamped512(float *g, const
 	}
 }
 
-void dps_swiglu_clamped(float *g, const float *u, int n, float limit)
+void dps_swiglu_clamped(float *restrict g, const float *restrict u, int n, float limit)
 {
 	if (have_avx512())
 		swiglu_clamped512(g, u, n, limit);
@@ -200,14 +202,15 @@ void dps_swiglu_clamped(float *g, const float *u, int n, float limit)
 		dps_swiglu_clamped_ref(g, u, n, limit);
 }
 
-void dps_embedding(float *out, const float *table, int dim, int token)
+void dps_embedding(float *restrict out, const float *restrict table, int dim, int token)
 {
 	memcpy(out, table + (size_t)token * (size_t)dim, sizeof(float) * (size_t)dim);
 }
 
 /* Contiguous positions are one block of n_pos: the paged kernel with a table of one entry. */
-void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
-		   int head_dim, size_t kv_stride, float *scratch)
+void dps_attention(float *restrict out, const float *restrict q, const float *restrict k,
+		   const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
+		   float *restrict scratch)
 {
 	static const int one_block[1] = { 0 };
 
@@ -221,8 +224,9 @@ void dps_attention(float *out, const float *q, const float *k, const float *v, i
  * alias q, k or v.
  */
 __attribute__((target("avx512f"))) static void attention_paged512(
-	float *out, const float *q, const float *k, const float *v, const int *table, int bs,
-	size_t block_stride, int n_pos, int head_dim, size_t kv_stride, float *scratch)
+	float *restrict out, const float *restrict q, const float *restrict k,
+	const float *restrict v, const int *restrict table, int bs, size_t block_stride, int n_pos,
+	int head_dim, size_t kv_stride, float *restrict scratch)
 {
 	const float scale = 1.0f / sqrtf((float)head_dim);
 
@@ -254,9 +258,10 @@ __attribute__((target("avx512f"))) static void attention_paged512(
 	}
 }
 
-void dps_attention_paged(float *out, const float *q, const float *k, const float *v,
-			 const int *table, int block_size, size_t block_stride, int n_pos,
-			 int head_dim, size_t kv_stride, float *scratch)
+void dps_attention_paged(float *restrict out, const float *restrict q, const float *restrict k,
+			 const float *restrict v, const int *restrict table, int block_size,
+			 size_t block_stride, int n_pos, int head_dim, size_t kv_stride,
+			 float *restrict scratch)
 {
 	if (have_avx512())
 		attention_paged512(out, q, k, v, table, block_size, block_stride, n_pos, head_dim,

@@ -225,97 +225,151 @@ struct dps_pool *dps_gemm_pool(void)
 	return g.pool;
 }
 
+void dps_gemm_small_f32_ref(float *restrict out, int ldo, const float *restrict x,
+			    const float *restrict W, int m, int n, int k)
+{
+	for (int i = 0; i < m; i++)
+		dps_matvec_ref(out + (size_t)i * (size_t)ldo, x + (size_t)i * (size_t)k, W, n, k);
+}
+
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k)
 {
 	for (int i = 0; i < m; i++)
 		dps_matvec_ref(out + (size_t)i * (size_t)n, x + (size_t)i * (size_t)k, W, n, k);
 }
 
-/*
- * Four rows of W against MR (1..4) rows of x: out[i][r0 + j]. Each output is one 16-lane
- * accumulator over the columns in order, then reduced: the arithmetic of
- * dps_matvec_f32_avx512, so a row's result does not depend on the other rows of the batch.
- * Written out per MR so the sixteen accumulators stay in registers.
- */
-#define ACC_DECL(i) __m512 a0##i = _mm512_setzero_ps(), a1##i = a0##i, a2##i = a0##i, a3##i = a0##i
-#define ACC_FMA(i, LOADX)                                                                 \
-	do {                                                                              \
-		const __m512 xv = LOADX(x + (size_t)(i) * (size_t)k + c);                 \
-		a0##i = _mm512_fmadd_ps(w0v, xv, a0##i);                                  \
-		a1##i = _mm512_fmadd_ps(w1v, xv, a1##i);                                  \
-		a2##i = _mm512_fmadd_ps(w2v, xv, a2##i);                                  \
-		a3##i = _mm512_fmadd_ps(w3v, xv, a3##i);                                  \
-	} while (0)
+/* The sum of the two 256-bit halves of v (eight lanes of pairs). */
+__attribute__((target("avx512f"), always_inline)) static inline __m256 half_sum(__m512 v)
+{
+	return _mm256_add_ps(_mm512_castps512_ps256(v),
+			     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 /* Sum of the 16 lanes of each of 8 vectors, in one vector: a fixed tree per input. */
 __attribute__((target("avx512f"), always_inline)) static inline __m256
 reduce8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m512 v5, __m512 v6, __m512 v7)
 {
-#define HALF(v) _mm256_add_ps(_mm512_castps512_ps256(v), \
-			      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
-	const __m256 h0 = _mm256_hadd_ps(HALF(v0), HALF(v1)), h1 = _mm256_hadd_ps(HALF(v2), HALF(v3));
-	const __m256 h2 = _mm256_hadd_ps(HALF(v4), HALF(v5)), h3 = _mm256_hadd_ps(HALF(v6), HALF(v7));
+	const __m256 h0 = _mm256_hadd_ps(half_sum(v0), half_sum(v1));
+	const __m256 h1 = _mm256_hadd_ps(half_sum(v2), half_sum(v3));
+	const __m256 h2 = _mm256_hadd_ps(half_sum(v4), half_sum(v5));
+	const __m256 h3 = _mm256_hadd_ps(half_sum(v6), half_sum(v7));
 	const __m256 g0 = _mm256_hadd_ps(h0, h1), g1 = _mm256_hadd_ps(h2, h3);
-#undef HALF
+
 	return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-/* Stores the sums of rows i and i + 1 (four outputs each, nr of them real). */
-#define ACC_OUT2(i, j)                                                                    \
-	do {                                                                              \
-		float s[8];                                                               \
-		_mm256_storeu_ps(s, reduce8(a0##i, a1##i, a2##i, a3##i, a0##j, a1##j, a2##j, a3##j)); \
-		for (int q = 0; q < nr; q++) {                                            \
-			out[(size_t)(i) * (size_t)n + (size_t)(r0 + q)] = s[q];           \
-			if ((j) != (i))                                                   \
-				out[(size_t)(j) * (size_t)n + (size_t)(r0 + q)] = s[4 + q]; \
-		}                                                                         \
-	} while (0)
-#define LOADU(p) _mm512_loadu_ps(p)
-#define LOADM(p) _mm512_maskz_loadu_ps(mask, p)
-#define BLOCK(MR, FMAS, OUTS, DECLS)                                                      \
-	__attribute__((target("avx512f"))) static void block_##MR(                         \
-		float *out, const float *x, const float *W, int r0, int nr, int n, int k)  \
-	{                                                                                 \
-		const int tail = k % 16;                                                  \
-		const __mmask16 mask = (__mmask16)((1u << tail) - 1);                     \
-		const float *w0 = W + (size_t)r0 * (size_t)k;                             \
-		const float *w1 = nr > 1 ? w0 + k : w0, *w2 = nr > 2 ? w0 + 2 * k : w0;   \
-		const float *w3 = nr > 3 ? w0 + 3 * k : w0;                               \
-		int c = 0;                                                                \
-		DECLS;                                                                    \
-		for (; c + 16 <= k; c += 16) {                                            \
-			const __m512 w0v = _mm512_loadu_ps(w0 + c), w1v = _mm512_loadu_ps(w1 + c); \
-			const __m512 w2v = _mm512_loadu_ps(w2 + c), w3v = _mm512_loadu_ps(w3 + c); \
-			/* The next four rows, in step: their fetch overlaps this block's sums. */ \
-			_mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);  \
-			_mm_prefetch((const char *)(w0 + 5 * (size_t)k + c), _MM_HINT_T0);  \
-			_mm_prefetch((const char *)(w0 + 6 * (size_t)k + c), _MM_HINT_T0);  \
-			_mm_prefetch((const char *)(w0 + 7 * (size_t)k + c), _MM_HINT_T0);  \
-			FMAS(LOADU);                                                      \
-		}                                                                         \
-		if (tail) {                                                               \
-			const __m512 w0v = LOADM(w0 + c), w1v = LOADM(w1 + c);            \
-			const __m512 w2v = LOADM(w2 + c), w3v = LOADM(w3 + c);            \
-			FMAS(LOADM);                                                      \
-		}                                                                         \
-		OUTS;                                                                     \
+/*
+ * Four rows of W against mr (1..4, a constant where it is inlined) rows of x: out[i][r0 + q]
+ * for q < nr. Each output is one 16-lane accumulator over the columns in order, then
+ * reduced: the arithmetic of dps_matvec_f32_avx512, so a row's result does not depend on the
+ * other rows of the batch. Inlined once per mr (block_1 .. block_4) so that the loops over
+ * the rows unroll and the sixteen accumulators stay in registers.
+ *
+ * Assumptions: x is mr x k and W n x k row-major (stride k), out has row stride n, any
+ * alignment; rows r0 + nr .. r0 + 3 of W are not read (their loads repeat row r0); the next
+ * four rows of W are prefetched in step with these.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+block_rows(float *restrict out, const float *restrict x, const float *restrict W, int r0, int nr,
+	   int n, int k, const int mr)
+{
+	const int tail = k % 16;
+	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
+	const float *w0 = W + (size_t)r0 * (size_t)k;
+	const float *w1 = nr > 1 ? w0 + k : w0, *w2 = nr > 2 ? w0 + 2 * k : w0;
+	const float *w3 = nr > 3 ? w0 + 3 * k : w0;
+	__m512 a[4][4]; /* a[i][q]: row i of x against row r0 + q of W */
+	int c = 0;
+
+#pragma GCC unroll 4
+	for (int i = 0; i < mr; i++)
+		a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
+	for (; c + 16 <= k; c += 16) {
+		const __m512 w0v = _mm512_loadu_ps(w0 + c), w1v = _mm512_loadu_ps(w1 + c);
+		const __m512 w2v = _mm512_loadu_ps(w2 + c), w3v = _mm512_loadu_ps(w3 + c);
+
+		/* The next four rows, in step: their fetch overlaps this block's sums. */
+		_mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + 5 * (size_t)k + c), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + 6 * (size_t)k + c), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + 7 * (size_t)k + c), _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int i = 0; i < mr; i++) {
+			const __m512 xv = _mm512_loadu_ps(x + (size_t)i * (size_t)k + c);
+
+			a[i][0] = _mm512_fmadd_ps(w0v, xv, a[i][0]);
+			a[i][1] = _mm512_fmadd_ps(w1v, xv, a[i][1]);
+			a[i][2] = _mm512_fmadd_ps(w2v, xv, a[i][2]);
+			a[i][3] = _mm512_fmadd_ps(w3v, xv, a[i][3]);
+		}
 	}
-#define F1(L) ACC_FMA(0, L)
-#define F2(L) F1(L); ACC_FMA(1, L)
-#define F3(L) F2(L); ACC_FMA(2, L)
-#define F4(L) F3(L); ACC_FMA(3, L)
-BLOCK(1, F1, ACC_OUT2(0, 0), ACC_DECL(0))
-BLOCK(2, F2, ACC_OUT2(0, 1), ACC_DECL(0); ACC_DECL(1))
-BLOCK(3, F3, ACC_OUT2(0, 1); ACC_OUT2(2, 2), ACC_DECL(0); ACC_DECL(1); ACC_DECL(2))
-BLOCK(4, F4, ACC_OUT2(0, 1); ACC_OUT2(2, 3), ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3))
+	if (tail) {
+		const __m512 w0v = _mm512_maskz_loadu_ps(mask, w0 + c);
+		const __m512 w1v = _mm512_maskz_loadu_ps(mask, w1 + c);
+		const __m512 w2v = _mm512_maskz_loadu_ps(mask, w2 + c);
+		const __m512 w3v = _mm512_maskz_loadu_ps(mask, w3 + c);
+
+#pragma GCC unroll 4
+		for (int i = 0; i < mr; i++) {
+			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)i * (size_t)k + c);
+
+			a[i][0] = _mm512_fmadd_ps(w0v, xv, a[i][0]);
+			a[i][1] = _mm512_fmadd_ps(w1v, xv, a[i][1]);
+			a[i][2] = _mm512_fmadd_ps(w2v, xv, a[i][2]);
+			a[i][3] = _mm512_fmadd_ps(w3v, xv, a[i][3]);
+		}
+	}
+	/* Rows i and i + 1 reduced together (row i twice when it is the last). */
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i += 2) {
+		const int j = i + 1 < mr ? i + 1 : i;
+		float s[8];
+
+		_mm256_storeu_ps(s, reduce8(a[i][0], a[i][1], a[i][2], a[i][3], a[j][0], a[j][1],
+					    a[j][2], a[j][3]));
+		for (int q = 0; q < nr; q++) {
+			out[(size_t)i * (size_t)n + (size_t)(r0 + q)] = s[q];
+			if (j != i)
+				out[(size_t)j * (size_t)n + (size_t)(r0 + q)] = s[4 + q];
+		}
+	}
+}
+
+__attribute__((target("avx512f"))) static void block_1(float *restrict out, const float *restrict x,
+							const float *restrict W, int r0, int nr,
+							int n, int k)
+{
+	block_rows(out, x, W, r0, nr, n, k, 1);
+}
+
+__attribute__((target("avx512f"))) static void block_2(float *restrict out, const float *restrict x,
+							const float *restrict W, int r0, int nr,
+							int n, int k)
+{
+	block_rows(out, x, W, r0, nr, n, k, 2);
+}
+
+__attribute__((target("avx512f"))) static void block_3(float *restrict out, const float *restrict x,
+							const float *restrict W, int r0, int nr,
+							int n, int k)
+{
+	block_rows(out, x, W, r0, nr, n, k, 3);
+}
+
+__attribute__((target("avx512f"))) static void block_4(float *restrict out, const float *restrict x,
+							const float *restrict W, int r0, int nr,
+							int n, int k)
+{
+	block_rows(out, x, W, r0, nr, n, k, 4);
+}
 
 /*
  * Assumptions: x is m x k, W is n x k, out is m x n with row stride ldo, all row-major, any
  * alignment. For each group of four rows of W (kept in L1 while it is used, the next group
  * prefetched meanwhile), x goes by in groups of four rows.
  */
-void dps_gemm_small_f32_avx512(float *out, int ldo, const float *x, const float *W, int m, int n,
-			       int k)
+void dps_gemm_small_f32_avx512(float *restrict out, int ldo, const float *restrict x,
+			       const float *restrict W, int m, int n, int k)
 {
 	for (int r = 0; r < n; r += 4) {
 		const int nr = n - r < 4 ? n - r : 4;
@@ -334,7 +388,8 @@ void dps_gemm_small_f32_avx512(float *out, int ldo, const float *x, const float 
 	}
 }
 
-void dps_matvec_f32_avx512(float *out, const float *x, const float *W, int rows, int cols)
+void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
+			   const float *restrict W, int rows, int cols)
 {
 	dps_gemm_small_f32_avx512(out, rows, x, W, 1, rows, cols);
 }

@@ -44,17 +44,20 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
  * out[r] = W[r,:] . x, r < rows: the one-row product of decode at batch 1, streaming W at
  * close to memory bandwidth. Requires AVX-512F (the caller checks). Twin: dps_matvec_ref.
  */
-void dps_matvec_f32_avx512(float *out, const float *x, const float *W, int rows, int cols);
+void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
+			   const float *restrict W, int rows, int cols);
 
 /*
  * out (m x n, row stride ldo) = x (m x k) . W^T for small m (decode batches), reading W from
  * memory once: each output is summed in the same order whatever m is, so a row's result does
- * not depend on the other rows of the batch. Requires AVX-512F. Twin: dps_linear_f32_ref.
+ * not depend on the other rows of the batch. Requires AVX-512F. Twin: dps_gemm_small_f32_ref.
  */
-void dps_gemm_small_f32_avx512(float *out, int ldo, const float *x, const float *W, int m, int n,
-			       int k);
+void dps_gemm_small_f32_avx512(float *restrict out, int ldo, const float *restrict x,
+			       const float *restrict W, int m, int n, int k);
+void dps_gemm_small_f32_ref(float *restrict out, int ldo, const float *restrict x,
+			    const float *restrict W, int m, int n, int k);
 
-/* The plain-C twin. */
+/* The plain-C twin of dps_linear_f32. */
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
 
 #endif

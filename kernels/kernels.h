@@ -13,29 +13,33 @@
 #include <stddef.h>
 
 /* out = w * x / sqrt(mean(x^2) + eps), n elements. out may alias x. */
-void dps_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps);
+void dps_rmsnorm_ref(float *out, const float *x, const float *restrict w, int n, float eps);
 
 /* out[r] = W[r,:] . x for r < rows (W is rows x cols). */
-void dps_matvec_ref(float *out, const float *x, const float *W, int rows, int cols);
+void dps_matvec_ref(float *restrict out, const float *restrict x, const float *restrict W,
+		    int rows, int cols);
 
 /*
- * Rotary embedding in Hugging Face's half-split layout, in place, on n_heads heads of
- * head_dim values: element j and j + head_dim/2 of each head rotate by
- * pos * theta^(-2j/head_dim).
+ * Rotary embedding in Hugging Face's half-split layout. dps_rope_table writes the cos and sin
+ * of one position's angles, pos * theta^(-2j/head_dim) for j < head_dim/2 (cs: head_dim
+ * floats, the cosines first), once for every layer and both paths (it is not a hot loop, so
+ * it has one implementation); dps_rope_ref rotates, in place, element j and j + head_dim/2 of
+ * each of n_heads heads by them.
  */
-void dps_rope_ref(float *x, int n_heads, int head_dim, int pos, float theta);
+void dps_rope_table(float *cs, int head_dim, int pos, float theta);
+void dps_rope_ref(float *restrict x, int n_heads, int head_dim, const float *restrict cs);
 
 /* In-place softmax of n values. */
 void dps_softmax_ref(float *x, int n);
 
-/* g[i] = silu(g[i]) * u[i]. */
-void dps_swiglu_ref(float *g, const float *u, int n);
+/* g[i] = silu(g[i]) * u[i]; g and u do not overlap. */
+void dps_swiglu_ref(float *restrict g, const float *restrict u, int n);
 
 /*
  * GPT-OSS's clamped SwiGLU: g = min(g, limit), u = clamp(u, -limit, limit),
  * g[i] = (u + 1) * g * sigmoid(1.702 * g).
  */
-void dps_swiglu_clamped_ref(float *g, const float *u, int n, float limit);
+void dps_swiglu_clamped_ref(float *restrict g, const float *restrict u, int n, float limit);
 
 /*
  * MoE routing of one token: the k largest of n router logits (ties to the lower expert), in
@@ -52,37 +56,38 @@ int dps_argmax_ref(const float *x, int n);
  * and values with stride kv_stride floats between positions. out (head_dim) = sum_t
  * softmax(q.k_t / sqrt(head_dim))_t v_t. scratch holds n_pos floats.
  */
-void dps_attention_ref(float *out, const float *q, const float *k, const float *v, int n_pos,
-		       int head_dim, size_t kv_stride, float *scratch);
+void dps_attention_ref(float *restrict out, const float *restrict q, const float *restrict k,
+		       const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
+		       float *restrict scratch);
 
 /*
  * The same over a paged KV cache: position t's key is at k + table[t / block_size] *
  * block_stride + (t % block_size) * kv_stride (floats), its value likewise from v.
  */
-void dps_attention_paged_ref(float *out, const float *q, const float *k, const float *v,
-			     const int *table, int block_size, size_t block_stride, int n_pos,
-			     int head_dim, size_t kv_stride, float *scratch);
+void dps_attention_paged_ref(float *restrict out, const float *restrict q,
+			     const float *restrict k, const float *restrict v,
+			     const int *restrict table, int block_size, size_t block_stride,
+			     int n_pos, int head_dim, size_t kv_stride, float *restrict scratch);
 
 /* out = row token of table (dim floats per row): the embedding lookup. */
-void dps_embedding_ref(float *out, const float *table, int dim, int token);
+void dps_embedding_ref(float *restrict out, const float *restrict table, int dim, int token);
 
 /*
- * The fast twins (kernels/fast.c), same contracts, results within rounding of the references.
- * RoPE is split in two: dps_rope_table computes the cos and sin of one position once
- * (cs: head_dim floats, cos in the first half, sin in the second, with the reference's
- * angles), and dps_rope applies them to any number of heads, for every layer.
+ * The fast twins (kernels/fast.c): the same signatures and contracts, results within rounding
+ * of the references.
  */
-void dps_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
-void dps_rope_table(float *cs, int head_dim, int pos, float theta);
-void dps_rope(float *x, int n_heads, int head_dim, const float *cs);
+void dps_rmsnorm(float *out, const float *x, const float *restrict w, int n, float eps);
+void dps_rope(float *restrict x, int n_heads, int head_dim, const float *restrict cs);
 void dps_softmax(float *x, int n);
-void dps_swiglu(float *g, const float *u, int n);
-void dps_swiglu_clamped(float *g, const float *u, int n, float limit);
-void dps_embedding(float *out, const float *table, int dim, int token);
-void dps_attention(float *out, const float *q, const float *k, const float *v, int n_pos,
-		   int head_dim, size_t kv_stride, float *scratch);
-void dps_attention_paged(float *out, const float *q, const float *k, const float *v,
-			 const int *table, int block_size, size_t block_stride, int n_pos,
-			 int head_dim, size_t kv_stride, float *scratch);
+void dps_swiglu(float *restrict g, const float *restrict u, int n);
+void dps_swiglu_clamped(float *restrict g, const float *restrict u, int n, float limit);
+void dps_embedding(float *restrict out, const float *restrict table, int dim, int token);
+void dps_attention(float *restrict out, const float *restrict q, const float *restrict k,
+		   const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
+		   float *restrict scratch);
+void dps_attention_paged(float *restrict out, const float *restrict q, const float *restrict k,
+			 const float *restrict v, const int *restrict table, int block_size,
+			 size_t block_stride, int n_pos, int head_dim, size_t kv_stride,
+			 float *restrict scratch);
 
 #endif

@@ -7,7 +7,7 @@
 
 #include "kernels/kernels.h"
 
-void dps_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps)
+void dps_rmsnorm_ref(float *out, const float *x, const float *restrict w, int n, float eps)
 {
 	float ss = 0.0f;
 
@@ -20,7 +20,8 @@ void dps_rmsnorm_ref(float *out, const float *x, const float *w, int n, float ep
 		out[i] = w[i] * (ss * x[i]);
 }
 
-void dps_matvec_ref(float *out, const float *x, const float *W, int rows, int cols)
+void dps_matvec_ref(float *restrict out, const float *restrict x, const float *restrict W,
+		    int rows, int cols)
 {
 	for (int r = 0; r < rows; r++) {
 		const float *row = W + (size_t)r * (size_t)cols;
@@ -32,7 +33,20 @@ void dps_matvec_ref(float *out, const float *x, const float *W, int rows, int co
 	}
 }
 
-void dps_rope_ref(float *x, int n_heads, int head_dim, int pos, float theta)
+void dps_rope_table(float *cs, int head_dim, int pos, float theta)
+{
+	const int half = head_dim / 2;
+
+	for (int j = 0; j < half; j++) {
+		const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+		const float a = (float)pos * freq;
+
+		cs[j] = cosf(a);
+		cs[half + j] = sinf(a);
+	}
+}
+
+void dps_rope_ref(float *restrict x, int n_heads, int head_dim, const float *restrict cs)
 {
 	const int half = head_dim / 2;
 
@@ -40,9 +54,7 @@ void dps_rope_ref(float *x, int n_heads, int head_dim, int pos, float theta)
 		float *v = x + (size_t)h * (size_t)head_dim;
 
 		for (int j = 0; j < half; j++) {
-			const float freq = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
-			const float a = (float)pos * freq;
-			const float c = cosf(a), s = sinf(a);
+			const float c = cs[j], s = cs[half + j];
 			const float x0 = v[j], x1 = v[j + half];
 
 			v[j] = x0 * c - x1 * s;
@@ -66,7 +78,7 @@ void dps_softmax_ref(float *x, int n)
 		x[i] /= sum;
 }
 
-void dps_swiglu_ref(float *g, const float *u, int n)
+void dps_swiglu_ref(float *restrict g, const float *restrict u, int n)
 {
 	for (int i = 0; i < n; i++)
 		g[i] = g[i] * (1.0f / (1.0f + expf(-g[i]))) * u[i];
@@ -82,8 +94,9 @@ int dps_argmax_ref(const float *x, int n)
 	return best;
 }
 
-void dps_attention_ref(float *out, const float *q, const float *k, const float *v, int n_pos,
-		       int head_dim, size_t kv_stride, float *scratch)
+void dps_attention_ref(float *restrict out, const float *restrict q, const float *restrict k,
+		       const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
+		       float *restrict scratch)
 {
 	const float scale = 1.0f / sqrtf((float)head_dim);
 
@@ -106,7 +119,7 @@ void dps_attention_ref(float *out, const float *q, const float *k, const float *
 	}
 }
 
-void dps_embedding_ref(float *out, const float *table, int dim, int token)
+void dps_embedding_ref(float *restrict out, const float *restrict table, int dim, int token)
 {
 	const float *row = table + (size_t)token * (size_t)dim;
 
@@ -114,9 +127,10 @@ void dps_embedding_ref(float *out, const float *table, int dim, int token)
 		out[i] = row[i];
 }
 
-void dps_attention_paged_ref(float *out, const float *q, const float *k, const float *v,
-			     const int *table, int block_size, size_t block_stride, int n_pos,
-			     int head_dim, size_t kv_stride, float *scratch)
+void dps_attention_paged_ref(float *restrict out, const float *restrict q,
+			     const float *restrict k, const float *restrict v,
+			     const int *restrict table, int block_size, size_t block_stride,
+			     int n_pos, int head_dim, size_t kv_stride, float *restrict scratch)
 {
 	const float scale = 1.0f / sqrtf((float)head_dim);
 
@@ -141,7 +155,7 @@ void dps_attention_paged_ref(float *out, const float *q, const float *k, const f
 	}
 }
 
-void dps_swiglu_clamped_ref(float *g, const float *u, int n, float limit)
+void dps_swiglu_clamped_ref(float *restrict g, const float *restrict u, int n, float limit)
 {
 	for (int i = 0; i < n; i++) {
 		const float gi = g[i] < limit ? g[i] : limit;

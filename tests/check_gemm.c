@@ -83,6 +83,37 @@ START_TEST(test_linear)
 }
 END_TEST
 
+START_TEST(test_gemm_small_avx512)
+{
+	/* Every m mod 4, n mod 4 and k mod 16, with a row stride wider than n: the twin's sums. */
+	static const int shapes[][3] = { { 1, 1, 1 }, { 2, 5, 17 }, { 3, 6, 31 }, { 4, 7, 64 },
+					 { 5, 9, 100 }, { 8, 13, 768 }, { 9, 64, 33 } };
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ldo = n + 3;
+		float *x = malloc(sizeof(float) * (size_t)m * k), *w = malloc(sizeof(float) * (size_t)n * k);
+		float *got = calloc((size_t)m * ldo, sizeof(float));
+		float *ref = calloc((size_t)m * ldo, sizeof(float));
+		unsigned seed = 9;
+
+		for (int i = 0; i < m * k; i++)
+			x[i] = frand(&seed);
+		for (int i = 0; i < n * k; i++)
+			w[i] = frand(&seed);
+		dps_gemm_small_f32_avx512(got, ldo, x, w, m, n, k);
+		dps_gemm_small_f32_ref(ref, ldo, x, w, m, n, k);
+		for (int i = 0; i < m * ldo; i++)
+			ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (float)k,
+				      "m=%d n=%d k=%d [%d]: %g vs %g", m, n, k, i, (double)got[i],
+				      (double)ref[i]);
+		free(x);
+		free(w);
+		free(got);
+		free(ref);
+	}
+}
+END_TEST
+
 START_TEST(test_matvec_avx512)
 {
 	/* Every row count mod 4 and column count mod 16, against the plain-C twin. */
@@ -154,10 +185,13 @@ int main(void)
 	tcase_add_test(tc, test_bad_spec);
 	/* Not registered (so not counted as a pass) on a CPU without AVX-512F. */
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f"))
+	if (__builtin_cpu_supports("avx512f")) {
 		tcase_add_test(tc, test_matvec_avx512);
-	else
-		printf("skipped: test_matvec_avx512 needs AVX-512F, which this CPU lacks\n");
+		tcase_add_test(tc, test_gemm_small_avx512);
+	} else {
+		printf("skipped: test_matvec_avx512 and test_gemm_small_avx512 need AVX-512F, which "
+		       "this CPU lacks\n");
+	}
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);

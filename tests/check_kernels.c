@@ -178,9 +178,19 @@ START_TEST(test_rope)
 			memcpy(b, a, sizeof(a));
 			dps_rope_table(cs, hd, positions[p], 500000.0f);
 			dps_rope(a, heads, hd, cs);
-			dps_rope_ref(b, heads, hd, positions[p], 500000.0f);
+			dps_rope_ref(b, heads, hd, cs);
 			ck_assert_msg(rel_err(a, b, heads * hd, 1e-6) < 1e-6, "hd=%d pos=%d", hd,
 				      positions[p]);
+			/* The table's angles against double precision: the float product of pos
+			 * and the frequency is off by at most about pos * 2^-24 radians. */
+			for (int j = 0; j < hd / 2; j++) {
+				const double ang = positions[p] * pow(500000.0, -2.0 * j / hd);
+
+				ck_assert_msg(fabs(cs[j] - cos(ang)) < 1e-7 * positions[p] + 1e-6 &&
+					      fabs(cs[hd / 2 + j] - sin(ang)) <
+						      1e-7 * positions[p] + 1e-6, "hd=%d pos=%d j=%d",
+					      hd, positions[p], j);
+			}
 		}
 }
 END_TEST

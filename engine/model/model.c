@@ -428,8 +428,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			   tokens[i] < c->vocab_size && seq[i] >= 0 && seq[i] < m->max_seqs);
 		(fast ? dps_embedding : dps_embedding_ref)(m->x + (size_t)i * dim, m->embed, dim,
 							   tokens[i]);
-		if (fast)
-			dps_rope_table(m->cs + (size_t)i * hd, hd, pos[i], theta);
+		dps_rope_table(m->cs + (size_t)i * hd, hd, pos[i], theta);
 	}
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const struct dps_layer_weights *w = &m->layers[l];
@@ -444,13 +443,8 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			const size_t at = (((size_t)l * (size_t)m->max_seqs + (size_t)seq[i]) *
 					   (size_t)m->max_pos + (size_t)pos[i]) * (size_t)kv;
 
-			if (fast) {
-				dps_rope(q, heads, hd, m->cs + (size_t)i * hd);
-				dps_rope(k, kvh, hd, m->cs + (size_t)i * hd);
-			} else {
-				dps_rope_ref(q, heads, hd, pos[i], theta);
-				dps_rope_ref(k, kvh, hd, pos[i], theta);
-			}
+			(fast ? dps_rope : dps_rope_ref)(q, heads, hd, m->cs + (size_t)i * hd);
+			(fast ? dps_rope : dps_rope_ref)(k, kvh, hd, m->cs + (size_t)i * hd);
 			memcpy(m->key_cache + at, k, sizeof(float) * (size_t)kv);
 			memcpy(m->value_cache + at, v, sizeof(float) * (size_t)kv);
 		}
