@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/model/ckpt.c - checkpoint directories, the io_uring shard loader and the safetensors
- * writer (see ckpt.h). Runs at load time in every rank (each reads only its own shards) and in
- * mkmodel/convert.
+ * engine/model/ckpt.c - checkpoint directories and the io_uring shard loader (see ckpt.h).
+ * Runs at load time in every rank (each reads only its own shards) and in mkmodel/convert.
  */
 #include <dirent.h>
 #include <math.h>
@@ -16,62 +15,6 @@
 #define QUEUE_DEPTH 64
 #define MAX_READ (64u << 20) /* bytes per read request */
 #define PIECE (4u << 20)     /* a large contiguous range is read as pieces of this, in parallel */
-
-/* ---- f16 -------------------------------------------------------------------------------- */
-
-float dps_f16_to_f32(uint16_t h)
-{
-	const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-	float f;
-
-	if (exp == 0x1f) {
-		u = sign | 0x7f800000u | (man << 13); /* inf, NaN */
-	} else if (exp == 0) {
-		f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24 */
-		return sign ? -f : f;
-	} else {
-		u = sign | ((exp + 112) << 23) | (man << 13);
-	}
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-uint16_t dps_f32_to_f16(float f)
-{
-	uint32_t u, sign, exp, man;
-	int e;
-
-	memcpy(&u, &f, 4);
-	sign = (u >> 16) & 0x8000;
-	exp = (u >> 23) & 0xff;
-	man = u & 0x7fffff;
-	if (exp == 0xff)
-		return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-	e = (int)exp - 127 + 15;
-	if (e >= 0x1f)
-		return (uint16_t)(sign | 0x7c00);
-	if (e <= 0) {
-		/* Subnormal half (or zero): shift the implicit bit in, round to nearest even. */
-		uint32_t m = man | 0x800000, shift = (uint32_t)(14 - e), r;
-
-		if (shift > 24)
-			return (uint16_t)sign;
-		r = m >> shift;
-		if ((m & ((1u << shift) - 1)) > (1u << (shift - 1)) ||
-		    ((m & ((1u << shift) - 1)) == (1u << (shift - 1)) && (r & 1)))
-			r++;
-		return (uint16_t)(sign | r);
-	}
-	{
-		uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
-		const uint32_t rest = man & 0x1fff;
-
-		if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
-			h++; /* may carry into the exponent, and to inf: correct rounding */
-		return (uint16_t)h;
-	}
-}
 
 /* ---- opening -------------------------------------------------------------------------------- */
 
@@ -463,130 +406,5 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 out:
 	free(reqs);
 	free(stage);
-	return rc;
-}
-
-/* ---- the writer ----------------------------------------------------------------------------- */
-
-static uint16_t to_bf16(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
-{
-	json_t *root = json_object();
-	uint64_t off = 0;
-	char *hdr = NULL;
-	size_t hlen, padded;
-	FILE *f = NULL;
-	int rc = 0;
-
-	if (!root)
-		return -ENOMEM;
-	for (int i = 0; i < n; i++) {
-		uint64_t numel = 1, bytes;
-		json_t *shape = json_array(), *e;
-
-		for (int k = 0; k < t[i].ndim; k++) {
-			numel *= t[i].shape[k];
-			json_array_append_new(shape, json_integer((json_int_t)t[i].shape[k]));
-		}
-		bytes = numel * dps_st_dtype_size(t[i].dtype);
-		e = json_pack("{s:s, s:o, s:[I,I]}", "dtype", dps_st_dtype_name(t[i].dtype), "shape",
-			      shape, "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
-		if (!e || json_object_set_new(root, t[i].name, e)) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		off += bytes;
-	}
-	hdr = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
-	if (!hdr) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	hlen = strlen(hdr);
-	padded = dps_align_up(hlen, 8); /* the data area starts 8-byte aligned */
-	f = fopen(path, "wb");
-	if (!f) {
-		rc = -errno;
-		goto out;
-	}
-	{
-		unsigned char lenb[8];
-
-		for (int i = 0; i < 8; i++)
-			lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-		fwrite(lenb, 1, 8, f);
-		fwrite(hdr, 1, hlen, f);
-		for (size_t i = hlen; i < padded; i++)
-			fputc(' ', f);
-	}
-	/* Data in the order of the offsets assigned above (input order), in chunks. */
-	{
-		enum { CHUNK = 1 << 16 };
-		float *fbuf = malloc(CHUNK * sizeof(float));
-		uint16_t *hbuf = malloc(CHUNK * sizeof(uint16_t));
-
-		if (!fbuf || !hbuf) {
-			free(fbuf);
-			free(hbuf);
-			rc = -ENOMEM;
-			goto out;
-		}
-		for (int i = 0; i < n && !rc; i++) {
-			uint64_t numel = 1;
-
-			for (int k = 0; k < t[i].ndim; k++)
-				numel *= t[i].shape[k];
-			for (uint64_t j = 0; j < numel; j += CHUNK) {
-				const uint64_t m = numel - j < CHUNK ? numel - j : CHUNK;
-				const float *src = t[i].data ? t[i].data + j : fbuf;
-
-				if (!t[i].data)
-					t[i].gen(fbuf, j, m, t[i].gen_arg);
-				if (t[i].dtype == DPS_ST_F32) {
-					if (fwrite(src, 4, m, f) != m) {
-						rc = -EIO;
-						break;
-					}
-					continue;
-				}
-				if (t[i].dtype == DPS_ST_I64) {
-					for (uint64_t q = 0; q < m && !rc; q++) {
-						const int64_t v = (int64_t)llroundf(src[q]);
-
-						if (fwrite(&v, 8, 1, f) != 1)
-							rc = -EIO;
-					}
-					if (rc)
-						break;
-					continue;
-				}
-				for (uint64_t q = 0; q < m; q++)
-					hbuf[q] = t[i].dtype == DPS_ST_BF16 ? to_bf16(src[q])
-									    : dps_f32_to_f16(src[q]);
-				if (fwrite(hbuf, 2, m, f) != m) {
-					rc = -EIO; /* a full disk: stop, do not generate the rest */
-					break;
-				}
-			}
-		}
-		free(fbuf);
-		free(hbuf);
-	}
-	if (ferror(f))
-		rc = -EIO;
-out:
-	if (f && fclose(f) && !rc)
-		rc = -EIO;
-	free(hdr);
-	json_decref(root);
 	return rc;
 }

@@ -9,7 +9,7 @@
  * count is split in ceil(dim / count) pieces and the last shard's missing part is zero-filled,
  * so every shard has the same shape (padding never changes a product).
  *
- * Writing (dps_st_writer_*) produces the same format, for mkmodel and convert.
+ * Writing the format (dps_st_write) is safetensors.h's, for mkmodel and convert.
  */
 #ifndef DPS_ENGINE_CKPT_H
 #define DPS_ENGINE_CKPT_H
@@ -61,28 +61,5 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
 			char *err, size_t errlen);
-
-/* ---- writing -------------------------------------------------------------------------- */
-
-struct dps_st_writer_tensor {
-	char name[256];
-	enum dps_st_dtype dtype;
-	int ndim;
-	uint64_t shape[DPS_ST_MAX_DIMS];
-	const float *data; /* numel F32 values, converted to dtype when written, or NULL: */
-	/* then gen fills dst with elements [start, start + count) of the tensor, in chunks */
-	void (*gen)(float *dst, uint64_t start, uint64_t count, void *arg);
-	void *gen_arg;
-};
-
-/*
- * Writes tensors t[0..n-1] to path as one safetensors file (F32 input converted to each
- * tensor's dtype, round to nearest even). Returns 0 or -errno / -ENOMEM.
- */
-int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
-
-/* f32 <-> f16 (IEEE half), round to nearest even; used by loader and writer. */
-uint16_t dps_f32_to_f16(float f);
-float dps_f16_to_f32(uint16_t h);
 
 #endif

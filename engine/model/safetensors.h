@@ -63,4 +63,27 @@ void dps_st_free(struct dps_st_file *f);
 /* The tensor called name, or NULL. */
 const struct dps_st_tensor *dps_st_find(const struct dps_st_file *f, const char *name);
 
+/* ---- writing -------------------------------------------------------------------------- */
+
+struct dps_st_writer_tensor {
+	char name[256];
+	enum dps_st_dtype dtype;
+	int ndim;
+	uint64_t shape[DPS_ST_MAX_DIMS];
+	const float *data; /* numel F32 values, converted to dtype when written, or NULL: */
+	/* then gen fills dst with elements [start, start + count) of the tensor, in chunks */
+	void (*gen)(float *dst, uint64_t start, uint64_t count, void *arg);
+	void *gen_arg;
+};
+
+/*
+ * Writes tensors t[0..n-1] to path as one safetensors file (F32 input converted to each
+ * tensor's dtype, round to nearest even). Returns 0 or -errno / -ENOMEM.
+ */
+int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
+
+/* f32 <-> f16 (IEEE half), round to nearest even; used by loader and writer. */
+uint16_t dps_f32_to_f16(float f);
+float dps_f16_to_f32(uint16_t h);
+
 #endif

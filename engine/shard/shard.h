@@ -133,8 +133,21 @@ struct dps_shard {
 	int e_lo, e_n, im_e;
 	int moe_route, moe_rows, moe_items; /* scratch capacity: rows routed here, rows one
 					     * expert meets, items received */
-	float *m_lg, *m_w, *m_h, *m_y, *m_gather, *m_gu, *m_eout, *m_send, *m_recv, *m_ret;
-	int *m_e, *m_ix, *m_pos, *m_e2, *m_pad;
+	float *m_lg;                 /* (moe_route, experts) router logits */
+	float *m_w;                  /* (moe_route, top_k) routing weights */
+	int *m_e;                    /* (moe_route, top_k) chosen experts, -1 for padding */
+	float *m_h, *m_y;            /* (moe_route, hidden) gathered inputs, outputs */
+	float *m_gather;             /* (moe_rows, hidden) the rows one expert meets */
+	float *m_gu;                 /* (moe_rows, 2 * im_e) their gate and up */
+	float *m_eout;               /* (moe_rows, hidden) their expert outputs */
+	int *m_ix;                   /* (moe_rows) which (row, choice) each of them is */
+	int *m_pad;                  /* ((dp + 1) * max_rows) padding flags: gathered, then mine */
+	/* all-to-all-v only: */
+	float *m_send;               /* (max_rows * top_k, hidden + 1) items sent, expert id last */
+	int *m_pos;                  /* (max_rows * top_k) where each (row, choice) was sent */
+	float *m_recv;               /* (moe_items, hidden + 1) items received */
+	float *m_ret;                /* (moe_items, hidden) their outputs, returned */
+	int *m_e2;                   /* (moe_items) the expert of each received item */
 
 	float *emb_p, *emb_d;        /* (v_tp | v_emb, hidden); emb_d == emb_p when c_emb == 1 */
 	float *lm_p, *lm_d;          /* (v_tp | v_lm, hidden) */
@@ -148,10 +161,23 @@ struct dps_shard {
 	float *key_cache, *value_cache; /* (layers, num_blocks, block_size, nkv_t * hd) */
 	size_t cache_bytes;
 
-	/* Scratch (max_gather rows unless noted). */
-	float *x, *h, *o, *qkv, *att, *att2, *gu, *scores, *cs, *lg, *lg2, *logits;
-	int *ids;
-	int *rows_slot, **rows_table, *seq_tables; /* dps_shard_step's seq -> blocks mapping */
+	/* Activations and scratch of a step; G = max_gather rows (a column's gathered rows). */
+	float *x;        /* (G, hidden) the residual stream */
+	float *h;        /* (G, qkv_in) normed rows, gathered rows */
+	float *o;        /* (G, hidden) a sublayer's partial output; x at the attention's size */
+	float *qkv;      /* (2 G, max((hq_t + 2 nkv_t) hd, hidden)) projections; decode: mine */
+	float *att;      /* (G, (hq_t + 2 nkv_t + hq_e + 2 nkv_e) hd) attention out, A2A blocks */
+	float *att2;     /* the same shape: the all-to-alls' other side */
+	float *gu;       /* (G, 2 im_sh) gate and up, then silu(gate) * up */
+	float *scores;   /* (score_threads, max_pos) attention scores, one row per thread */
+	float *cs;       /* (max_rows, hd) cos and sin of each row's position */
+	float *lg;       /* (G, max(v_tp, v_lm)) logits of this rank's vocabulary shard */
+	float *lg2;      /* (G * TP * max c, max(v_tp, v_lm)) every shard's, gathered */
+	float *logits;   /* (max_rows, vocab) the step's wanted rows, packed */
+	int *ids;        /* (2 (G + 1)) gathered token ids, row counts */
+	int *rows_slot;  /* (max_rows) dps_shard_step: each row's KV slot */
+	int **rows_table; /* (max_rows) dps_shard_step: each row's block table */
+	int *seq_tables; /* (max_seqs, bps) dps_shard_step: sequence k owns blocks k * bps.. */
 
 	struct dps_shard_stats stats;  /* since load */
 	uint64_t moe_bytes;            /* router and expert weight bytes read, since load */
@@ -169,10 +195,12 @@ struct dps_shard {
 	 * id -> target id.
 	 */
 	int n_aux, aux_l[3];
-	float *aux;
+	float *aux;                  /* (max_rows, 3, hidden) the fused layers' inputs */
 	int draft, qkv_in, fc_w, target_vocab;
-	float *fc, *hidden_norm, *fcin;
-	int *d2t;
+	float *fc;                   /* (hidden, fc_w) this rank's columns of the fusion */
+	float *hidden_norm;          /* (hidden) */
+	float *fcin;                 /* (max_rows, fc_w) this rank's columns of the fused states */
+	int *d2t;                    /* (draft vocab) draft id -> target id offset */
 	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
 };
 
