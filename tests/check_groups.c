@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_groups.c - Check suite for engine/runtime/groups.c: the reference's TP=8 x DP=4 example,
- * hand-computed mixed layouts, aliasing, the structural invariants of every set over all
+ * tests/check_groups.c - Check suite for engine/runtime/groups.c: the reference's TP=8 x DP=4
+ * example, hand-computed mixed layouts, aliasing, the structural invariants of every set over all
  * small layouts (against the formulas of docs/DESIGN.md section 3 as an oracle), every rejected
- * configuration and its message, the printed rank grid, and a deliberate fault that proves
- * the invariant checker can fail. Pure computation: no processes, no shared memory.
+ * configuration and its message, the printed rank grid, and a deliberate fault that proves the
+ * invariant checker can fail. Pure computation: no processes, no shared memory.
  */
 #include <check.h>
 #include <limits.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/cmd_convert.c - `dpshard convert`: llama2.c checkpoints in (engine/model/convert.c), GGUF out
- * (engine/model/gguf.c).
+ * tools/cmd_convert.c - `dpshard convert`: llama2.c checkpoints in (engine/model/convert.c), GGUF
+ * out (engine/model/gguf.c).
  */
 #include <stdio.h>
 #include <string.h>

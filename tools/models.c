@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/models.c - where the command line finds its models: the default model (stories260K, beside the
- * binary or installed), mkmodel presets written to the user's cache on first use, and the
+ * tools/models.c - where the command line finds its models: the default model (stories260K, beside
+ * the binary or installed), mkmodel presets written to the user's cache on first use, and the
  * --dtype flag of convert and mkmodel. Called by generate, serve, bench and mkmodel.
  */
 #include <errno.h>

@@ -15,7 +15,7 @@
 #include "engine/api/frontend_int.h"
 #include "engine/runtime/supervisor.h"
 
-/* ---- requests --------------------------------------------------------------------------------- */
+/* ---- requests -------------------------------------------------------------------------------- */
 
 static void send_error(struct dps_frontend *f, uint64_t conn, int status, const char *type,
 		       const char *msg)
@@ -326,7 +326,7 @@ static void on_ready(void *arg)
 const struct dps_engine_cb dps_frontend_engine_cb = { on_token, on_done, on_stats, NULL,
 						       on_ready };
 
-/* ---- endpoints ------------------------------------------------------------------------------------ */
+/* ---- endpoints ------------------------------------------------------------------------------- */
 
 static int authorized(const struct dps_frontend *f, const char *auth)
 {

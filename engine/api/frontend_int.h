@@ -61,7 +61,7 @@ struct dps_frontend {
 
 /* A JSON error response: {"error": {"message", "type", "code"}}. */
 
-/* ---- metrics.c -------------------------------------------------------------------------------- */
+/* ---- metrics.c ------------------------------------------------------------------------------- */
 
 /* The histograms' buckets (vLLM's). */
 void dps_fe_metrics_init(struct dps_frontend *f);

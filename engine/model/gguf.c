@@ -139,7 +139,8 @@ static int token_type(const struct dps_tokenizer *t, int id)
 	return TOK_NORMAL;
 }
 
-static void put_vocab(struct out *o, const struct dps_tokenizer *t, const struct dps_model_config *c)
+static void put_vocab(struct out *o, const struct dps_tokenizer *t,
+		      const struct dps_model_config *c)
 {
 	kv_str(o, "tokenizer.ggml.model", "llama");
 	kv_array(o, "tokenizer.ggml.tokens", GT_STRING, (uint64_t)c->vocab_size);

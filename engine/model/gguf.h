@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/model/gguf.h - exports a dense Llama model directory as a GGUF file (version 3, F32 tensors,
- * llama.cpp's "llama" architecture), so that llama.cpp can run the very weights dpshard runs:
- * `dpshard convert gguf DIR OUT.gguf`, then llama.cpp's own tools (llama-quantize for BF16 or
+ * engine/model/gguf.h - exports a dense Llama model directory as a GGUF file (version 3, F32
+ * tensors, llama.cpp's "llama" architecture), so that llama.cpp can run the very weights dpshard
+ * runs: `dpshard convert gguf DIR OUT.gguf`, then llama.cpp's own tools (llama-quantize for BF16 or
  * Q8_0, llama-bench, llama-cli).
  *
  * The tensors get llama.cpp's names (token_embd, blk.N.attn_q, ..., output_norm, output) and

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/runtime/groups.c - builds the process groups of docs/DESIGN.md section 3 (see groups.h) and
- * describes them for `dpshard groups`.
+ * engine/runtime/groups.c - builds the process groups of docs/DESIGN.md section 3 (see groups.h)
+ * and describes them for `dpshard groups`.
  *
  * Called once by the supervisor before it forks, by `dpshard groups` and by the tests. The
  * world holds at most DPS_MAX_WORLD ranks and at most 3 + 2 * DPS_COMP_COUNT sets, so every

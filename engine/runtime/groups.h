@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/runtime/groups.h - the parallel layout of docs/DESIGN.md section 3: from TP, DP and the five
- * component sizes, every process group the engine uses, as lists of world ranks.
+ * engine/runtime/groups.h - the parallel layout of docs/DESIGN.md section 3: from TP, DP and the
+ * five component sizes, every process group the engine uses, as lists of world ranks.
  *
  * World rank r = d*TP + t (d = DP rank, t = TP rank). A "group set" is one partition of the
  * world into equal groups, the analogue of a vLLM GroupCoordinator: every rank belongs to

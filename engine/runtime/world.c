@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/runtime/world.c - segment layout and per-rank communicator handles (see world.h). Runs once
- * per instance in the supervisor and once per rank after the fork.
+ * engine/runtime/world.c - segment layout and per-rank communicator handles (see world.h). Runs
+ * once per instance in the supervisor and once per rank after the fork.
  */
 #include <string.h>
 

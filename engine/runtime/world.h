@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/runtime/world.h - the shared-memory layout of one engine instance and each rank's view of it.
+ * engine/runtime/world.h - the shared-memory layout of one engine instance and each rank's view of
+ * it.
  *
  * The supervisor computes a dps_layout before it forks: the instance control block (abort
  * word), one collective area for every distinct group of ranks (a TP group, a DP group, a

@@ -61,7 +61,7 @@ struct replica {
  */
 enum { H_CMD, H_ROWS, H_REAL, H_PREFILL, H_TABLES, H_UNFINISHED, H_LEN };
 
-/* ---- replica.c ------------------------------------------------------------------------------ */
+/* ---- replica.c ------------------------------------------------------------------------------- */
 
 /* Request r's block table as row nt of tables (bpr columns, zero past its blocks). */
 void dps_replica_put_table(const struct replica *R, int *tables, int nt, const struct dps_req *r);
@@ -72,7 +72,7 @@ int dps_replica_wire_pop(struct replica *R, size_t min, uint32_t *total);
 /* One line per rank on stderr: its weight bytes per component and layout, and its KV cache. */
 void dps_replica_describe(const struct dps_shard *s, const struct dps_world *w);
 
-/* ---- spec.c: speculative decoding --------------------------------------------------------- */
+/* ---- spec.c: speculative decoding ------------------------------------------------------------ */
 
 /*
  * Loads the Eagle3 draft of o->spec_model beside the target R->m (its KV in the target's

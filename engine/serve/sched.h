@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/serve/sched.h - the scheduler of one DP replica (run by its TP rank 0): requests, the paged
- * KV cache's blocks, continuous batching with chunked prefill, preemption by recompute, and
+ * engine/serve/sched.h - the scheduler of one DP replica (run by its TP rank 0): requests, the
+ * paged KV cache's blocks, continuous batching with chunked prefill, preemption by recompute, and
  * decode buckets. Pure bookkeeping, no I/O: the runner turns each batch into a model step.
  *
  * A step (dps_sched_step) takes, in order: one row for every running request that is

@@ -559,7 +559,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			moe_fail = 1;
 	}
 	if ((s->draft && !s->fcin) || moe_fail || !s->key_cache || !s->value_cache || !s->x ||
-	    !s->h || !s->o || !s->qkv || !s->att || !s->att2 || !s->gu || !s->scores || !s->cs || !s->lg || !s->lg2 || !s->logits ||
+	    !s->h || !s->o || !s->qkv || !s->att || !s->att2 || !s->gu || !s->scores || !s->cs ||
+	    !s->lg || !s->lg2 || !s->logits ||
 	    !s->ids || !s->rows_slot || !s->rows_table || !s->seq_tables) {
 		snprintf(err, errlen, "rank %d: cannot allocate the KV cache (%zu bytes) and scratch",
 			 w ? w->rank : 0, s->cache_bytes);

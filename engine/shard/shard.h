@@ -248,8 +248,8 @@ const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct 
  * bps)): one step of this replica's n rows (row i: token, position, KV sequence slot, or
  * seq < 0 for a padding row). prefill selects the graph; every rank of the supergroup (every
  * rank, when replicas are coupled) must run the same graph, and in a decode step every
- * replica the same n. Returns the logits of the rows with want[i] (NULL: all), packed (vocab floats each, valid
- * until the next step), or NULL after a failed collective (*rc says why).
+ * replica the same n. Returns the logits of the rows with want[i] (NULL: all), packed (vocab floats
+ * each, valid until the next step), or NULL after a failed collective (*rc says why).
  */
 const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *tokens,
 			    const int *pos, const int *seq, const unsigned char *want, int *rc);

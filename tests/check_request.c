@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/check_request.c - Check suite for engine/api/request.c, the one request parser: the
+ * same rules in both formats (a completions body and a --requests line) for the ranges of
+ * temperature, top_p, top_k (-1 and 0 both mean every token), max_tokens and the stop ids;
+ * the defaults each format's caller gives; id prompts with BOS put first only when missing;
+ * text prompts through the stories260K tokenizer (the golden prompt's ids) and refused
+ * without a tokenizer; BOS and EOS among the stop ids unless ignore_eos; the context limit;
+ * what only one format takes (stream, stop strings, model; replica) and what each does with
+ * an unknown field (ignored, as vLLM does; refused). Every refusal names its field. The oracle
+ * is the OpenAI/vLLM API as written into each case; a case shows a field out of range is not
+ * accepted by accident.
+ */
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#include "engine/api/request.h"
+#include "engine/model/convert.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
+#include "tests/testutil.h"
+
+static const struct dps_req_limits lim = { .tok = NULL, .vocab = 512, .bos = 1, .eos = 2,
+					   .max_model_len = 100, .default_max_tokens = 16,
+					   .default_temperature = 1.0f };
+
+/* Parses s in format fmt; returns the code, with the message in err. */
+static int parse(const char *s, enum dps_req_format fmt, struct dps_request *r, char *err)
+{
+	return dps_request_parse(s, strlen(s), fmt, &lim, r, err, 256);
+}
+
+/* s is refused in both formats with a message that names `field`. */
+static void refused_both(const char *s, const char *field)
+{
+	for (int f = 0; f < 2; f++) {
+		struct dps_request r;
+		char err[256] = "";
+
+		ck_assert_msg(parse(s, (enum dps_req_format)f, &r, err) == -EINVAL, "%s accepted", s);
+		ck_assert_msg(strstr(err, field), "%s: \"%s\" does not name %s", s, err, field);
+		dps_request_free(&r);
+	}
+}
+
+START_TEST(test_one_set_of_rules)
+{
+	static const char *const ok[] = {
+		"{\"prompt\": [1, 5], \"temperature\": 0}",
+		"{\"prompt\": [1, 5], \"temperature\": 2}",
+		"{\"prompt\": [1, 5], \"top_k\": -1}",
+		"{\"prompt\": [1, 5], \"top_k\": 0}",
+		"{\"prompt\": [1, 5], \"top_k\": 40, \"top_p\": 1, \"max_tokens\": 98}",
+		"{\"prompt\": [1, 5], \"seed\": -3, \"timeout_ms\": 5}",
+		"{\"prompt\": [1, 5], \"stop_token_ids\": [7, 8, 9, 10, 11, 12]}",
+	};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		for (int f = 0; f < 2; f++) {
+			struct dps_request r;
+			char err[256] = "";
+
+			ck_assert_msg(parse(ok[i], (enum dps_req_format)f, &r, err) == 0, "%s: %s",
+				      ok[i], err);
+			ck_assert_int_ge(r.p.sampling.top_k, 0);
+			dps_request_free(&r);
+		}
+	refused_both("{\"prompt\": [1, 5], \"temperature\": 2.01}", "temperature");
+	refused_both("{\"prompt\": [1, 5], \"temperature\": -0.1}", "temperature");
+	refused_both("{\"prompt\": [1, 5], \"top_k\": -2}", "top_k");
+	refused_both("{\"prompt\": [1, 5], \"top_p\": 0}", "top_p");
+	refused_both("{\"prompt\": [1, 5], \"max_tokens\": 0}", "max_tokens");
+	refused_both("{\"prompt\": [1, 5], \"max_tokens\": \"3\"}", "max_tokens");
+	refused_both("{\"prompt\": [1, 5], \"stop_token_ids\": [1, 2, 3, 4, 5, 6, 7]}",
+		     "stop_token_ids");
+	refused_both("{\"prompt\": [1, 512]}", "prompt");
+	refused_both("{\"prompt\": []}", "prompt");
+	refused_both("{\"prompt\": \"text\"}", "tokenizer");
+	refused_both("{\"max_tokens\": 3}", "prompt");
+	refused_both("{\"prompt\": [1, 5], \"max_tokens\": 99}", "max_tokens");
+	refused_both("[1, 2]", "object");
+	refused_both("{\"prompt\": [1, 5]", "JSON");
+}
+END_TEST
+
+START_TEST(test_defaults_and_stops)
+{
+	struct dps_request r;
+	char err[256];
+
+	ck_assert_int_eq(parse("{\"prompt\": [5, 6]}", DPS_REQ_LINE, &r, err), 0);
+	/* BOS put first; the caller's defaults; BOS and EOS stop it. */
+	ck_assert_int_eq(r.n_prompt, 3);
+	ck_assert_int_eq(r.prompt[0], 1);
+	ck_assert_int_eq(r.prompt[2], 6);
+	ck_assert_int_eq(r.p.max_tokens, 16);
+	ck_assert(r.p.sampling.temperature == 1.0f && r.p.sampling.top_p == 1.0f);
+	ck_assert_int_eq(r.p.n_stop, 2);
+	ck_assert_int_eq(r.p.stop[0], 1);
+	ck_assert_int_eq(r.p.stop[1], 2);
+	ck_assert_int_eq(r.replica, -1);
+	dps_request_free(&r);
+	/* BOS already first: not doubled; ignore_eos: no stops; a line's names. */
+	ck_assert_int_eq(parse("{\"prompt_ids\": [1, 6], \"ignore_eos\": true, \"stop_ids\": [9], "
+			       "\"replica\": 3, \"top_k\": -1}", DPS_REQ_LINE, &r, err), 0);
+	ck_assert_int_eq(r.n_prompt, 2);
+	ck_assert_int_eq(r.p.n_stop, 1);
+	ck_assert_int_eq(r.p.stop[0], 9);
+	ck_assert_int_eq(r.replica, 3);
+	ck_assert_int_eq(r.p.sampling.top_k, 0);
+	dps_request_free(&r);
+	/* A completions body: one prompt in a list, nulls are defaults. */
+	ck_assert_int_eq(parse("{\"prompt\": [[1, 7]], \"max_tokens\": null, \"stream\": true, "
+			       "\"stream_options\": {\"include_usage\": true}, \"model\": \"m\"}",
+			       DPS_REQ_COMPLETIONS, &r, err), 0);
+	ck_assert_int_eq(r.n_prompt, 2);
+	ck_assert(r.stream && r.include_usage);
+	ck_assert_str_eq(r.model, "m");
+	ck_assert_int_eq(r.p.max_tokens, 16);
+	dps_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_what_each_format_takes)
+{
+	struct dps_request r;
+	char err[256] = "";
+
+	/* Completions: an unknown field is ignored, as vLLM does; stop strings need a tokenizer. */
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"user\": \"x\"}", DPS_REQ_COMPLETIONS, &r, err), 0);
+	dps_request_free(&r);
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"stop\": \"x\"}", DPS_REQ_COMPLETIONS, &r, err),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "stop"));
+	dps_request_free(&r);
+	/* A field the engine cannot honour: refused by name unless neutral. */
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"n\": 1, \"echo\": false}", DPS_REQ_COMPLETIONS,
+			       &r, err), 0);
+	dps_request_free(&r);
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"n\": 2}", DPS_REQ_COMPLETIONS, &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "\"n\""));
+	dps_request_free(&r);
+	/* A line: an unknown field is refused by name; replica is a line's own. */
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"user\": \"x\"}", DPS_REQ_LINE, &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "unknown field \"user\""));
+	dps_request_free(&r);
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"stream\": true}", DPS_REQ_LINE, &r, err), -EINVAL);
+	dps_request_free(&r);
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"replica\": 0}", DPS_REQ_COMPLETIONS, &r, err), 0);
+	ck_assert_int_eq(r.replica, -1); /* ignored over HTTP */
+	dps_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_text_prompt)
+{
+	/* The golden prompt through the real stories260K tokenizer. */
+	char dir[64], path[128], err[512];
+	struct dps_model_config cfg;
+	struct dps_tokenizer tok;
+	struct dps_req_limits l = lim;
+	struct dps_request r;
+	static const int want[] = { 1, 403, 407, 261, 378 };
+	const char *body = "{\"prompt\": \"Once upon a time\", \"stop\": [\"\\n\", \"Lily\"]}";
+
+	test_tmpdir_make(dir, sizeof(dir), "request");
+	ck_assert_msg(!dps_convert_llama2c(DPS_TEST_SRCDIR "/models/stories260K/stories260K.bin",
+					   DPS_TEST_SRCDIR "/models/stories260K/tok512.bin", dir,
+					   DPS_ST_F32, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_model_config_load(dir, &cfg, err, sizeof(err)), "%s", err);
+	snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
+	ck_assert_msg(!dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err)), "%s", err);
+	l.tok = &tok;
+	ck_assert_msg(!dps_request_parse(body, strlen(body), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_int_eq(r.n_prompt, 5);
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(r.prompt[i], want[i]);
+	ck_assert_int_eq(r.n_stop, 2);
+	ck_assert_str_eq(r.stop[1], "Lily");
+	dps_request_free(&r);
+	dps_tokenizer_free(&tok);
+	test_tmpdir_remove(dir);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("request");
+	TCase *tc = tcase_create("parser");
+
+	tcase_add_test(tc, test_one_set_of_rules);
+	tcase_add_test(tc, test_defaults_and_stops);
+	tcase_add_test(tc, test_what_each_format_takes);
+	tcase_add_test(tc, test_text_prompt);
+	suite_add_tcase(s, tc);
+	return test_run_suite(s);
+}
