@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * common/json.c - JSON output and typed field reading (see json.h).
+ * common/json.c - JSON output and typed field reading (see json.h). Called by the request parser
+ * and the HTTP frontend for every request, and by the command line's JSON output.
  */
 #include <errno.h>
 #include <stdio.h>

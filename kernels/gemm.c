@@ -234,8 +234,7 @@ void dps_gemm_small_f32_ref(float *restrict out, int ldo, const float *restrict 
 
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k)
 {
-	for (int i = 0; i < m; i++)
-		dps_matvec_ref(out + (size_t)i * (size_t)n, x + (size_t)i * (size_t)k, W, n, k);
+	dps_gemm_small_f32_ref(out, n, x, W, m, n, k);
 }
 
 /* The sum of the two 256-bit halves of v (eight lanes of pairs). */

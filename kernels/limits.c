@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/limits.c - the read-bandwidth probe (see membw.h). Called once per `bench decode` run.
+ * kernels/limits.c - the read-bandwidth probe and the sgemm rate (see limits.h). Called once
+ * per `bench decode` run.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -34,9 +35,10 @@ static float lanes_sum(const float *restrict a)
 }
 
 /*
- * Assumptions: p 64-byte aligned, n a multiple of 64. Four accumulators of 16 lanes: lane j
- * of accumulator q adds p[64i + 16q + j]; they are added lane by lane (so lane j holds the
- * reference's partial sum j) and then across lanes.
+ * Assumptions: n a multiple of 64, any alignment (the probe's buffer is 2 MiB-aligned, so no
+ * load splits a line there). Four accumulators of 16 lanes: lane j of accumulator q adds
+ * p[64i + 16q + j]; they are added lane by lane (so lane j holds the reference's partial sum
+ * j) and then across lanes.
  */
 __attribute__((target("avx512f"))) static float sum_avx512(const float *restrict p, size_t n)
 {
@@ -44,10 +46,10 @@ __attribute__((target("avx512f"))) static float sum_avx512(const float *restrict
 	float lanes[16];
 
 	for (size_t i = 0; i + 64 <= n; i += 64) {
-		a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-		a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-		a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-		a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+		a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+		a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+		a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+		a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
 	}
 	_mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 	return lanes_sum(lanes);
@@ -60,10 +62,10 @@ __attribute__((target("avx2"))) static float sum_avx2(const float *restrict p, s
 	float lanes[16];
 
 	for (size_t i = 0; i + 32 <= n; i += 32) {
-		l0 = _mm256_add_ps(l0, _mm256_load_ps(p + i));
-		h0 = _mm256_add_ps(h0, _mm256_load_ps(p + i + 8));
-		l1 = _mm256_add_ps(l1, _mm256_load_ps(p + i + 16));
-		h1 = _mm256_add_ps(h1, _mm256_load_ps(p + i + 24));
+		l0 = _mm256_add_ps(l0, _mm256_loadu_ps(p + i));
+		h0 = _mm256_add_ps(h0, _mm256_loadu_ps(p + i + 8));
+		l1 = _mm256_add_ps(l1, _mm256_loadu_ps(p + i + 16));
+		h1 = _mm256_add_ps(h1, _mm256_loadu_ps(p + i + 24));
 	}
 	_mm256_storeu_ps(lanes, _mm256_add_ps(l0, l1));
 	_mm256_storeu_ps(lanes + 8, _mm256_add_ps(h0, h1));

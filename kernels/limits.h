@@ -13,7 +13,8 @@
 
 /*
  * The sum of n floats of p, in 16 interleaved partial sums (lane j adds p[16i + j]), added
- * together at the end. p: 64-byte aligned; n a multiple of 64. The fast version streams with
+ * together at the end; n a multiple of 64 (the rest is left out), any alignment. The fast
+ * version streams with
  * the widest loads the CPU has (AVX-512, else AVX2) in the same lanes, so both give the same
  * sum when every partial sum is exact (small integers, as the test uses).
  */

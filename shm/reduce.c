@@ -67,6 +67,8 @@ static void sum_f32(float *out, const void *const *src, int n, size_t count)
 	}
 }
 
+/* Assumptions: as sum_f32, with bf16 storage: each element widened to f32, summed in f32 in
+ * member order, rounded to bf16 once at the end. */
 DPS_CLONES
 static void sum_bf16(uint16_t *out, const void *const *src, int n, size_t count)
 {
@@ -89,6 +91,8 @@ static void sum_bf16(uint16_t *out, const void *const *src, int n, size_t count)
 	}
 }
 
+/* Assumptions: as sum_f32; the sums wrap modulo 2^32 (unsigned), so any order gives the same
+ * result, though we keep member order anyway. */
 DPS_CLONES
 static void sum_i32(int32_t *out, const void *const *src, int n, size_t count)
 {

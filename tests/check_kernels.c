@@ -283,7 +283,7 @@ START_TEST(test_check_can_fail)
 }
 END_TEST
 
-START_TEST(test_membw_sum)
+START_TEST(test_limits_sum)
 {
 	/* Small integers: every partial sum exact, so the fast sum equals the twin's bit for bit;
 	 * one element changed changes it (the comparison can fail). */
@@ -459,7 +459,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_attention, 0, 5);
 	tcase_add_test(tc, test_attention_paged);
 	tcase_add_test(tc, test_check_can_fail);
-	tcase_add_test(tc, test_membw_sum);
+	tcase_add_test(tc, test_limits_sum);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pool");
 	tcase_set_timeout(tc, 60);

@@ -75,6 +75,21 @@ START_TEST(test_one_set_of_rules)
 	refused_both("{\"prompt\": [1, 5], \"stop_token_ids\": [1, 2, 3, 4, 5, 6, 7]}",
 		     "stop_token_ids");
 	refused_both("{\"prompt\": [1, 512]}", "prompt");
+	{
+		/* Both names of the stop ids in a line: at most 6 in all, not 6 each. */
+		struct dps_request r;
+		char err[256] = "";
+
+		ck_assert_int_eq(parse("{\"prompt\": [1], \"stop_ids\": [1, 2, 3], \"stop_token_ids\": "
+				       "[4, 5, 6]}", DPS_REQ_LINE, &r, err), 0);
+		ck_assert_int_eq(r.p.n_stop, 8); /* and BOS, EOS */
+		dps_request_free(&r);
+		ck_assert_int_eq(parse("{\"prompt\": [1], \"stop_ids\": [1, 2, 3, 4, 5, 6], "
+				       "\"stop_token_ids\": [1, 2, 3, 4, 5, 6]}", DPS_REQ_LINE, &r,
+				       err), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err, "stop_token_ids"));
+		dps_request_free(&r);
+	}
 	refused_both("{\"prompt\": []}", "prompt");
 	refused_both("{\"prompt\": \"text\"}", "tokenizer");
 	refused_both("{\"max_tokens\": 3}", "prompt");

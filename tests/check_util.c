@@ -255,6 +255,23 @@ START_TEST(test_conf_parse)
 }
 END_TEST
 
+START_TEST(test_int_list)
+{
+	int v[4];
+
+	ck_assert_int_eq(dps_flags_int_list("1,8,32", v, 4, 1, 64), 3);
+	ck_assert_int_eq(v[2], 32);
+	ck_assert_int_eq(dps_flags_int_list(" 1 403, 407 ", v, 4, 0, 511), 3);
+	ck_assert_int_eq(v[1], 403);
+	ck_assert_int_eq(dps_flags_int_list("", v, 4, 0, 9), 0);
+	ck_assert_int_eq(dps_flags_int_list("1,2,3,4,5", v, 4, 0, 9), -1); /* more than cap */
+	ck_assert_int_eq(dps_flags_int_list("1,10", v, 4, 0, 9), -1);      /* out of range */
+	ck_assert_int_eq(dps_flags_int_list("1,x", v, 4, 0, 9), -1);
+	ck_assert_int_eq(dps_flags_int_list("1;2", v, 4, 0, 9), -1);
+	ck_assert_int_eq(dps_flags_int_list("-1", v, 4, -1, 9), 1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("util");
@@ -265,6 +282,7 @@ int main(void)
 	tcase_add_test(tc, test_parse_fuzz);
 	tcase_add_test(tc, test_flags_parse);
 	tcase_add_test(tc, test_flags_fuzz);
+	tcase_add_test(tc, test_int_list);
 	tcase_add_test(tc, test_strerror);
 	tcase_add_test(tc, test_conf_parse);
 	suite_add_tcase(s, tc);

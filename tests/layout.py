@@ -8,7 +8,10 @@
       tests -> tools -> engine/api -> engine/serve -> engine/shard -> engine/model, engine/runtime
       -> shm, kernels -> common
   a file includes headers of its own folder or of folders below it, never above, and never of
-  its siblings (engine/model and engine/runtime; shm and kernels).
+  its siblings (engine/model and engine/runtime; shm and kernels);
+- a folder's private header (*_int.h) is included only by its own folder (and by tests);
+- every quoted include resolves to a file of the tree (from the root or beside the file), but
+  the generated config.h.
 
 `layout.py ROOT` checks the tree at ROOT and prints every violation (exit 1), or nothing but a
 summary (exit 0). `layout.py --self-test ROOT` also shows that each rule can fail: on a copy of
@@ -35,6 +38,8 @@ LEVEL = {
     "tests": 7,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
+GENERATED = {"config.h"}
 
 
 def folder_of(path):
@@ -56,6 +61,16 @@ def sources(root):
                     yield os.path.relpath(full, root), full
 
 
+def resolve(root, rel, inc):
+    """The repository path of a quoted include: from the root, else beside the file."""
+    if os.path.exists(os.path.join(root, inc)):
+        return os.path.normpath(inc)
+    beside = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+    if os.path.exists(os.path.join(root, beside)):
+        return beside
+    return None
+
+
 def check(root):
     problems, n_files, n_edges = [], 0, 0
     for rel, full in sources(root):
@@ -68,16 +83,24 @@ def check(root):
         if src not in LEVEL:
             problems.append("%s: a source file outside the layout's folders" % rel)
             continue
-        for inc in INCLUDE.findall(text):
-            dst = folder_of(inc)
-            if dst is None:
-                continue  # a system or generated header ("config.h")
+        for inc in INCLUDE.findall(COMMENT.sub("", text)):
+            if inc in GENERATED:
+                continue
+            path = resolve(root, rel, inc)
+            if path is None:
+                problems.append("%s includes \"%s\", which is no file of the tree" % (rel, inc))
+                continue
+            dst = folder_of(path)
             n_edges += 1
             if dst not in LEVEL:
                 problems.append("%s includes %s, outside the layout's folders" % (rel, inc))
             elif dst != src and LEVEL[dst] >= LEVEL[src]:
                 problems.append("%s (%s) includes %s (%s): includes point from %s down only"
                                 % (rel, src, inc, dst, src))
+            elif path.endswith("_int.h") and dst != src and src != "tests":
+                problems.append("%s includes %s, the private header of %s" % (rel, inc, dst))
+    if not n_files:
+        problems.append("%s: no source files (is it the root of the tree?)" % root)
     return problems, n_files, n_edges
 
 
@@ -98,10 +121,19 @@ def main():
                 f.write("\n" * (MAX_LINES + 1))
             if not check(tmp)[0]:
                 problems.append("self-test: a file of %d lines was not reported" % (MAX_LINES + 1))
-            with open(victim, "w") as f:
-                f.write('#include "engine/serve/engine.h"\n')
-            if not any("point from" in p for p in check(tmp)[0]):
-                problems.append("self-test: kernels including engine/serve was not reported")
+            faults = {
+                "an include pointing up": '#include "engine/serve/engine.h"\n',
+                "an include of a sibling": '#include "shm/coll.h"\n',
+                "an include of another folder's private header":
+                    '#include "engine/shard/shard_int.h"\n',
+                "an include of no file": '#include "kernels/nothing.h"\n',
+            }
+            for what, line in faults.items():
+                with open(victim, "w") as f:
+                    f.write("/* #include \"engine/api/frontend.h\" (a comment: no include) */\n")
+                    f.write(line)
+                if len(check(tmp)[0]) != 1:
+                    problems.append("self-test: %s in kernels/ref.c was not reported alone" % what)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         for p in problems:

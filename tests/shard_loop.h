@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "engine/serve/lockstep.h"
+#include "engine/shard/kv.h"
 #include "engine/shard/shard.h"
 #include "kernels/sample.h"
 
@@ -48,13 +49,13 @@ struct loop_seq {
 	struct dps_rng rng;
 };
 
-/* Row i of sequence k at position p: token t, its KV slot and its block table. */
-static void loop_row(const struct dps_shard *s, int *tok, int *pos, int *slot, int *tix,
-		     unsigned char *want, int i, int k, int p, int t, int wanted)
+/* Row i of sequence k (block table tables + k * bps) at position p: token t, its KV slot. */
+static void loop_row(const struct dps_shard *s, const int *tables, int *tok, int *pos, int *slot,
+		     int *tix, unsigned char *want, int i, int k, int p, int t, int wanted)
 {
 	tok[i] = t;
 	pos[i] = p;
-	slot[i] = (k * s->bps + p / s->block_size) * s->block_size + p % s->block_size;
+	slot[i] = dps_kv_slot(tables + (size_t)k * (size_t)s->bps, s->block_size, p);
 	tix[i] = k;
 	want[i] = (unsigned char)wanted;
 }
@@ -83,7 +84,7 @@ static int loop_generate(struct dps_shard *s, const struct loop_req *reqs, int n
 		rc = -ENOMEM;
 		goto out;
 	}
-	if (n > s->max_seqs) {
+	if (n > s->max_seqs || (long)n * bps > s->num_blocks) { /* sequence k owns k * bps.. */
 		rc = -EINVAL;
 		goto out;
 	}
@@ -119,7 +120,7 @@ static int loop_generate(struct dps_shard *s, const struct loop_req *reqs, int n
 			unfinished = 1;
 			if (q[k].fed + 1 < q[k].n_ids)
 				while (q[k].fed < q[k].n_ids && rows < R) {
-					loop_row(s, tok, pos, slot, tix, want, rows, k, q[k].fed,
+					loop_row(s, tables, tok, pos, slot, tix, want, rows, k, q[k].fed,
 						 q[k].ids[q[k].fed], q[k].fed == q[k].n_ids - 1);
 					owner[rows++] = k;
 					q[k].fed++;
@@ -129,7 +130,7 @@ static int loop_generate(struct dps_shard *s, const struct loop_req *reqs, int n
 		/* Sequences with one token to feed (the last one sampled) decode. */
 		for (int k = 0; k < n && rows < R; k++)
 			if (!q[k].done && q[k].fed + 1 == q[k].n_ids && q[k].fed < q[k].limit) {
-				loop_row(s, tok, pos, slot, tix, want, rows, k, q[k].fed,
+				loop_row(s, tables, tok, pos, slot, tix, want, rows, k, q[k].fed,
 					 q[k].ids[q[k].fed], 1);
 				owner[rows++] = k;
 				q[k].fed++;
@@ -139,11 +140,11 @@ static int loop_generate(struct dps_shard *s, const struct loop_req *reqs, int n
 			const struct dps_dp_say say = { rows, prefill, unfinished, 0 };
 			struct dps_dp_plan plan;
 
-			if (s->dp_c && s->dp_c->n > 1) { /* counted with the step's collectives */
-				s->stats.calls[DPS_COLL_ALLREDUCE][DPS_SG_DP]++;
-				s->stats.bytes[DPS_COLL_ALLREDUCE][DPS_SG_DP] += 4 * (size_t)DP * 4;
-			}
 			rc = dps_lockstep_get_dp_padding(s->dp_c, DP, s->d, &say, agree, &plan);
+			/* Counted with the step's collectives, as the tests compare them. */
+			s->stats.calls[DPS_COLL_ALLREDUCE][DPS_SG_DP] += (uint64_t)plan.reduced;
+			s->stats.bytes[DPS_COLL_ALLREDUCE][DPS_SG_DP] +=
+				(uint64_t)plan.reduced * 4 * (size_t)DP * sizeof(int);
 			if (rc)
 				goto out;
 			if (!plan.any_work)

@@ -33,7 +33,9 @@
 #include "common/dps.h"
 #include "common/json.h"
 #include "engine/model/mkmodel.h"
+#include "engine/serve/lockstep.h"
 #include "engine/serve/sched.h"
+#include "engine/shard/kv.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
@@ -61,20 +63,12 @@ struct result {
 	int real;              /* decode: sequences of every replica together */
 };
 
+/* A comma list of integers in [lo, hi]: its count, or -1 (also for an empty list). */
 static int parse_list(const char *s, int *out, int lo, int hi)
 {
-	int n = 0;
+	const int n = dps_flags_int_list(s, out, MAX_LIST, lo, hi);
 
-	while (*s) {
-		char *end;
-		long v = strtol(s, &end, 10);
-
-		if (end == s || v < lo || v > hi || n == MAX_LIST || (*end && *end != ','))
-			return -1;
-		out[n++] = (int)v;
-		s = *end ? end + 1 : end;
-	}
-	return n ? n : -1;
+	return n > 0 ? n : -1;
 }
 
 static void stats(const double *v, int n, double *mean, double *sd)
@@ -87,14 +81,6 @@ static void stats(const double *v, int n, double *mean, double *sd)
 	for (int i = 0; i < n; i++)
 		q += (v[i] - *mean) * (v[i] - *mean);
 	*sd = n > 1 ? sqrt(q / (n - 1)) : 0;
-}
-
-/* Prints s as a JSON string. */
-static void json_str(const char *s)
-{
-	putchar('"');
-	dps_json_escape(stdout, s, strlen(s));
-	putchar('"');
 }
 
 /* ---- the ranks ------------------------------------------------------------------------- */
@@ -160,19 +146,44 @@ static uint64_t dispatch_bytes(const struct dps_shard *s)
 	return n;
 }
 
+/*
+ * A decode step of the test's rows as the serving engine builds them: rows [0, real) decode
+ * sequences 0..real-1 at pos[i], rows [real, n) are the padding rows coupled replicas add
+ * (dps_lockstep_pad_rows, with the all-zero table zero). Returns the logits of every row.
+ */
+static const float *decode_step(struct dps_shard *s, int n, int real, int *tok, int *pos,
+				int *slot, int *tix, unsigned char *want, const int **table,
+				const int *zero, int *rc)
+{
+	for (int i = 0; i < real; i++) {
+		tix[i] = i;
+		slot[i] = dps_kv_slot(s->seq_tables + (size_t)i * (size_t)s->bps, s->block_size,
+				      pos[i]);
+		want[i] = 1;
+	}
+	dps_lockstep_pad_rows(tok, pos, slot, tix, want, -1, real, n);
+	for (int i = 0; i < n; i++)
+		table[i] = tix[i] >= 0 ? s->seq_tables + (size_t)tix[i] * (size_t)s->bps : zero;
+	/* want is the padding's business only: every row's logits come back (NULL). */
+	return dps_shard_step_rows(s, 0, &(struct dps_rows){ n, tok, pos, slot, table, NULL }, rc);
+}
+
 static int rank_main(struct dps_world *w, void *arg)
 {
 	struct bench *b = arg;
 	const int R = b->max_p > b->max_b ? b->max_p : b->max_b;
 	int *tok = calloc((size_t)R, sizeof(int)), *pos = calloc((size_t)R, sizeof(int));
-	int *seq = calloc((size_t)R, sizeof(int));
+	int *seq = calloc((size_t)R, sizeof(int)), *slot = calloc((size_t)R, sizeof(int));
+	int *tix = calloc((size_t)R, sizeof(int));
+	const int **table = calloc((size_t)R, sizeof(*table));
 	unsigned char *want = calloc((size_t)R, 1);
+	int *zero = NULL;
 	struct dps_shard s;
 	struct bmsg m = { 0 };
 	char err[512];
 	int rc;
 
-	if (!tok || !pos || !seq || !want) {
+	if (!tok || !pos || !seq || !slot || !tix || !table || !want) {
 		rc = -ENOMEM;
 		goto out0;
 	}
@@ -189,6 +200,11 @@ static int rank_main(struct dps_world *w, void *arg)
 	if (rc) {
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
 		goto out0;
+	}
+	zero = calloc((size_t)s.bps, sizeof(int)); /* the padding rows' block table */
+	if (!zero) {
+		rc = -ENOMEM;
+		goto out;
 	}
 	if (s.max_pos < (b->max_p > b->max_g + 1 ? b->max_p : b->max_g + 1)) {
 		if (w->rank == 0)
@@ -265,14 +281,14 @@ static int rank_main(struct dps_world *w, void *arg)
 				uint64_t t0, c0, moe0, ep0;
 				const float *lg = NULL;
 
-				for (int i = 0; i < rows; i++) {
-					tok[i] = i < real ? s.cfg.bos_token_id : 0;
+				for (int i = 0; i < real; i++) {
+					tok[i] = s.cfg.bos_token_id;
 					pos[i] = 0;
-					seq[i] = i < real ? i : -1; /* padding: writes no KV */
 				}
 				/* Position 0 of every sequence, then G decode steps, timed. */
 				if (rows)
-					lg = dps_shard_step(&s, 0, rows, tok, pos, seq, NULL, &rc);
+					lg = decode_step(&s, rows, real, tok, pos, slot, tix, want, table,
+							 zero, &rc);
 				if (!rc)
 					rc = barrier(w);
 				st0 = s.stats;
@@ -285,7 +301,8 @@ static int rank_main(struct dps_world *w, void *arg)
 						tok[i] = dps_argmax_ref(lg + (size_t)i * (size_t)V, V);
 						pos[i] = g;
 					}
-					lg = dps_shard_step(&s, 0, rows, tok, pos, seq, NULL, &rc);
+					lg = decode_step(&s, rows, real, tok, pos, slot, tix, want,
+							 table, zero, &rc);
 				}
 				if (!rc)
 					rc = barrier(w);
@@ -324,6 +341,10 @@ out0:
 	free(tok);
 	free(pos);
 	free(seq);
+	free(slot);
+	free(tix);
+	free(table);
+	free(zero);
 	free(want);
 	return rc;
 }
@@ -458,20 +479,12 @@ int dps_bench_decode(int argc, char **argv)
 	for (int d = 0; d < DPS_MAX_WORLD; d++)
 		b.load[d] = 100;
 	if (load_s) {
-		int nl = 0, any = 0;
-		const char *q = load_s;
+		const int nl = dps_flags_int_list(load_s, b.load, DPS_MAX_WORLD, 0, 100);
+		int any = 0;
 
-		while (*q && nl < DPS_MAX_WORLD) {
-			char *end;
-			long v = strtol(q, &end, 10);
-
-			if (end == q || v < 0 || v > 100 || (*end && *end != ','))
-				break;
-			b.load[nl++] = (int)v;
-			any |= v > 0;
-			q = *end ? end + 1 : end;
-		}
-		if (*q || nl != par.dp || !any) {
+		for (int d = 0; d < nl; d++)
+			any |= b.load[d] > 0;
+		if (nl != par.dp || !any) {
 			fprintf(stderr, "dpshard bench decode: --load takes one percentage (0 to 100) per "
 					"replica, %d of them, not all 0; got '%s'\n", par.dp, load_s);
 			return 2;
@@ -647,15 +660,16 @@ int dps_bench_decode(int argc, char **argv)
 		printf("{");
 		dps_machine_json(stdout, &mach);
 		printf(", \"layout\": ");
-		json_str(lname);
+		dps_json_string(stdout, lname, strlen(lname));
 		printf(", \"ranks\": %d, \"threads_per_rank\": %d, \"expert_parallel\": %s, "
 		       "\"all2all_backend\": ", world, threads, par.ep ? "true" : "false");
-		json_str(par.ep ? dps_a2a_name(par.a2a) : "");
+		dps_json_string(stdout, par.ep ? dps_a2a_name(par.a2a) : "",
+				strlen(par.ep ? dps_a2a_name(par.a2a) : ""));
 		printf(", \"load_percent\": [");
 		for (int d = 0; d < par.dp; d++)
 			printf("%s%d", d ? ", " : "", b.load[d]);
 		printf("],\n \"model\": ");
-		json_str(model_dir);
+		dps_json_string(stdout, model_dir, strlen(model_dir));
 		printf(", \"weight_bytes_per_rank\": %.0f, \"kv_bytes_per_rank\": %.0f, "
 		       "\"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, \"sgemm_gflops\": %.1f,\n"
 		       " \"results\": [\n", b.rank0_bytes, b.rank0_kv,

@@ -27,28 +27,6 @@
 /* Prompts one generate takes (each a positional argument). */
 #define MAX_PROMPTS 64
 
-/* Parses "1 403 407" or "1,403,407" into ids. Returns the count or -1. */
-static int parse_ids(const char *s, int *ids, int cap, int vocab)
-{
-	int n = 0;
-
-	while (*s) {
-		char *end;
-		long v;
-
-		while (*s == ' ' || *s == ',')
-			s++;
-		if (!*s)
-			break;
-		v = strtol(s, &end, 10);
-		if (end == s || v < 0 || v >= vocab || n >= cap)
-			return -1;
-		ids[n++] = (int)v;
-		s = end;
-	}
-	return n;
-}
-
 /* Loads the model's config and checks the layout against it; 0, or the exit status after a
  * message. */
 static int check_layout(const struct dps_gen_ranks_opts *o, struct dps_model_config *cfg)
@@ -122,7 +100,7 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 				break;
 			}
 			ids[k][0] = cfg.bos_token_id;
-			m = parse_ids(texts[k], ids[k] + 1, (int)cap - 1, cfg.vocab_size);
+			m = dps_flags_int_list(texts[k], ids[k] + 1, (int)cap - 1, 0, cfg.vocab_size - 1);
 			if (m < 0) {
 				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of ids "
 						"below %d\n", texts[k], cfg.vocab_size);
@@ -310,8 +288,10 @@ int dps_cmd_generate(int argc, char **argv)
 		  "the small trained model that comes with dpshard" },
 		{ "steps", DPS_FLAG_INT, &steps, "N",
 		  "forward steps, counting the prompt's positions (as llama2.c's -n)", 1, 1 << 24, 'n' },
-		{ "temperature", DPS_FLAG_DOUBLE, &temperature, "T", "0 = greedy (ties to the lowest id)" },
-		{ "top-k", DPS_FLAG_INT, &top_k, "K", "sample from the K most likely tokens (0 = all)" },
+		{ "temperature", DPS_FLAG_DOUBLE, &temperature, "T",
+		  "0 to 2; 0 = greedy (ties to the lowest id)" },
+		{ "top-k", DPS_FLAG_INT, &top_k, "K",
+		  "sample from the K most likely tokens (0 or -1 = all)" },
 		{ "top-p", DPS_FLAG_DOUBLE, &top_p, "P", "sample from the smallest set of mass P" },
 		{ "seed", DPS_FLAG_INT, &seed, "S", "seed of the sampler (same seed, same output)" },
 		{ "ids", DPS_FLAG_BOOL, &ids_out, NULL, "print token ids instead of text" },
@@ -367,12 +347,14 @@ int dps_cmd_generate(int argc, char **argv)
 			return 1;
 		model_dir = defdir;
 	}
-	if (!(temperature >= 0 && isfinite(temperature)) || !(top_p > 0 && top_p <= 1) ||
-	    top_k < 0) {
-		fprintf(stderr, "dpshard generate: need --temperature >= 0, 0 < --top-p <= 1, "
-				"--top-k >= 0\n");
+	/* The request rules of engine/api/request.h. */
+	if (!(temperature >= 0 && temperature <= 2) || !(top_p > 0 && top_p <= 1) || top_k < -1) {
+		fprintf(stderr, "dpshard generate: need 0 <= --temperature <= 2, 0 < --top-p <= 1, "
+				"--top-k >= -1\n");
 		return 2;
 	}
+	if (top_k < 0)
+		top_k = 0; /* -1 (vLLM's) and 0 both mean every token */
 	if (!spec_model != !spec_k) {
 		fprintf(stderr, "dpshard generate: --speculative-model and --num-speculative-tokens "
 				"go together\n");
@@ -459,7 +441,8 @@ int dps_cmd_generate(int argc, char **argv)
 		prompt[0] = m.cfg.bos_token_id;
 		n_prompt = 1;
 		if (npos) {
-			int k = parse_ids(pos[0], prompt + 1, steps + 7, m.cfg.vocab_size);
+			int k = dps_flags_int_list(pos[0], prompt + 1, steps + 7, 0,
+						   m.cfg.vocab_size - 1);
 
 			if (k < 0) {
 				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of at "

@@ -387,3 +387,23 @@ void dps_flags_usage(FILE *out, const char *cmd, const char *synopsis,
 		"the command line override it");
 	fprintf(out, "  %-28s %s\n", "--help", "show this help and exit");
 }
+
+int dps_flags_int_list(const char *s, int *out, int cap, long lo, long hi)
+{
+	int n = 0;
+
+	for (;;) {
+		char *end;
+		long v;
+
+		while (*s == ' ' || *s == ',')
+			s++;
+		if (!*s)
+			return n;
+		v = strtol(s, &end, 10);
+		if (end == s || v < lo || v > hi || n >= cap || (*end && *end != ',' && *end != ' '))
+			return -1;
+		out[n++] = (int)v;
+		s = end;
+	}
+}

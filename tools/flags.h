@@ -53,4 +53,10 @@ int dps_flags_parse(const struct dps_flag *flags, int argc, char **argv, const c
 /* Prints "usage: dpshard CMD SYNOPSIS" and every flag with its help and default. */
 void dps_flags_usage(FILE *f, const char *cmd, const char *synopsis, const struct dps_flag *flags);
 
+/*
+ * A list of integers in [lo, hi] separated by commas or spaces ("1,8,32", "1 403 407") into
+ * out (at most cap). Returns how many, or -1 when s holds anything else or more than cap.
+ */
+int dps_flags_int_list(const char *s, int *out, int cap, long lo, long hi);
+
 #endif

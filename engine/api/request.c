@@ -196,9 +196,10 @@ static int common_field(const char *key, json_t *v, enum dps_req_format fmt,
 		   (fmt == DPS_REQ_LINE && !strcmp(key, "stop_ids"))) {
 		const size_t n = json_array_size(v);
 
-		if (!json_is_array(v) || n > MAX_STOP_IDS) {
-			snprintf(err, errlen, "\"%s\" must be a list of at most %d token ids", key,
-				 MAX_STOP_IDS);
+		/* At most MAX_STOP_IDS in all: a line may give both names. */
+		if (!json_is_array(v) || n > (size_t)(MAX_STOP_IDS - out->p.n_stop)) {
+			snprintf(err, errlen, "\"%s\" must be a list of at most %d token ids%s", key,
+				 MAX_STOP_IDS, out->p.n_stop ? " (with the other list of them)" : "");
 			return -EINVAL;
 		}
 		rc = 0;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/model/model.c - the whole-model decoder (see model.h).
+ * engine/model/model.c - the whole-model decoder (see model.h). Called by `dpshard generate` on
+ * one rank, and by the tests as the oracle of the sharded forward pass and the engine.
  */
 #include <string.h>
 

@@ -103,7 +103,12 @@ int dps_engine_client_new(struct dps_engine_client **c, int dp, int tp,
 			  const struct dps_engine_cb *cb);
 void dps_engine_client_free(struct dps_engine_client *c);
 
-/* Queues a request; returns its id (>= 0) or a negative code. The prompt is copied. */
+/*
+ * Queues a request on the replica it names, or on the least loaded one (the load balancer of
+ * the data-parallelism reference's "client requests (load balanced)": 4 x waiting + running,
+ * ties broken by a rotating start); returns its id (>= 0) or a negative code. The prompt is
+ * copied.
+ */
 int64_t dps_engine_submit(struct dps_engine_client *c, const struct dps_engine_req *r);
 
 /* Cancels request id (its done callback follows with "cancelled"). */

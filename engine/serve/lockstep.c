@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/serve/lockstep.c - _get_dp_padding and the dummy batch (see lockstep.h).
+ * engine/serve/lockstep.c - _get_dp_padding and the dummy batch (see lockstep.h). Called by the
+ * replica loop (engine/serve/replica.c) before every step of coupled replicas, and by the
+ * sharded-model tests' step loop (tests/shard_loop.h).
  */
 #include <string.h>
 
@@ -18,11 +20,13 @@ int dps_lockstep_get_dp_padding(struct dps_comm *dp_c, int dp, int dp_rank,
 	scratch[4 * dp_rank + 1] = mine->prefill;
 	scratch[4 * dp_rank + 2] = mine->unfinished;
 	scratch[4 * dp_rank + 3] = mine->stop;
-	if (dp_c && dp_c->n > 1)
+	memset(plan, 0, sizeof(*plan));
+	if (dp_c && dp_c->n > 1) {
 		rc = dps_coll_allreduce(dp_c, scratch, scratch, 4 * (size_t)dp, DPS_I32);
+		plan->reduced = 1;
+	}
 	if (rc)
 		return rc;
-	memset(plan, 0, sizeof(*plan));
 	plan->all_stop = 1;
 	for (int d = 0; d < dp; d++) {
 		plan->max_rows = scratch[4 * d] > plan->max_rows ? scratch[4 * d] : plan->max_rows;

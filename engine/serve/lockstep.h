@@ -29,6 +29,8 @@ struct dps_dp_plan {
 	int any_prefill; /* the step is a prefill step */
 	int any_work;    /* someone has work (else all sleep) */
 	int all_stop;    /* everyone stops */
+	int reduced;     /* 1 when the agreement took an all-reduce (a DP group of more than one),
+			  * for the caller's count of cross-replica collectives */
 };
 
 /*

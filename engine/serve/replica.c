@@ -584,7 +584,7 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 
 			rc = dps_lockstep_get_dp_padding(w->dp_c, w->dp, w->dp_rank, &say, agree,
 							 &plan);
-			R.st.dp_allreduces += w->dp > 1;
+			R.st.dp_allreduces += (uint64_t)plan.reduced;
 			if (rc)
 				break;
 			if (plan.all_stop)

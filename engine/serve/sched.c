@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/serve/sched.c - the per-replica scheduler (see sched.h).
+ * engine/serve/sched.c - the per-replica scheduler (see sched.h). Called by the replica loop
+ * (replica.c) on a replica's TP rank 0, once per step, and by tests/check_sched.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -286,7 +287,7 @@ static void add_spec_rows(struct dps_sched *s, struct dps_req *r)
 	r->n_draft = 0;
 	b->tokens[b->n] = r->ids[p0];
 	b->pos[b->n] = p0;
-	b->slot[b->n] = r->blocks[p0 / bs] * bs + p0 % bs;
+	b->slot[b->n] = dps_kv_slot(r->blocks, bs, p0);
 	b->table[b->n] = r->blocks;
 	b->want[b->n] = 1;
 	b->req[b->n] = r;
@@ -301,7 +302,7 @@ static void add_spec_rows(struct dps_sched *s, struct dps_req *r)
 		}
 		b->tokens[b->n] = r->draft[j - 1];
 		b->pos[b->n] = p;
-		b->slot[b->n] = r->blocks[p / bs] * bs + p % bs;
+		b->slot[b->n] = dps_kv_slot(r->blocks, bs, p);
 		b->table[b->n] = r->blocks;
 		b->want[b->n] = 1;
 		b->req[b->n] = r;
@@ -322,7 +323,7 @@ static void add_rows(struct dps_sched *s, struct dps_req *r, int take)
 
 		b->tokens[b->n] = r->ids[p];
 		b->pos[b->n] = p;
-		b->slot[b->n] = r->blocks[p / bs] * bs + p % bs;
+		b->slot[b->n] = dps_kv_slot(r->blocks, bs, p);
 		b->table[b->n] = r->blocks;
 		b->want[b->n] = p == r->n_ids - 1;
 		b->req[b->n] = r;

@@ -123,7 +123,7 @@ struct dps_sched {
  */
 int dps_sched_buckets(struct dps_sched_cfg *cfg, const char *spec, char *err, size_t errlen);
 
-/* The bucket a decode batch of n rows is padded to. */
+/* The bucket a decode batch of n rows is padded to (vLLM's get_decode_padded_batch_size). */
 int dps_sched_bucket(const struct dps_sched_cfg *cfg, int n);
 
 int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *err, size_t errlen);

@@ -11,6 +11,7 @@
 
 #include "common/dps.h"
 #include "engine/serve/replica.h"
+#include "engine/shard/kv.h"
 
 int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 {
@@ -245,7 +246,7 @@ int dps_spec_draft_passes(struct replica *R)
 
 			R->d_tok[p] = R->p_tok[(size_t)p * K + (size_t)(j - 1)];
 			R->d_pos[p] = pos;
-			R->d_slot[p] = table[pos / bs] * bs + pos % bs;
+			R->d_slot[p] = dps_kv_slot(table, bs, pos);
 			R->d_table[p] = table;
 		}
 		rows = (struct dps_rows){ n, R->d_tok, R->d_pos, R->d_slot,

@@ -3,6 +3,7 @@
  * engine/shard/attn.c - attention on the shards (see shard.h): RoPE, the KV cache write and the
  * paged attention of this TP position's heads over the rank's threads; the prefill (plain TP)
  * and the decode (component group, with the all-to-alls over the attention column) forms.
+ * Called by step.c and draft.c once per layer of every step.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -95,8 +96,8 @@ static void attend(struct dps_shard *s, int layer, const struct dps_rows *r, flo
 
 /* Prefill attention (plain TP) of n own rows h; the partial o (n, hidden) before the all-reduce. */
 void dps_shard_attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r, const float *h,
-			 float *o)
-{
+			    float *o)
+   {
 	const int n = r->n;
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, hd = s->hd;
@@ -117,8 +118,8 @@ void dps_shard_attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r
  * a second all-to-all returns each head block to the rank whose O shard it meets.
  */
 int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, const float *h,
-		       float *o)
-{
+			  float *o)
+   {
 	const int B = r->n;
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, hd = s->hd, ca = s->c[DPS_COMP_ATTN];
@@ -164,7 +165,7 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 		float *kvo = s->att; /* scratch (B, kvw) */
 
 		dps_shard_linear(s, kvo, h + (size_t)j * (size_t)B * (size_t)dim,
-			       w->wqkv_p + (size_t)s->hq_t * (size_t)hd * (size_t)dim, B, (int)kvw, dim);
+				 w->wqkv_p + (size_t)s->hq_t * (size_t)hd * (size_t)dim, B, (int)kvw, dim);
 		for (int i = 0; i < B; i++)
 			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,
 			       sizeof(float) * kvw);

@@ -261,7 +261,7 @@ const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t
 	if (R)
 		dps_shard_mlp(d, 0, R, d->h, d->o);
 	rc = dps_shard_allreduce(d, d->comp_c[DPS_COMP_MLP], cm > 1 ? DPS_SG_MLP_COMP : DPS_SG_TP, d->o,
-		       (size_t)R * dim);
+				 (size_t)R * dim);
 	if (rc)
 		goto fail;
 	for (size_t i = 0; i < (size_t)n * dim; i++)

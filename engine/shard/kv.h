@@ -22,6 +22,12 @@ static inline size_t dps_kv_offset(int layer, int num_blocks, int block_size, in
 	return ((size_t)layer * (size_t)num_blocks * (size_t)block_size + (size_t)slot) * width;
 }
 
+/* The slot of position pos of a sequence whose block table is blocks. */
+static inline int dps_kv_slot(const int *blocks, int block_size, int pos)
+{
+	return blocks[pos / block_size] * block_size + pos % block_size;
+}
+
 /* Bytes of one block across the layers, K and V. */
 static inline size_t dps_kv_block_bytes(int layers, int block_size, size_t width)
 {

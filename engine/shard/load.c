@@ -424,7 +424,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->final_norm = dps_shard_alloc_part(&L, DPS_PART_NORMS, (size_t)c->hidden_size);
 	if (s->final_norm)
 		dps_shard_load_whole(&L, s->draft ? "norm.weight" : "model.norm.weight", (uint64_t)c->hidden_size,
-		       s->final_norm);
+				     s->final_norm);
 	s->layers = calloc((size_t)c->num_hidden_layers, sizeof(*s->layers));
 	if (!s->layers && !L.rc) {
 		L.rc = -ENOMEM;

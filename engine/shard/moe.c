@@ -2,7 +2,8 @@
 /*
  * engine/shard/moe.c - mixture-of-experts layers on the shards (see shard.h): routing, every
  * expert run once on the rows that chose it, and the three forms: experts sharded like the MLP,
- * expert parallelism by all-gather + reduce-scatter, and by all-to-all-v.
+ * expert parallelism by all-gather + reduce-scatter, and by all-to-all-v. Called by step.c
+ * once per MoE layer of every step.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -117,8 +118,8 @@ void dps_shard_moe_tp(struct dps_shard *s, int l, int R, const float *h, float *
  * row count (NULL: all n, a decode step); pad: which of the gathered rows are padding.
  */
 int dps_shard_moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o, const int *cnt,
-		  const int *pad)
-{
+		     const int *pad)
+   {
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, dp = s->par.dp;
 	struct dps_comm *col = s->dp_c;
@@ -166,8 +167,8 @@ int dps_shard_moe_ag(struct dps_shard *s, int l, int n, const float *h, float *o
  * them in the router's order, and the members' rows are all-gathered over G.
  */
 int dps_shard_moe_a2a(struct dps_shard *s, int l, struct dps_comm *G, int sg, int R, const float *x,
-		   const int *pad, float *out)
-{
+		      const int *pad, float *out)
+   {
 	const struct dps_shard_layer *w = &s->layers[l];
 	const int dim = s->cfg.hidden_size, k = s->cfg.num_experts_per_tok, ep = s->ep_n;
 	const int gn = G ? G->n : 1, me = G ? G->me : 0;

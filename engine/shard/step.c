@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/dps.h"
+#include "engine/shard/kv.h"
 #include "engine/shard/shard_int.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
@@ -80,8 +81,8 @@ void dps_shard_lookup(const struct dps_shard *s, const float *table, int lo, int
  * [first, first + keep) are assembled into out (keep, vocab).
  */
 int dps_shard_project(struct dps_shard *s, const float *h, int m, const float *table, int per,
-		   struct dps_comm *comm, int sg, int first, int keep, float *out)
-{
+		      struct dps_comm *comm, int sg, int first, int keep, float *out)
+   {
 	const int V = s->cfg.vocab_size, nsh = comm ? comm->n : 1;
 	int rc;
 
@@ -103,6 +104,11 @@ int dps_shard_project(struct dps_shard *s, const float *h, int m, const float *t
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
+/*
+ * The prefill graph: attention, embedding and LM head in plain TP over the TP group (the
+ * references' prefill path, which attention_dp_size, embedding_dp_size and lm_head_dp_size do
+ * not change); the MLP over its component group, gathering the column's rows with counts.
+ */
 static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, int *rcp)
 {
 	const int n = r->n, *tokens = r->tokens;
@@ -210,6 +216,13 @@ fail:
 	return NULL;
 }
 
+/*
+ * The decode graph, the references' "Full Model Flow (Decode)": the embedding bracket
+ * (all-gather input_ids over the embedding column, the vocabulary shard, the reduce), then per
+ * layer _dp_transition(mlp -> attn), attention with one all-reduce over the attention
+ * component group, _dp_transition(attn -> mlp), the MLP with one all-reduce over its group;
+ * then the LM-head bracket (local rows, all-gather over its column, the vocabulary shard).
+ */
 static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, int *rcp)
 {
 	const int B = r->n, *tokens = r->tokens;
@@ -241,19 +254,19 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 			rc = dps_shard_allgather(s, s->dp_c, DPS_SG_EP, mine, pad, (size_t)B, DPS_I32);
 		else
 			rc = dps_shard_allgather(s, s->col_c[DPS_COMP_ATTN], DPS_SG_ATTN_COL, mine, pad, (size_t)B,
-				       DPS_I32);
+						 DPS_I32);
 		if (rc)
 			goto fail;
 	}
 	/* Embedding bracket: gather the ids over the column, look up the shard, reduce. */
 	rc = dps_shard_allgather(s, s->col_c[DPS_COMP_EMB], DPS_SG_EMB_COL, tokens, s->ids, (size_t)B,
-		       DPS_I32);
+				 DPS_I32);
 	if (rc)
 		goto fail;
-	dps_shard_lookup(s, s->emb_d, (s->j[DPS_COMP_EMB] * s->par.tp + s->t) * s->v_emb, s->v_emb, s->ids,
-	       B * ce, s->h);
+	dps_shard_lookup(s, s->emb_d, dps_shard_comp_rank(s, DPS_COMP_EMB) * s->v_emb, s->v_emb,
+			 s->ids, B * ce, s->h);
 	rc = dps_shard_allreduce(s, s->comp_c[DPS_COMP_EMB], ce > 1 ? DPS_SG_EMB_COMP : DPS_SG_TP, s->h,
-		       (size_t)B * ce * dim);
+				 (size_t)B * ce * dim);
 	if (rc)
 		goto fail;
 	rc = dps_dp_transition(s, s->h, s->x, B, dim, ce, cm, s->col_c[DPS_COMP_MLP],
@@ -283,7 +296,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 			dps_shard_attn_prefill(s, l, r, s->h, s->x);
 		}
 		rc = dps_shard_allreduce(s, s->comp_c[DPS_COMP_ATTN], ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP,
-			       s->x, (size_t)Ra * dim);
+					 s->x, (size_t)Ra * dim);
 		if (rc)
 			goto fail;
 		for (size_t i = 0; i < (size_t)Ra * dim; i++)
@@ -291,7 +304,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 		if (dps_shard_moe_layer(s, l) && s->moe == DPS_MOE_EP_A2A) {
 			/* Sequence parallel over the ranks holding these rows: no _dp_transition. */
 			rc = dps_shard_moe_a2a(s, l, ca > 1 ? s->comp_c[DPS_COMP_ATTN] : s->tp_c,
-				     ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa, pad, s->x);
+					       ca > 1 ? DPS_SG_ATTN_COMP : DPS_SG_TP, Ra, xa, pad, s->x);
 			if (rc)
 				goto fail;
 			cur = ca;
@@ -314,7 +327,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 			else
 				dps_shard_mlp(s, l, Rm, s->h, s->o);
 			rc = dps_shard_allreduce(s, s->comp_c[DPS_COMP_MLP], cm > 1 ? DPS_SG_MLP_COMP : DPS_SG_TP,
-				       s->o, (size_t)Rm * dim);
+						 s->o, (size_t)Rm * dim);
 		}
 		if (rc)
 			goto fail;
@@ -328,11 +341,11 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 			    s->x + ((size_t)(s->d % cur) * (size_t)B + (size_t)i) * dim,
 			    s->final_norm, dim, eps);
 	rc = dps_shard_allgather(s, s->col_c[DPS_COMP_LM_HEAD], DPS_SG_LM_COL, s->h, s->o, (size_t)B * dim,
-		       DPS_F32);
+				 DPS_F32);
 	if (rc)
 		goto fail;
 	rc = dps_shard_project(s, s->o, B * cl, s->lm_d, s->v_lm, s->comp_c[DPS_COMP_LM_HEAD],
-		     cl > 1 ? DPS_SG_LM_COMP : DPS_SG_TP, s->j[DPS_COMP_LM_HEAD] * B, B, s->logits);
+			       cl > 1 ? DPS_SG_LM_COMP : DPS_SG_TP, s->j[DPS_COMP_LM_HEAD] * B, B, s->logits);
 	if (rc)
 		goto fail;
 	/* Pack the wanted rows. */
@@ -380,7 +393,8 @@ const float *dps_shard_step(struct dps_shard *s, int prefill, int n, const int *
 	for (int i = 0; i < n; i++) {
 		DPS_ASSERT(seq[i] < s->max_seqs && pos[i] >= 0 && pos[i] < s->max_pos);
 		s->rows_table[i] = seq[i] >= 0 ? s->seq_tables + (size_t)seq[i] * (size_t)s->bps : NULL;
-		s->rows_slot[i] = seq[i] >= 0 ? seq[i] * s->bps * s->block_size + pos[i] : DPS_PAD_SLOT;
+		s->rows_slot[i] = seq[i] >= 0 ? dps_kv_slot(s->rows_table[i], s->block_size, pos[i])
+					      : DPS_PAD_SLOT;
 	}
 	return dps_shard_step_rows(s, prefill, &r, rc);
 }
