@@ -18,6 +18,7 @@
 #include "common/dps.h"
 #include "engine/runtime/placement.h"
 #include "engine/runtime/topo.h"
+#include "tests/testutil.h"
 
 
 /* ---------------------------------------------------------------------------------------
@@ -343,11 +344,5 @@ static Suite *cpubind_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(cpubind_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return test_run_suite(cpubind_suite());
 }
