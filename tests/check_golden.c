@@ -17,7 +17,7 @@
 #include "tests/testutil.h"
 #include "engine/model/convert.h"
 #include "engine/model/model.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "kernels/kernels.h"
 
 #define MODELS DPS_TEST_SRCDIR "/models/stories260K"
@@ -25,7 +25,7 @@
 
 static char dir[64];
 static struct dps_model model;
-static struct dps_tokenizer tok;
+static struct dps_tok_llama2 tok;
 
 static void setup(void)
 {
@@ -36,13 +36,13 @@ static void setup(void)
 					   DPS_ST_F32, err, sizeof(err)), "%s", err);
 	ck_assert_msg(!dps_model_load(&model, dir, NULL, err, sizeof(err)), "%s", err);
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
-	ck_assert_msg(!dps_tokenizer_load(&tok, path, &model.cfg, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_tok_llama2_load(&tok, path, &model.cfg, err, sizeof(err)), "%s", err);
 }
 
 static void teardown(void)
 {
 	dps_model_free(&model);
-	dps_tokenizer_free(&tok);
+	dps_tok_llama2_free(&tok);
 	test_tmpdir_remove(dir);
 }
 
@@ -91,16 +91,16 @@ START_TEST(test_config_and_tokenizer)
 	ck_assert_int_eq(tok.eos_id, 2);
 	n = read_ids(GOLDEN "/once_upon_a_time.ids.txt", "prompt_ids", want, 16);
 	ck_assert_int_eq(n, 5);
-	ck_assert_int_eq(dps_tokenizer_encode(&tok, "Once upon a time", 16, DPS_TOKENIZER_BOS, got,
+	ck_assert_int_eq(dps_tok_llama2_encode(&tok, "Once upon a time", 16, DPS_TOK_LLAMA2_BOS, got,
 					      64, &k), 0);
 	ck_assert_int_eq((int)k, n);
 	for (int i = 0; i < n; i++)
 		ck_assert_int_eq(got[i], want[i]);
 	/* A code point in the vocabulary is one token; one outside it becomes its bytes. */
-	ck_assert_int_eq(dps_tokenizer_encode(&tok, "\xe2\x82\xac", 3, 0, got, 64, &k), 0);
+	ck_assert_int_eq(dps_tok_llama2_encode(&tok, "\xe2\x82\xac", 3, 0, got, 64, &k), 0);
 	ck_assert_int_eq((int)k, 2);
 	ck_assert_str_eq(tok.vocab[got[1]], "\xe2\x82\xac");
-	ck_assert_int_eq(dps_tokenizer_encode(&tok, "\xe4\xb8\xad", 3, 0, got, 64, &k), 0);
+	ck_assert_int_eq(dps_tok_llama2_encode(&tok, "\xe4\xb8\xad", 3, 0, got, 64, &k), 0);
 	ck_assert_int_eq((int)k, 4);
 	ck_assert_int_eq(got[1], 0xe4 + 3);
 	ck_assert_int_eq(got[3], 0xad + 3);
@@ -109,7 +109,7 @@ START_TEST(test_config_and_tokenizer)
 		char buf[8];
 		size_t l;
 
-		ck_assert_int_eq(*dps_tokenizer_decode(&tok, got[0], got[1], buf, &l) & 0xff, 0xe4);
+		ck_assert_int_eq(*dps_tok_llama2_decode(&tok, got[0], got[1], buf, &l) & 0xff, 0xe4);
 		ck_assert_uint_eq(l, 1);
 	}
 	/* Round trip of plain text through encode and decode. */
@@ -118,10 +118,10 @@ START_TEST(test_config_and_tokenizer)
 		char out[256], buf[8];
 		size_t l, len = 0;
 
-		ck_assert_int_eq(dps_tokenizer_encode(&tok, text, strlen(text), DPS_TOKENIZER_BOS,
+		ck_assert_int_eq(dps_tok_llama2_encode(&tok, text, strlen(text), DPS_TOK_LLAMA2_BOS,
 						      got, 64, &k), 0);
 		for (size_t i = 1; i < k; i++) {
-			const char *p = dps_tokenizer_decode(&tok, got[i - 1], got[i], buf, &l);
+			const char *p = dps_tok_llama2_decode(&tok, got[i - 1], got[i], buf, &l);
 
 			memcpy(out + len, p, l);
 			len += l;
@@ -192,7 +192,7 @@ START_TEST(test_text_empty_prompt)
 			      want[pos + 1]);
 		if (next == model.cfg.bos_token_id)
 			break;
-		piece = dps_tokenizer_decode(&tok, token, next, buf, &pl);
+		piece = dps_tok_llama2_decode(&tok, token, next, buf, &pl);
 		ck_assert_uint_lt(len + pl, sizeof(out));
 		memcpy(out + len, piece, pl);
 		len += pl;

@@ -18,7 +18,7 @@
 #include "engine/api/request.h"
 #include "engine/model/convert.h"
 #include "engine/model/model_config.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "tests/testutil.h"
 
 static const struct dps_req_limits lim = { .tok = NULL, .vocab = 512, .bos = 1, .eos = 2,
@@ -173,7 +173,7 @@ START_TEST(test_text_prompt)
 	/* The golden prompt through the real stories260K tokenizer. */
 	char dir[64], path[128], err[512];
 	struct dps_model_config cfg;
-	struct dps_tokenizer tok;
+	struct dps_tok_llama2 tok;
 	struct dps_req_limits l = lim;
 	struct dps_request r;
 	static const int want[] = { 1, 403, 407, 261, 378 };
@@ -185,7 +185,7 @@ START_TEST(test_text_prompt)
 					   DPS_ST_F32, err, sizeof(err)), "%s", err);
 	ck_assert_msg(!dps_model_config_load(dir, &cfg, err, sizeof(err)), "%s", err);
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
-	ck_assert_msg(!dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err)), "%s", err);
 	l.tok = &tok;
 	ck_assert_msg(!dps_request_parse(body, strlen(body), DPS_REQ_COMPLETIONS, &l, &r, err,
 					 sizeof(err)), "%s", err);
@@ -195,7 +195,7 @@ START_TEST(test_text_prompt)
 	ck_assert_int_eq(r.n_stop, 2);
 	ck_assert_str_eq(r.stop[1], "Lily");
 	dps_request_free(&r);
-	dps_tokenizer_free(&tok);
+	dps_tok_llama2_free(&tok);
 	test_tmpdir_remove(dir);
 }
 END_TEST

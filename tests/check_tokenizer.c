@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "tests/testutil.h"
 
 /* Writes a tokenizer.bin of n pieces (score of piece i: -i, so earlier pieces merge first). */
@@ -43,7 +43,7 @@ static const char *const small[] = { "<unk>", "<s>", "</s>", " ab", "ab", " ", "
 				     "<|begin|>", "<|end|>" };
 #define SMALL_N 11
 
-static void load_small(struct dps_tokenizer *t, int bos, int eos)
+static void load_small(struct dps_tok_llama2 *t, int bos, int eos)
 {
 	struct dps_model_config cfg = { .vocab_size = SMALL_N, .bos_token_id = bos,
 					.eos_token_id = eos };
@@ -51,51 +51,51 @@ static void load_small(struct dps_tokenizer *t, int bos, int eos)
 	const size_t len = build(buf, sizeof(buf), small, SMALL_N);
 	char err[256];
 
-	ck_assert_msg(!dps_tokenizer_load_mem(t, buf, len, &cfg, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_tok_llama2_load_mem(t, buf, len, &cfg, err, sizeof(err)), "%s", err);
 }
 
 START_TEST(test_llama2c_ids)
 {
-	struct dps_tokenizer t;
+	struct dps_tok_llama2 t;
 	int ids[16];
 	size_t n, l;
 	char buf[8];
 	const char *p;
 
 	load_small(&t, 1, 2);
-	ck_assert_int_eq(dps_tokenizer_encode(&t, "ab", 2, DPS_TOKENIZER_BOS, ids, 16, &n), 0);
+	ck_assert_int_eq(dps_tok_llama2_encode(&t, "ab", 2, DPS_TOK_LLAMA2_BOS, ids, 16, &n), 0);
 	ck_assert_uint_eq(n, 2);
 	ck_assert_int_eq(ids[0], 1);
 	ck_assert_int_eq(ids[1], 3); /* " " a b -> " " ab -> " ab" */
 	/* 1 is also what an old caller passes: it still means BOS. */
-	ck_assert_int_eq(dps_tokenizer_encode(&t, "abc", 3, 1, ids, 16, &n), 0);
+	ck_assert_int_eq(dps_tok_llama2_encode(&t, "abc", 3, 1, ids, 16, &n), 0);
 	ck_assert_uint_eq(n, 3);
 	ck_assert_int_eq(ids[0], 1);
 	ck_assert_int_eq(ids[2], 8);
-	ck_assert_int_eq(dps_tokenizer_encode(&t, "ab", 2, DPS_TOKENIZER_BOS | DPS_TOKENIZER_EOS,
+	ck_assert_int_eq(dps_tok_llama2_encode(&t, "ab", 2, DPS_TOK_LLAMA2_BOS | DPS_TOK_LLAMA2_EOS,
 					      ids, 16, &n), 0);
 	ck_assert_uint_eq(n, 3);
 	ck_assert_int_eq(ids[2], 2);
-	ck_assert_int_eq(dps_tokenizer_encode(&t, "ab", 2, 0, ids, 16, &n), 0);
+	ck_assert_int_eq(dps_tok_llama2_encode(&t, "ab", 2, 0, ids, 16, &n), 0);
 	ck_assert_uint_eq(n, 1);
 	ck_assert_int_eq(ids[0], 3);
 	/* EOS needs room like any other id. */
-	ck_assert_int_eq(dps_tokenizer_encode(&t, "ab", 2, DPS_TOKENIZER_BOS | DPS_TOKENIZER_EOS,
+	ck_assert_int_eq(dps_tok_llama2_encode(&t, "ab", 2, DPS_TOK_LLAMA2_BOS | DPS_TOK_LLAMA2_EOS,
 					      ids, 2, &n), -ENOSPC);
 	/* After BOS the dummy-prefix space is dropped; after anything else it is kept. */
-	p = dps_tokenizer_decode(&t, 1, 3, buf, &l);
+	p = dps_tok_llama2_decode(&t, 1, 3, buf, &l);
 	ck_assert_uint_eq(l, 2);
 	ck_assert(!memcmp(p, "ab", 2));
-	p = dps_tokenizer_decode(&t, 9, 3, buf, &l);
+	p = dps_tok_llama2_decode(&t, 9, 3, buf, &l);
 	ck_assert_uint_eq(l, 3);
 	ck_assert(!memcmp(p, " ab", 3));
-	dps_tokenizer_free(&t);
+	dps_tok_llama2_free(&t);
 }
 END_TEST
 
 START_TEST(test_model_ids)
 {
-	struct dps_tokenizer t;
+	struct dps_tok_llama2 t;
 	int ids[16];
 	size_t n, l;
 	char buf[8];
@@ -104,20 +104,20 @@ START_TEST(test_model_ids)
 	load_small(&t, 9, 10);
 	ck_assert_int_eq(t.bos_id, 9);
 	ck_assert_int_eq(t.eos_id, 10);
-	ck_assert_int_eq(dps_tokenizer_encode(&t, "ab", 2, DPS_TOKENIZER_BOS | DPS_TOKENIZER_EOS,
+	ck_assert_int_eq(dps_tok_llama2_encode(&t, "ab", 2, DPS_TOK_LLAMA2_BOS | DPS_TOK_LLAMA2_EOS,
 					      ids, 16, &n), 0);
 	ck_assert_uint_eq(n, 3);
 	ck_assert_int_eq(ids[0], 9);
 	ck_assert_int_eq(ids[1], 3);
 	ck_assert_int_eq(ids[2], 10);
-	p = dps_tokenizer_decode(&t, 9, 3, buf, &l);
+	p = dps_tok_llama2_decode(&t, 9, 3, buf, &l);
 	ck_assert_uint_eq(l, 2);
 	ck_assert(!memcmp(p, "ab", 2));
 	/* 1 is an ordinary token for this model: the space stays. */
-	p = dps_tokenizer_decode(&t, 1, 3, buf, &l);
+	p = dps_tok_llama2_decode(&t, 1, 3, buf, &l);
 	ck_assert_uint_eq(l, 3);
 	ck_assert(!memcmp(p, " ab", 3));
-	dps_tokenizer_free(&t);
+	dps_tok_llama2_free(&t);
 }
 END_TEST
 
@@ -141,10 +141,10 @@ START_TEST(test_bad_ids)
 		struct dps_model_config cfg = { .vocab_size = bad[i].vocab,
 						.bos_token_id = bad[i].bos,
 						.eos_token_id = bad[i].eos };
-		struct dps_tokenizer t;
+		struct dps_tok_llama2 t;
 		char err[256] = "";
 
-		ck_assert_int_eq(dps_tokenizer_load_mem(&t, buf, len, &cfg, err, sizeof(err)),
+		ck_assert_int_eq(dps_tok_llama2_load_mem(&t, buf, len, &cfg, err, sizeof(err)),
 				 -EINVAL);
 		ck_assert_msg(strstr(err, bad[i].msg), "case %zu: '%s' lacks '%s'", i, err,
 			      bad[i].msg);
@@ -154,19 +154,19 @@ START_TEST(test_bad_ids)
 	{
 		struct dps_model_config cfg = { .vocab_size = 2, .bos_token_id = 1,
 						.eos_token_id = 0 };
-		struct dps_tokenizer t;
+		struct dps_tok_llama2 t;
 		char err[256];
 		int ids[4];
 		size_t n;
 
-		ck_assert_msg(!dps_tokenizer_load_mem(&t, buf, len, &cfg, err, sizeof(err)), "%s",
+		ck_assert_msg(!dps_tok_llama2_load_mem(&t, buf, len, &cfg, err, sizeof(err)), "%s",
 			      err);
-		ck_assert_int_eq(dps_tokenizer_encode(&t, "z", 1, 3, ids, 4, &n), 0);
+		ck_assert_int_eq(dps_tok_llama2_encode(&t, "z", 1, 3, ids, 4, &n), 0);
 		ck_assert_uint_eq(n, 3); /* BOS, <unk> for the byte, EOS */
 		ck_assert_int_eq(ids[0], 1);
 		ck_assert_int_eq(ids[1], 0);
 		ck_assert_int_eq(ids[2], 0);
-		dps_tokenizer_free(&t);
+		dps_tok_llama2_free(&t);
 	}
 }
 END_TEST
@@ -196,13 +196,13 @@ static size_t build_big(unsigned char **out, unsigned seed)
 START_TEST(test_repeats_sort_by_id)
 {
 	struct dps_model_config cfg = { .vocab_size = 3000, .bos_token_id = 1, .eos_token_id = 2 };
-	struct dps_tokenizer t;
+	struct dps_tok_llama2 t;
 	unsigned char *buf;
 	const size_t len = build_big(&buf, 1);
 	char err[256];
 	int repeats = 0;
 
-	ck_assert_msg(!dps_tokenizer_load_mem(&t, buf, len, &cfg, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_tok_llama2_load_mem(&t, buf, len, &cfg, err, sizeof(err)), "%s", err);
 	for (int i = 1; i < 3000; i++) {
 		const int a = t.sorted[i - 1], b = t.sorted[i], c = strcmp(t.vocab[a], t.vocab[b]);
 
@@ -214,7 +214,7 @@ START_TEST(test_repeats_sort_by_id)
 	}
 	ck_assert_int_gt(repeats, 1000); /* 258 distinct pieces of at most 3 of 6 letters */
 	free(buf);
-	dps_tokenizer_free(&t);
+	dps_tok_llama2_free(&t);
 }
 END_TEST
 
@@ -232,15 +232,15 @@ static void *load_many(void *arg)
 	char err[256];
 
 	for (int r = 0; r < 20; r++) {
-		struct dps_tokenizer t;
+		struct dps_tok_llama2 t;
 
-		if (dps_tokenizer_load_mem(&t, j->buf, j->len, &cfg, err, sizeof(err))) {
+		if (dps_tok_llama2_load_mem(&t, j->buf, j->len, &cfg, err, sizeof(err))) {
 			j->fails++;
 			continue;
 		}
 		if (memcmp(t.sorted, j->sorted, sizeof(j->sorted)))
 			j->fails++;
-		dps_tokenizer_free(&t);
+		dps_tok_llama2_free(&t);
 	}
 	return NULL;
 }
@@ -254,14 +254,14 @@ START_TEST(test_threads)
 	char err[256];
 
 	for (int i = 0; i < 2; i++) {
-		struct dps_tokenizer t;
+		struct dps_tok_llama2 t;
 
 		j[i].len = build_big(&buf[i], 7 + (unsigned)i);
 		j[i].buf = buf[i];
-		ck_assert_msg(!dps_tokenizer_load_mem(&t, buf[i], j[i].len, &cfg, err, sizeof(err)),
+		ck_assert_msg(!dps_tok_llama2_load_mem(&t, buf[i], j[i].len, &cfg, err, sizeof(err)),
 			      "%s", err);
 		memcpy(j[i].sorted, t.sorted, sizeof(j[i].sorted));
-		dps_tokenizer_free(&t);
+		dps_tok_llama2_free(&t);
 	}
 	/* The two vocabularies sort differently, so mixing them up would show. */
 	ck_assert(memcmp(j[0].sorted, j[1].sorted, sizeof(j[0].sorted)));

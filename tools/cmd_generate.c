@@ -14,7 +14,7 @@
 #include "common/dps.h"
 #include "engine/api/request.h"
 #include "engine/model/model.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "engine/shard/shard.h"
 #include "kernels/gemm.h"
 #include "kernels/sample.h"
@@ -50,7 +50,7 @@ static int check_layout(const struct dps_gen_ranks_opts *o, struct dps_model_con
 static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int prompt_ids)
 {
 	struct dps_model_config cfg;
-	struct dps_tokenizer tok = { 0 };
+	struct dps_tok_llama2 tok = { 0 };
 	char err[512], path[4200];
 	int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
 	int *lens = calloc((size_t)(n ? n : 1), sizeof(int)), rc, have_tok;
@@ -70,7 +70,7 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 	if (o->steps > cfg.max_position_embeddings)
 		o->steps = cfg.max_position_embeddings;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
-	rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
+	rc = dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err));
 	have_tok = rc == 0;
 	if (rc && rc != -ENOENT) {
 		fprintf(stderr, "dpshard generate: %s\n", err);
@@ -109,7 +109,7 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 			}
 			got = (size_t)m + 1;
 		} else {
-			rc = dps_tokenizer_encode(&tok, texts[k], strlen(texts[k]), DPS_TOKENIZER_BOS,
+			rc = dps_tok_llama2_encode(&tok, texts[k], strlen(texts[k]), DPS_TOK_LLAMA2_BOS,
 						  ids[k], cap, &got);
 			if (rc)
 				fprintf(stderr, "dpshard generate: cannot encode prompt %d: %s\n", k + 1,
@@ -137,7 +137,7 @@ out:
 		free(ids[k]);
 	free(ids);
 	free(lens);
-	dps_tokenizer_free(&tok);
+	dps_tok_llama2_free(&tok);
 	return rc ? 1 : 0;
 }
 
@@ -148,7 +148,7 @@ out:
 static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 {
 	struct dps_model_config cfg;
-	struct dps_tokenizer tok = { 0 };
+	struct dps_tok_llama2 tok = { 0 };
 	struct dps_request *reqs = NULL;
 	struct dps_req_params *params = NULL;
 	struct dps_req_limits lim;
@@ -163,7 +163,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	if (rc)
 		return rc;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
-	rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
+	rc = dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err));
 	have_tok = rc == 0;
 	if (rc && rc != -ENOENT) {
 		fprintf(stderr, "dpshard generate: %s\n", err);
@@ -176,7 +176,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	f = fopen(file, "r");
 	if (!f) {
 		fprintf(stderr, "dpshard generate: --requests %s: %s\n", file, strerror(errno));
-		dps_tokenizer_free(&tok);
+		dps_tok_llama2_free(&tok);
 		return 2;
 	}
 	while ((len = getline(&line, &linecap, f)) >= 0) {
@@ -259,7 +259,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	free(replica);
 	free(lens);
 	free(ids);
-	dps_tokenizer_free(&tok);
+	dps_tok_llama2_free(&tok);
 	return bad ? 2 : rc ? 1 : 0;
 }
 
@@ -269,7 +269,7 @@ int dps_cmd_generate(int argc, char **argv)
 	const char *model_dir = NULL;
 	double temperature = 0.0, top_p = 1.0;
 	int steps = 256, ids_out = 0, prompt_ids = 0, top_k = 0, seed = 0, npos, rc;
-	struct dps_tokenizer tok = { 0 };
+	struct dps_tok_llama2 tok = { 0 };
 	struct dps_model m;
 	struct dps_rng rng;
 	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
@@ -418,7 +418,7 @@ int dps_cmd_generate(int argc, char **argv)
 	if (steps > m.max_pos)
 		steps = m.max_pos;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
-	rc = dps_tokenizer_load(&tok, path, &m.cfg, err, sizeof(err));
+	rc = dps_tok_llama2_load(&tok, path, &m.cfg, err, sizeof(err));
 	have_tok = rc == 0;
 	if (rc && rc != -ENOENT) {
 		fprintf(stderr, "dpshard generate: %s\n", err);
@@ -457,7 +457,7 @@ int dps_cmd_generate(int argc, char **argv)
 		const char *text = npos ? pos[0] : "";
 		size_t k;
 
-		rc = dps_tokenizer_encode(&tok, text, strlen(text), 1, prompt,
+		rc = dps_tok_llama2_encode(&tok, text, strlen(text), 1, prompt,
 					  (size_t)steps + 8 + strlen(text) * 2, &k);
 		if (rc) {
 			fprintf(stderr, "dpshard generate: cannot encode the prompt: %s\n",
@@ -505,7 +505,7 @@ int dps_cmd_generate(int argc, char **argv)
 			} else {
 				char buf[8];
 				size_t l;
-				const char *piece = dps_tokenizer_decode(&tok, token, next, buf, &l);
+				const char *piece = dps_tok_llama2_decode(&tok, token, next, buf, &l);
 
 				fwrite(piece, 1, l, stdout);
 			}
@@ -531,7 +531,7 @@ int dps_cmd_generate(int argc, char **argv)
 out:
 	free(prompt);
 	free(scratch);
-	dps_tokenizer_free(&tok);
+	dps_tok_llama2_free(&tok);
 	dps_model_free(&m);
 	return rc ? 1 : 0;
 }

@@ -37,7 +37,7 @@
 #include "engine/model/model_config.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 
@@ -268,7 +268,7 @@ int dps_cmd_serve(int argc, char **argv)
 	size_t kv_mem = 0, max_body = 1u << 20;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct dps_model_config cfg;
-	struct dps_tokenizer tok = { 0 };
+	struct dps_tok_llama2 tok = { 0 };
 	struct serve s = { 0 };
 	char *pos[1], err[512], path[4200], defdir[4096], nm[4096], *base, *name_buf = NULL;
 	int npos, rc, have_tok = 0, failures = 0, status = 0;
@@ -365,7 +365,7 @@ int dps_cmd_serve(int argc, char **argv)
 		max_model_len = cfg.max_position_embeddings;
 	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
 	if (!access(path, R_OK)) {
-		rc = dps_tokenizer_load(&tok, path, &cfg, err, sizeof(err));
+		rc = dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err));
 		if (rc) {
 			fprintf(stderr, "dpshard serve: %s\n", err);
 			return 1;
@@ -561,7 +561,7 @@ out:
 		close(s.sigfd);
 	free(name_buf);
 	if (have_tok)
-		dps_tokenizer_free(&tok);
+		dps_tok_llama2_free(&tok);
 	S = NULL;
 	if (!status)
 		dps_info("stopped");

@@ -16,7 +16,7 @@
 #include "engine/serve/engine.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "kernels/gemm.h"
 #include "tools/gen_ranks.h"
 
@@ -162,7 +162,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 				const int before = i ? r.out[k][i - 1] : o->prompts[k][o->n_prompt[k] - 1];
 				char buf[8];
 				size_t l;
-				const char *piece = dps_tokenizer_decode(o->tok, before, r.out[k][i], buf,
+				const char *piece = dps_tok_llama2_decode(o->tok, before, r.out[k][i], buf,
 									 &l);
 
 				dps_json_escape(stdout, piece, l);
@@ -189,7 +189,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 							   : r.out[k][i - 1 - o->n_prompt[k]];
 				char buf[8];
 				size_t l;
-				const char *piece = dps_tokenizer_decode(o->tok, before, cur, buf, &l);
+				const char *piece = dps_tok_llama2_decode(o->tok, before, cur, buf, &l);
 
 				fwrite(piece, 1, l, stdout);
 			}

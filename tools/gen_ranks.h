@@ -6,7 +6,7 @@
 #define DPS_TOOLS_GEN_RANKS_H
 
 #include "engine/runtime/groups.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "engine/serve/sched.h"
 #include "kernels/sample.h"
 
@@ -31,7 +31,7 @@ struct dps_gen_ranks_opts {
 	const char *spec_model;    /* Eagle3 draft (NULL: none) */
 	int spec_k;                /* its tokens per step */
 	int bos, eos;
-	const struct dps_tokenizer *tok; /* NULL: print ids */
+	const struct dps_tok_llama2 *tok; /* NULL: print ids */
 	int ids_out, verbose, trace;
 };
 

@@ -277,7 +277,7 @@ static void on_token(void *arg, void *user, int token)
 	r->t_last = now;
 	from = r->len > r->max_stop ? r->len - r->max_stop : 0;
 	if (f->o.lim.tok) {
-		piece = dps_tokenizer_decode(f->o.lim.tok, r->last, token, buf, &l);
+		piece = dps_tok_llama2_decode(f->o.lim.tok, r->last, token, buf, &l);
 		text_add(r, piece, l);
 	}
 	r->last = token;

@@ -40,7 +40,7 @@ static int text_prompt(json_t *v, const char *name, const struct dps_req_limits 
 	out->prompt = malloc(sizeof(int) * (n * 2 + 8));
 	if (!out->prompt)
 		return -ENOMEM;
-	if (dps_tokenizer_encode(lim->tok, json_string_value(v), n, DPS_TOKENIZER_BOS, out->prompt,
+	if (dps_tok_llama2_encode(lim->tok, json_string_value(v), n, DPS_TOK_LLAMA2_BOS, out->prompt,
 				 n * 2 + 8, &got))
 		return bad(err, errlen, "cannot encode \"%s\"", name);
 	out->n_prompt = (int)got;

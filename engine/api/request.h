@@ -30,7 +30,7 @@
 
 #include <stddef.h>
 
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 #include "engine/serve/sched.h"
 
 #define DPS_REQ_MAX_STOP 16     /* stop strings per request */
@@ -43,7 +43,7 @@ enum dps_req_format {
 
 /* What the caller fixes. */
 struct dps_req_limits {
-	const struct dps_tokenizer *tok; /* NULL: prompts are token ids */
+	const struct dps_tok_llama2 *tok; /* NULL: prompts are token ids */
 	int vocab, bos, eos;            /* eos < 0: none */
 	int max_model_len;              /* prompt + max_tokens at most this (0: unchecked) */
 	int default_max_tokens;         /* when "max_tokens" is absent (OpenAI: 16) */

@@ -17,7 +17,7 @@
 #include "common/dps.h"
 #include "engine/model/ckpt.h"
 #include "engine/model/gguf.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 
 #define GGUF_ALIGN 32
 enum { GT_U32 = 4, GT_I32 = 5, GT_F32 = 6, GT_BOOL = 7, GT_STRING = 8, GT_ARRAY = 9 };
@@ -97,7 +97,7 @@ static void kv_array(struct out *o, const char *k, int elem, uint64_t n)
 }
 
 /* The GGUF text of token id of t: "▁" for each space, llama.cpp's names for the specials. */
-static char *token_text(const struct dps_tokenizer *t, int id, size_t *n)
+static char *token_text(const struct dps_tok_llama2 *t, int id, size_t *n)
 {
 	const char *p = t->vocab[id];
 	const size_t len = t->vocab_len[id];
@@ -128,7 +128,7 @@ static char *token_text(const struct dps_tokenizer *t, int id, size_t *n)
 	return s;
 }
 
-static int token_type(const struct dps_tokenizer *t, int id)
+static int token_type(const struct dps_tok_llama2 *t, int id)
 {
 	if (id == t->bos_id || id == t->eos_id)
 		return TOK_CONTROL;
@@ -139,7 +139,7 @@ static int token_type(const struct dps_tokenizer *t, int id)
 	return TOK_NORMAL;
 }
 
-static void put_vocab(struct out *o, const struct dps_tokenizer *t,
+static void put_vocab(struct out *o, const struct dps_tok_llama2 *t,
 		      const struct dps_model_config *c)
 {
 	kv_str(o, "tokenizer.ggml.model", "llama");
@@ -253,7 +253,7 @@ static void unpermute_rows(float *dst, const float *src, int heads, int hd, uint
 int dps_gguf_export(const char *dir, const char *path, char *err, size_t errlen)
 {
 	struct dps_ckpt ck;
-	struct dps_tokenizer tok;
+	struct dps_tok_llama2 tok;
 	struct dps_model_config *c = &ck.cfg;
 	struct out o = { 0 };
 	struct item *it = NULL;
@@ -280,7 +280,7 @@ int dps_gguf_export(const char *dir, const char *path, char *err, size_t errlen)
 	}
 	snprintf(tpath, sizeof(tpath), "%s/tokenizer.bin", dir);
 	if (!access(tpath, R_OK)) {
-		rc = dps_tokenizer_load(&tok, tpath, c, err, errlen);
+		rc = dps_tok_llama2_load(&tok, tpath, c, err, errlen);
 		if (rc)
 			goto out;
 		have_tok = 1;
@@ -392,7 +392,7 @@ out:
 	free(tmp);
 	free(it);
 	if (have_tok)
-		dps_tokenizer_free(&tok);
+		dps_tok_llama2_free(&tok);
 	dps_ckpt_close(&ck);
 	return rc;
 }

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/model/tokenizer.c - the llama2.c tokenizer (see tokenizer.h). Reads outside input: every
+ * engine/model/tok_llama2.c - the llama2.c tokenizer (see tok_llama2.h). Reads outside input: every
  * length in the file is checked against the file size before it is used.
  */
 #include <string.h>
 
 #include "common/dps.h"
-#include "engine/model/tokenizer.h"
+#include "engine/model/tok_llama2.h"
 
 /*
  * Orders ids by piece, then by id, so that pieces repeated in a file sort the same way on
@@ -25,7 +25,7 @@ static int cmp_piece(const void *a, const void *b, void *vocab)
 }
 
 /* Reads a tokenizer from f (size bytes); path names it in messages. Closes f. */
-static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path,
+static int load_stream(struct dps_tok_llama2 *t, FILE *f, const char *path,
 		       const struct dps_model_config *cfg, char *err, size_t errlen)
 {
 	const int vocab_size = cfg->vocab_size;
@@ -103,11 +103,11 @@ static int load_stream(struct dps_tokenizer *t, FILE *f, const char *path,
 	return 0;
 err:
 	fclose(f);
-	dps_tokenizer_free(t);
+	dps_tok_llama2_free(t);
 	return rc;
 }
 
-int dps_tokenizer_load(struct dps_tokenizer *t, const char *path,
+int dps_tok_llama2_load(struct dps_tok_llama2 *t, const char *path,
 		       const struct dps_model_config *cfg, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "rb");
@@ -122,7 +122,7 @@ int dps_tokenizer_load(struct dps_tokenizer *t, const char *path,
 	return load_stream(t, f, path, cfg, err, errlen);
 }
 
-int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len,
+int dps_tok_llama2_load_mem(struct dps_tok_llama2 *t, const void *buf, size_t len,
 			   const struct dps_model_config *cfg, char *err, size_t errlen)
 {
 	FILE *f = len ? fmemopen((void *)buf, len, "rb") : NULL;
@@ -135,7 +135,7 @@ int dps_tokenizer_load_mem(struct dps_tokenizer *t, const void *buf, size_t len,
 	return load_stream(t, f, "tokenizer", cfg, err, errlen);
 }
 
-void dps_tokenizer_free(struct dps_tokenizer *t)
+void dps_tok_llama2_free(struct dps_tok_llama2 *t)
 {
 	if (t->vocab)
 		for (int i = 0; i < t->vocab_size; i++)
@@ -147,7 +147,7 @@ void dps_tokenizer_free(struct dps_tokenizer *t)
 	memset(t, 0, sizeof(*t));
 }
 
-int dps_tokenizer_lookup(const struct dps_tokenizer *t, const char *piece, size_t len)
+int dps_tok_llama2_lookup(const struct dps_tok_llama2 *t, const char *piece, size_t len)
 {
 	int lo = 0, hi = t->vocab_size - 1;
 
@@ -167,10 +167,10 @@ int dps_tokenizer_lookup(const struct dps_tokenizer *t, const char *piece, size_
 	return -1;
 }
 
-int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t len,
+int dps_tok_llama2_encode(const struct dps_tok_llama2 *t, const char *text, size_t len,
 			 unsigned flags, int *ids, size_t cap, size_t *n)
 {
-	const int bos = (flags & DPS_TOKENIZER_BOS) != 0;
+	const int bos = (flags & DPS_TOK_LLAMA2_BOS) != 0;
 	char *buf = malloc(2 * (size_t)t->max_token_length + 8);
 	size_t k = 0, i;
 
@@ -187,7 +187,7 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 	if (bos)
 		PUSH(t->bos_id);
 	if (len) {
-		const int sp = dps_tokenizer_lookup(t, " ", 1);
+		const int sp = dps_tok_llama2_lookup(t, " ", 1);
 
 		if (sp >= 0)
 			PUSH(sp);
@@ -199,7 +199,7 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 
 		while (i + cl < len && cl < 4 && ((unsigned char)text[i + cl] & 0xC0) == 0x80)
 			cl++;
-		id = dps_tokenizer_lookup(t, text + i, cl);
+		id = dps_tok_llama2_lookup(t, text + i, cl);
 		if (id >= 0) {
 			PUSH(id);
 		} else {
@@ -222,7 +222,7 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 				continue;
 			memcpy(buf, t->vocab[ids[j]], l1);
 			memcpy(buf + l1, t->vocab[ids[j + 1]], l2);
-			id = dps_tokenizer_lookup(t, buf, l1 + l2);
+			id = dps_tok_llama2_lookup(t, buf, l1 + l2);
 			if (id >= 0 && t->scores[id] > best) {
 				best = t->scores[id];
 				best_at = (long)j;
@@ -235,7 +235,7 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 		memmove(ids + best_at + 1, ids + best_at + 2, (k - (size_t)best_at - 2) * sizeof(int));
 		k--;
 	}
-	if (flags & DPS_TOKENIZER_EOS)
+	if (flags & DPS_TOK_LLAMA2_EOS)
 		PUSH(t->eos_id);
 #undef PUSH
 	free(buf);
@@ -243,7 +243,7 @@ int dps_tokenizer_encode(const struct dps_tokenizer *t, const char *text, size_t
 	return 0;
 }
 
-const char *dps_tokenizer_decode(const struct dps_tokenizer *t, int prev, int id, char *buf,
+const char *dps_tok_llama2_decode(const struct dps_tok_llama2 *t, int prev, int id, char *buf,
 				 size_t *len)
 {
 	const char *p;
