@@ -3,9 +3,11 @@
  * tests/check_request.c - Check suite for engine/api/request.c, the one request parser: the
  * same rules in both formats (a completions body and a --requests line) for the ranges of
  * temperature, top_p, top_k (-1 and 0 both mean every token), max_tokens and the stop ids;
- * the defaults each format's caller gives; id prompts with BOS put first only when missing;
- * text prompts through the stories260K tokenizer (the golden prompt's ids) and refused
- * without a tokenizer; BOS and EOS among the stop ids unless ignore_eos; the context limit;
+ * the defaults each format's caller gives; id prompts used exactly as given (no BOS added);
+ * text prompts through the stories260K tokenizer (the golden prompt's ids, BOS only with
+ * add_special_tokens), refused without a tokenizer, and refused early when they cannot fit the
+ * context; the model's end ids among the stop ids unless ignore_eos; the context limit; chat
+ * bodies without a template refused by name;
  * what only one format takes (stream, stop strings, model; replica) and what each does with
  * an unknown field (ignored, as vLLM does; refused). Every refusal names its field. The oracle
  * is the OpenAI/vLLM API as written into each case; a case shows a field out of range is not
@@ -13,17 +15,18 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/api/request.h"
 #include "engine/model/convert.h"
 #include "engine/model/model_config.h"
-#include "engine/model/tok_llama2.h"
+#include "engine/model/tok.h"
 #include "tests/testutil.h"
 
-static const struct dps_req_limits lim = { .tok = NULL, .vocab = 512, .bos = 1, .eos = 2,
-					   .max_model_len = 100, .default_max_tokens = 16,
-					   .default_temperature = 1.0f };
+static const struct dps_req_limits lim = { .tok = NULL, .vocab = 512, .end = { 1, 2 },
+					   .n_end = 2, .max_model_len = 100,
+					   .default_max_tokens = 16, .default_temperature = 1.0f };
 
 /* Parses s in format fmt; returns the code, with the message in err. */
 static int parse(const char *s, enum dps_req_format fmt, struct dps_request *r, char *err)
@@ -82,7 +85,7 @@ START_TEST(test_one_set_of_rules)
 
 		ck_assert_int_eq(parse("{\"prompt\": [1], \"stop_ids\": [1, 2, 3], \"stop_token_ids\": "
 				       "[4, 5, 6]}", DPS_REQ_LINE, &r, err), 0);
-		ck_assert_int_eq(r.p.n_stop, 8); /* and BOS, EOS */
+		ck_assert_int_eq(r.p.n_stop, 6); /* the end ids 1 and 2 are among them */
 		dps_request_free(&r);
 		ck_assert_int_eq(parse("{\"prompt\": [1], \"stop_ids\": [1, 2, 3, 4, 5, 6], "
 				       "\"stop_token_ids\": [1, 2, 3, 4, 5, 6]}", DPS_REQ_LINE, &r,
@@ -105,10 +108,10 @@ START_TEST(test_defaults_and_stops)
 	char err[256];
 
 	ck_assert_int_eq(parse("{\"prompt\": [5, 6]}", DPS_REQ_LINE, &r, err), 0);
-	/* BOS put first; the caller's defaults; BOS and EOS stop it. */
-	ck_assert_int_eq(r.n_prompt, 3);
-	ck_assert_int_eq(r.prompt[0], 1);
-	ck_assert_int_eq(r.prompt[2], 6);
+	/* The ids as given (no BOS); the caller's defaults; the end ids stop it. */
+	ck_assert_int_eq(r.n_prompt, 2);
+	ck_assert_int_eq(r.prompt[0], 5);
+	ck_assert_int_eq(r.prompt[1], 6);
 	ck_assert_int_eq(r.p.max_tokens, 16);
 	ck_assert(r.p.sampling.temperature == 1.0f && r.p.sampling.top_p == 1.0f);
 	ck_assert_int_eq(r.p.n_stop, 2);
@@ -116,7 +119,7 @@ START_TEST(test_defaults_and_stops)
 	ck_assert_int_eq(r.p.stop[1], 2);
 	ck_assert_int_eq(r.replica, -1);
 	dps_request_free(&r);
-	/* BOS already first: not doubled; ignore_eos: no stops; a line's names. */
+	/* BOS first stays first, once; ignore_eos: no stops; a line's names. */
 	ck_assert_int_eq(parse("{\"prompt_ids\": [1, 6], \"ignore_eos\": true, \"stop_ids\": [9], "
 			       "\"replica\": 3, \"top_k\": -1}", DPS_REQ_LINE, &r, err), 0);
 	ck_assert_int_eq(r.n_prompt, 2);
@@ -171,22 +174,25 @@ END_TEST
 START_TEST(test_text_prompt)
 {
 	/* The golden prompt through the real stories260K tokenizer. */
-	char dir[64], path[128], err[512];
+	char dir[64], err[512];
 	struct dps_model_config cfg;
-	struct dps_tok_llama2 tok;
+	struct dps_tok *tok;
 	struct dps_req_limits l = lim;
 	struct dps_request r;
 	static const int want[] = { 1, 403, 407, 261, 378 };
 	const char *body = "{\"prompt\": \"Once upon a time\", \"stop\": [\"\\n\", \"Lily\"]}";
+	const char *plain = "{\"prompt\": \"Once upon a time\", \"add_special_tokens\": false}";
+	const char *chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}";
+	char *big;
+	const size_t big_len = 4u << 20;
 
 	test_tmpdir_make(dir, sizeof(dir), "request");
 	ck_assert_msg(!dps_convert_llama2c(DPS_TEST_SRCDIR "/models/stories260K/stories260K.bin",
 					   DPS_TEST_SRCDIR "/models/stories260K/tok512.bin", dir,
 					   DPS_ST_F32, err, sizeof(err)), "%s", err);
 	ck_assert_msg(!dps_model_config_load(dir, &cfg, err, sizeof(err)), "%s", err);
-	snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
-	ck_assert_msg(!dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err)), "%s", err);
-	l.tok = &tok;
+	ck_assert_msg(!dps_tok_open(&tok, dir, &cfg, err, sizeof(err)), "%s", err);
+	l.tok = tok;
 	ck_assert_msg(!dps_request_parse(body, strlen(body), DPS_REQ_COMPLETIONS, &l, &r, err,
 					 sizeof(err)), "%s", err);
 	ck_assert_int_eq(r.n_prompt, 5);
@@ -195,7 +201,30 @@ START_TEST(test_text_prompt)
 	ck_assert_int_eq(r.n_stop, 2);
 	ck_assert_str_eq(r.stop[1], "Lily");
 	dps_request_free(&r);
-	dps_tok_llama2_free(&tok);
+	/* add_special_tokens false: the text's own ids, without BOS. */
+	ck_assert_msg(!dps_request_parse(plain, strlen(plain), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_int_eq(r.n_prompt, 4);
+	ck_assert_int_eq(r.prompt[0], want[1]);
+	dps_request_free(&r);
+	/* A 4 MiB text cannot fit 100 tokens: refused, naming the context length. */
+	big = malloc(big_len + 64);
+	ck_assert_ptr_nonnull(big);
+	memcpy(big, "{\"prompt\": \"", 12);
+	for (size_t i = 0; i < big_len - 64; i++)
+		big[12 + i] = "Once upon a time "[i % 17];
+	memcpy(big + 12 + big_len - 64, "\"}", 3);
+	ck_assert_int_eq(dps_request_parse(big, strlen(big), DPS_REQ_COMPLETIONS, &l, &r, err,
+					   sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "maximum context length is 100 tokens"), "%s", err);
+	dps_request_free(&r);
+	free(big);
+	/* Chat needs a template: refused by name. */
+	ck_assert_int_eq(dps_request_parse(chat, strlen(chat), DPS_REQ_CHAT, &l, &r, err,
+					   sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "chat_template"), "%s", err);
+	dps_request_free(&r);
+	dps_tok_free(tok);
 	test_tmpdir_remove(dir);
 }
 END_TEST

@@ -171,6 +171,111 @@ START_TEST(test_bad_ids)
 }
 END_TEST
 
+/*
+ * The merge loop as llama2.c's run.c writes it (quadratic: the best pair of the whole list
+ * each round, leftmost on ties), the oracle of the heap-based merger.
+ */
+static size_t encode_ref(const struct dps_tok_llama2 *t, const char *text, size_t len, int *ids)
+{
+	char buf[64];
+	size_t k = 0;
+
+	ids[k++] = t->bos_id;
+	if (len)
+		ids[k++] = dps_tok_llama2_lookup(t, " ", 1);
+	for (size_t i = 0; i < len;) {
+		size_t cl = 1;
+		int id;
+
+		while (i + cl < len && cl < 4 && ((unsigned char)text[i + cl] & 0xC0) == 0x80)
+			cl++;
+		id = dps_tok_llama2_lookup(t, text + i, cl);
+		if (id >= 0)
+			ids[k++] = id;
+		else
+			for (size_t b = 0; b < cl; b++)
+				ids[k++] = (unsigned char)text[i + b] + 3;
+		i += cl;
+	}
+	for (;;) {
+		float best = -1e30f;
+		long at = -1;
+		int best_id = -1;
+
+		for (size_t j = 1; j + 1 < k; j++) {
+			const size_t l1 = t->vocab_len[ids[j]], l2 = t->vocab_len[ids[j + 1]];
+			int id;
+
+			ck_assert_uint_lt(l1 + l2, sizeof(buf));
+			memcpy(buf, t->vocab[ids[j]], l1);
+			memcpy(buf + l1, t->vocab[ids[j + 1]], l2);
+			id = dps_tok_llama2_lookup(t, buf, l1 + l2);
+			if (id >= 0 && t->scores[id] > best) {
+				best = t->scores[id];
+				at = (long)j;
+				best_id = id;
+			}
+		}
+		if (at < 0)
+			break;
+		ids[at] = best_id;
+		memmove(ids + at + 1, ids + at + 2, (k - (size_t)at - 2) * sizeof(int));
+		k--;
+	}
+	return k;
+}
+
+/* stories260K's tokenizer: the heap merger gives llama2.c's ids on random texts of words,
+ * spaces, punctuation, UTF-8 and stray bytes; a changed score makes them differ. */
+START_TEST(test_heap_merges_as_llama2c)
+{
+	struct dps_model_config cfg = { .vocab_size = 512, .bos_token_id = 1, .eos_token_id = 2 };
+	static const char *const words[] = { "Once", " upon", " a", " time", ",", " the", "ball",
+		"  ", "\n", "Lily", "\xc3\xa9t\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87", "!!", "'s",
+		"\xf0\x9f\x98\x80", "\xff", "ing", "ed", " was", "aaaa" };
+	struct dps_tok_llama2 t;
+	char err[256], text[2048];
+	int got[4096], want[4096];
+	unsigned s = 7;
+	int differ = 0;
+
+	ck_assert_msg(!dps_tok_llama2_load(&t, DPS_TEST_SRCDIR "/models/stories260K/tok512.bin",
+					   &cfg, err, sizeof(err)), "%s", err);
+	for (int round = 0; round < 120; round++) {
+		size_t len = 0, n, m;
+		const int nw = 1 + round % 61;
+
+		for (int w = 0; w < nw; w++) {
+			const char *p = words[((s = s * 1103515245u + 12345u) >> 16) % 20];
+
+			memcpy(text + len, p, strlen(p));
+			len += strlen(p);
+		}
+		m = encode_ref(&t, text, len, want);
+		ck_assert_int_eq(dps_tok_llama2_encode(&t, text, len, DPS_TOK_LLAMA2_BOS, got, 4096,
+						       &n), 0);
+		ck_assert_uint_eq(n, m);
+		ck_assert(!memcmp(got, want, n * sizeof(int)));
+	}
+	/* The check can fail: merge in the opposite order of scores, and the ids differ. */
+	{
+		static const char story[] = "Lily wanted to play with the ball, but it was "
+					    "too high. She was sad and asked her mom.";
+		const size_t len = sizeof(story) - 1;
+		size_t n, m;
+
+		ck_assert_int_eq(dps_tok_llama2_encode(&t, story, len, DPS_TOK_LLAMA2_BOS, got,
+						       4096, &n), 0);
+		for (int i = 0; i < t.vocab_size; i++)
+			t.scores[i] = -t.scores[i];
+		m = encode_ref(&t, story, len, want);
+		differ = n != m || memcmp(got, want, n * sizeof(int));
+		ck_assert(differ);
+	}
+	dps_tok_llama2_free(&t);
+}
+END_TEST
+
 /* A vocabulary of 3000 pieces with many repeats, different for each seed. */
 static size_t build_big(unsigned char **out, unsigned seed)
 {
@@ -286,6 +391,7 @@ int main(void)
 	tcase_add_test(tc, test_model_ids);
 	tcase_add_test(tc, test_bad_ids);
 	tcase_add_test(tc, test_repeats_sort_by_id);
+	tcase_add_test(tc, test_heap_merges_as_llama2c);
 	tcase_add_test(tc, test_threads);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);

@@ -311,7 +311,7 @@ grep -q "config.json" "$tmp/err" || fail "$desc: the message does not name confi
 
 run mkmodel --preset tiny --out "$tmp/eos" --seed 3
 expect_rc 0
-run generate --model "$tmp/eos" -n 24 --prompt-ids "7" --temperature 1 --seed 4
+run generate --model "$tmp/eos" -n 24 --prompt-ids "1 7" --temperature 1 --seed 4
 if expect_rc 0; then
 	cp "$tmp/out" "$tmp/eos-full"
 	if python3 -c '
@@ -327,7 +327,7 @@ for i in range(2, len(ids)):
         sys.exit(0)
 sys.exit(1)
 ' "$tmp/eos-full" "$tmp/eos/config.json" >"$tmp/eos-want"; then
-		run generate --model "$tmp/eos" -n 24 --prompt-ids "7" --temperature 1 --seed 4
+		run generate --model "$tmp/eos" -n 24 --prompt-ids "1 7" --temperature 1 --seed 4
 		expect_rc 0
 		cmp -s "$tmp/out" "$tmp/eos-want" || { fail "$desc: did not stop before the EOS id"; show stdout "$tmp/out"; }
 	else
@@ -345,12 +345,12 @@ steps: 12      # -n
 prompt-ids: true
 ids: "true"
 EOF
-run generate --config "$tmp/gen.yaml" --verbose "5 9"
+run generate --config "$tmp/gen.yaml" --verbose "1 5 9"
 if expect_rc 0; then
 	[ "$(wc -w <"$tmp/out")" -eq 12 ] || { fail "$desc: want 12 ids (steps: 12)"; show stdout "$tmp/out"; }
 	grep -q "rank 1 (DP 0, TP 1)" "$tmp/err" || fail "$desc: tensor_parallel_size: 2 was not applied"
 fi
-run generate --config "$tmp/gen.yaml" -n 6 --tensor-parallel-size 1 "5 9"
+run generate --config "$tmp/gen.yaml" -n 6 --tensor-parallel-size 1 "1 5 9"
 if expect_rc 0; then
 	[ "$(wc -w <"$tmp/out")" -eq 6 ] || { fail "$desc: -n 6 did not override steps: 12"; show stdout "$tmp/out"; }
 fi
@@ -370,12 +370,12 @@ grep -q -- "--config FILE" "$tmp/out" || fail "$desc: --help does not describe -
 # ---- mixture-of-experts models on one rank ----------------------------------------------
 run mkmodel --preset tiny-moe --out "$tmp/moe" --seed 1
 expect_rc 0
-run generate --model "$tmp/moe" -n 12 --prompt-ids "5 9"
+run generate --model "$tmp/moe" -n 12 --prompt-ids "1 5 9"
 if expect_rc 0; then
 	[ "$(wc -w <"$tmp/out")" -eq 12 ] || { fail "$desc: want 12 ids"; show stdout "$tmp/out"; }
 fi
 # Sampled (a greedy random model repeats its last token): the ids depend on every logit.
-run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids "5 9"
+run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids "1 5 9"
 expect_rc 0
 cp "$tmp/out" "$tmp/moe-one"
 # Across ranks, with and without expert parallelism, both dispatches: the one-rank ids.
@@ -383,7 +383,7 @@ for layout in "--tensor-parallel-size 2" \
 	"--tensor-parallel-size 2 --data-parallel-size 2 --enable-expert-parallel" \
 	"--data-parallel-size 4 --enable-expert-parallel --all2all-backend alltoallv --mlp-dp-size 2"; do
 	# shellcheck disable=SC2086 # the layout is a list of flags
-	run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids $layout "5 9"
+	run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids $layout "1 5 9"
 	if expect_rc 0; then
 		cmp -s "$tmp/out" "$tmp/moe-one" ||
 			{ fail "$desc: ids differ from one rank's"; show stdout "$tmp/out"; }

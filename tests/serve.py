@@ -436,6 +436,7 @@ def run(tmp):
     expect_error(st, b, 413, "a body over --max-body-bytes")
     st, b = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     expect_error(st, b, 400, "chat without a template")
+    check(b"chat_template" in b, "chat without a template: the message does not say why: %r" % b)
     st, b = srv.get("/nowhere")
     expect_error(st, b, 404, "an unknown endpoint")
     st, b = srv.get("/v1/completions")
@@ -465,6 +466,59 @@ def run(tmp):
         check(name in m, "/metrics lacks %s" % name)
     check('finished_reason="timeout"} 1' in m, "/metrics does not count the timeout")
     check(srv.stop() == 0, "SIGTERM with nothing running: exit status not 0")
+
+    # ---- /tokenize and /detokenize, as vLLM's; a long prompt delays only itself -----------------
+    srv = Server(tmp, model, "--kv-cache-memory", "16M", "--max-model-len", "256",
+                 "--max-body-bytes", "8M", name="tok")
+    check(srv.wait_ready(), "the tokenize server did not become ready")
+    gold_prompt = [1, 403, 407, 261, 378]  # tests/golden: "Once upon a time", BOS first
+    st, b = srv.post("/tokenize", {"prompt": "Once upon a time"})
+    j = json.loads(b) if st == 200 else {}
+    check(st == 200 and j.get("tokens") == gold_prompt and j.get("count") == 5 and
+          j.get("max_model_len") == 256, "/tokenize: %d %r" % (st, b[:200]))
+    st, b = srv.post("/tokenize", {"prompt": "Once upon a time", "add_special_tokens": False})
+    check(st == 200 and json.loads(b)["tokens"] == gold_prompt[1:],
+          "/tokenize without special tokens: %d %r" % (st, b[:200]))
+    st, b = srv.post("/detokenize", {"tokens": gold_prompt[1:]})
+    check(st == 200 and json.loads(b)["prompt"] == " Once upon a time",
+          "/detokenize: %d %r" % (st, b[:200]))
+    st, b = srv.post("/detokenize", {"tokens": [1, 99999]})
+    expect_error(st, b, 400, "/detokenize of an id outside the vocabulary")
+    st, b = srv.post("/tokenize", {"messages": [{"role": "user", "content": "hi"}]})
+    expect_error(st, b, 400, "/tokenize of messages without a template")
+    st, b = srv.post("/tokenize", {"prompt": "x", "model": "other"})
+    expect_error(st, b, 404, "/tokenize for another model")
+    st, b = srv.get("/tokenize")
+    expect_error(st, b, 405, "GET /tokenize")
+    # Completions of id prompts use the ids exactly: no BOS is put first.
+    st, j = srv.complete({"prompt": gold_prompt[1:], "max_tokens": 1, "temperature": 0})
+    check(st == 200 and j["usage"]["prompt_tokens"] == 4, "id prompt: BOS added? %s" % j)
+    # Near-limit prompts (4 MiB of text each, far past the context): several at once, and
+    # /health answers quickly throughout; each is refused by its length.
+    big = {"prompt": "Once upon a time, " * (((4 << 20) - 64) // 18), "max_tokens": 4}
+    outcomes = []
+
+    def big_client():
+        outcomes.append(srv.post("/v1/completions", big))
+    threads = [threading.Thread(target=big_client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    slowest = 0.0
+    while any(t.is_alive() for t in threads):
+        t0 = time.time()
+        st, _ = srv.get("/health")
+        slowest = max(slowest, time.time() - t0)
+        check(st == 200, "/health during long prompts: %d" % st)
+        time.sleep(0.02)
+    for t in threads:
+        t.join()
+    check(slowest < 1.0, "/health took %.2f s while long prompts were read" % slowest)
+    check(len(outcomes) == 3 and all(st == 400 and b"maximum context length" in b
+                                     for st, b in outcomes),
+          "long prompts: %s" % [(st, b[:120]) for st, b in outcomes])
+    st, j = srv.complete(reqs[3])
+    check(st == 200 and j["choices"][0]["token_ids"] == want[3], "after the long prompts")
+    check(srv.stop() == 0, "the tokenize server did not exit 0")
 
     # ---- clients that leave, SIGKILL of a rank, SIGTERM drain: long generations -----------------
     srv = Server(tmp, slow, "--data-parallel-size", "2", "--tensor-parallel-size", "1",

@@ -16,6 +16,9 @@ int dps_bench_decode(int argc, char **argv);
 int dps_cmd_serve(int argc, char **argv);
 int dps_bench_serve(int argc, char **argv);
 int dps_bench_sweep(int argc, char **argv);
+int dps_cmd_tokenize(int argc, char **argv);
+int dps_cmd_detokenize(int argc, char **argv);
+int dps_bench_tokenize(int argc, char **argv);
 
 #include <stddef.h>
 /*

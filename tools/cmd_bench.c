@@ -20,6 +20,8 @@ int dps_cmd_bench(int argc, char **argv)
 			   "throughput)\n"
 			   "  sweep    decode over every component-size configuration of a TP x DP, "
 			   "best first\n"
+			   "  tokenize encode MB/s of the model's tokenizer on a long document and a "
+			   "1 MiB prompt\n"
 			   "\n`dpshard bench SUITE --help` describes a suite's options.\n");
 		return argc < 1 ? 2 : 0;
 	}
@@ -31,6 +33,8 @@ int dps_cmd_bench(int argc, char **argv)
 		return dps_bench_serve(argc - 1, argv + 1);
 	if (!strcmp(argv[0], "sweep"))
 		return dps_bench_sweep(argc - 1, argv + 1);
+	if (!strcmp(argv[0], "tokenize"))
+		return dps_bench_tokenize(argc - 1, argv + 1);
 	fprintf(stderr, "dpshard bench: unknown suite '%s' (try dpshard bench --help)\n", argv[0]);
 	return 2;
 }

@@ -9,18 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/dps.h"
 #include "engine/api/request.h"
 #include "engine/model/model.h"
-#include "engine/model/tok_llama2.h"
 #include "engine/shard/shard.h"
 #include "kernels/gemm.h"
 #include "kernels/sample.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
 #include "tools/gen_ranks.h"
+#include "tools/text.h"
 
 /* Rows per prefill step of generate (a longer prompt goes through in several). */
 #define PREFILL_ROWS 512
@@ -44,17 +45,96 @@ static int check_layout(const struct dps_gen_ranks_opts *o, struct dps_model_con
 }
 
 /*
+ * The ids of one prompt (into *ids, malloc'd; *n): --prompt-ids exactly as given; text through
+ * the tokenizer with its special tokens (BOS for llama2.c's); --chat the text as a user message
+ * through the chat template; no prompt at all, BOS alone (llama2.c's empty prompt). 0, or the
+ * exit status after a message.
+ */
+static int prompt_of(const struct dps_tool_text *tt, const struct dps_model_config *cfg,
+		     const char *model, const char *text, int given, int prompt_ids, int chat,
+		     int **ids, size_t *n)
+{
+	char err[512];
+	int rc;
+
+	*ids = NULL;
+	*n = 0;
+	if (prompt_ids) {
+		const size_t cap = strlen(text) / 2 + 2;
+		int m;
+
+		*ids = malloc(cap * sizeof(int));
+		if (!*ids)
+			return 1;
+		m = dps_flags_int_list(text, *ids, (int)cap, 0, cfg->vocab_size - 1);
+		if (m <= 0) {
+			fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of ids "
+					"below %d\n", text, cfg->vocab_size);
+			return 2;
+		}
+		*n = (size_t)m;
+		return 0;
+	}
+	if (!given && !chat) {
+		*ids = malloc(sizeof(int));
+		if (!*ids)
+			return 1;
+		(*ids)[0] = cfg->bos_token_id;
+		*n = 1;
+		return 0;
+	}
+	if (!tt->tok) {
+		fprintf(stderr, "dpshard generate: %s has no tokenizer (tokenizer.json or "
+				"tokenizer.bin); give the prompts as token ids with --prompt-ids\n",
+			model);
+		return 2;
+	}
+	if (chat) {
+		json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", text);
+		char *rendered = NULL;
+		size_t len = 0;
+
+		if (!tt->chat) {
+			fprintf(stderr, "dpshard generate: --chat: %s\n", tt->chat_err);
+			json_decref(msgs);
+			return 2;
+		}
+		rc = msgs ? dps_chat_render(tt->chat, msgs, NULL, 1, NULL, (long long)time(NULL),
+					    &rendered, &len, err, sizeof(err)) : -ENOMEM;
+		json_decref(msgs);
+		if (rc) {
+			fprintf(stderr, "dpshard generate: --chat: the chat template: %s\n",
+				rc == -ENOMEM ? "out of memory" : err);
+			return 1;
+		}
+		rc = dps_tok_encode(tt->tok, rendered, len, 0, 0, ids, n);
+		free(rendered);
+	} else {
+		rc = dps_tok_encode(tt->tok, text, strlen(text), DPS_TOK_ADD_SPECIAL, 0, ids, n);
+	}
+	if (!rc && !*n)
+		rc = -EINVAL;
+	if (rc) {
+		fprintf(stderr, "dpshard generate: cannot encode the prompt: %s\n",
+			rc == -EINVAL ? "it encodes to no tokens" : dps_strerror(rc));
+		return 1;
+	}
+	return 0;
+}
+
+/*
  * generate across ranks: checks the layout against the model, encodes every prompt here in
  * the supervisor, and hands over to dps_generate_ranks.
  */
-static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int prompt_ids)
+static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int prompt_ids,
+			  int chat)
 {
 	struct dps_model_config cfg;
-	struct dps_tok_llama2 tok = { 0 };
-	char err[512], path[4200];
+	struct dps_tool_text tt;
 	int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
-	int *lens = calloc((size_t)(n ? n : 1), sizeof(int)), rc, have_tok;
+	int *lens = calloc((size_t)(n ? n : 1), sizeof(int)), rc;
 	const char *empty = "";
+	const int given = n > 0;
 
 	if (!ids || !lens) {
 		free(ids);
@@ -62,6 +142,8 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 		return 1;
 	}
 	rc = check_layout(o, &cfg);
+	if (!rc)
+		rc = dps_tool_text_open(&tt, "generate", o->model, &cfg);
 	if (rc) {
 		free(ids);
 		free(lens);
@@ -69,56 +151,18 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 	}
 	if (o->steps > cfg.max_position_embeddings)
 		o->steps = cfg.max_position_embeddings;
-	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
-	rc = dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err));
-	have_tok = rc == 0;
-	if (rc && rc != -ENOENT) {
-		fprintf(stderr, "dpshard generate: %s\n", err);
-		goto out;
-	}
-	rc = 0;
 	if (!n) { /* no prompt: one generation from BOS, as on one rank */
 		texts = (char **)&empty;
 		n = 1;
 	}
 	for (int k = 0; k < n && !rc; k++) {
-		const size_t cap = (size_t)o->steps + 8 + strlen(texts[k]) * 2;
 		size_t got = 0;
 
-		ids[k] = calloc(cap, sizeof(int));
-		if (!ids[k]) {
-			rc = -ENOMEM;
-			break;
-		}
-		if (prompt_ids || !have_tok) {
-			int m;
-
-			if (!prompt_ids && *texts[k]) {
-				fprintf(stderr, "dpshard generate: %s has no tokenizer.bin; give the "
-						"prompts as token ids with --prompt-ids\n", o->model);
-				rc = -EINVAL;
-				break;
-			}
-			ids[k][0] = cfg.bos_token_id;
-			m = dps_flags_int_list(texts[k], ids[k] + 1, (int)cap - 1, 0, cfg.vocab_size - 1);
-			if (m < 0) {
-				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of ids "
-						"below %d\n", texts[k], cfg.vocab_size);
-				rc = -EINVAL;
-				break;
-			}
-			got = (size_t)m + 1;
-		} else {
-			rc = dps_tok_llama2_encode(&tok, texts[k], strlen(texts[k]), DPS_TOK_LLAMA2_BOS,
-						  ids[k], cap, &got);
-			if (rc)
-				fprintf(stderr, "dpshard generate: cannot encode prompt %d: %s\n", k + 1,
-					dps_strerror(rc));
-		}
+		rc = prompt_of(&tt, &cfg, o->model, texts[k], given, prompt_ids, chat, &ids[k], &got);
 		if (!rc && (int)got >= o->steps) {
 			fprintf(stderr, "dpshard generate: prompt %d has %zu tokens; -n %d leaves no room "
 					"to generate\n", k + 1, got, o->steps);
-			rc = -EINVAL;
+			rc = 2;
 		}
 		lens[k] = (int)got;
 	}
@@ -128,17 +172,18 @@ static int generate_ranks(struct dps_gen_ranks_opts *o, char **texts, int n, int
 	o->prompts = (const int *const *)ids;
 	o->n_prompt = lens;
 	o->texts = (const char *const *)texts;
-	o->bos = cfg.bos_token_id;
-	o->eos = cfg.eos_token_id;
-	o->tok = have_tok ? &tok : NULL;
-	rc = dps_generate_ranks(o);
+	o->end = tt.end;
+	o->n_end = tt.n_end;
+	o->tok = tt.tok;
+	o->completion_only = chat;
+	rc = dps_generate_ranks(o) ? 1 : 0;
 out:
 	for (int k = 0; k < n; k++)
 		free(ids[k]);
 	free(ids);
 	free(lens);
-	dps_tok_llama2_free(&tok);
-	return rc ? 1 : 0;
+	dps_tool_text_close(&tt);
+	return rc;
 }
 
 /*
@@ -148,35 +193,32 @@ out:
 static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 {
 	struct dps_model_config cfg;
-	struct dps_tok_llama2 tok = { 0 };
+	struct dps_tool_text tt;
 	struct dps_request *reqs = NULL;
 	struct dps_req_params *params = NULL;
 	struct dps_req_limits lim;
-	int *replica = NULL, *lens = NULL, n = 0, cap = 0, bad = 0, lineno = 0, rc, have_tok;
+	int *replica = NULL, *lens = NULL, n = 0, cap = 0, bad = 0, lineno = 0, rc;
 	int **ids = NULL;
-	char err[512], path[4200], *line = NULL;
+	char err[512], *line = NULL;
 	size_t linecap = 0;
 	ssize_t len;
 	FILE *f;
 
 	rc = check_layout(o, &cfg);
+	if (!rc)
+		rc = dps_tool_text_open(&tt, "generate", o->model, &cfg);
 	if (rc)
 		return rc;
-	snprintf(path, sizeof(path), "%s/tokenizer.bin", o->model);
-	rc = dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err));
-	have_tok = rc == 0;
-	if (rc && rc != -ENOENT) {
-		fprintf(stderr, "dpshard generate: %s\n", err);
-		return 1;
-	}
-	lim = (struct dps_req_limits){ .tok = have_tok ? &tok : NULL, .vocab = cfg.vocab_size,
-				       .bos = cfg.bos_token_id, .eos = cfg.eos_token_id,
-				       .default_max_tokens = o->steps,
-				       .default_temperature = 0.0f /* generate's greedy default */ };
+	lim = (struct dps_req_limits){ .vocab = cfg.vocab_size, .default_max_tokens = o->steps };
+	dps_tool_text_limits(&tt, &lim);
+	/* generate's own sampling default is greedy, whatever generation_config.json says */
+	lim.default_temperature = 0.0f;
+	lim.default_top_p = 1.0f;
+	lim.default_top_k = 0;
 	f = fopen(file, "r");
 	if (!f) {
 		fprintf(stderr, "dpshard generate: --requests %s: %s\n", file, strerror(errno));
-		dps_tok_llama2_free(&tok);
+		dps_tool_text_close(&tt);
 		return 2;
 	}
 	while ((len = getline(&line, &linecap, f)) >= 0) {
@@ -235,7 +277,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	if (!bad && (!params || !replica || !lens || !ids))
 		bad = 1;
 	for (int k = 0; k < n && !bad; k++) {
-		params[k] = reqs[k].p; /* BOS and EOS among its stop ids, unless "ignore_eos" */
+		params[k] = reqs[k].p; /* the end ids among its stop ids, unless "ignore_eos" */
 		replica[k] = reqs[k].replica;
 		ids[k] = reqs[k].prompt;
 		lens[k] = reqs[k].n_prompt;
@@ -247,9 +289,9 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 		o->params = params;
 		o->replica = replica;
 		o->jsonl = 1;
-		o->bos = cfg.bos_token_id;
-		o->eos = cfg.eos_token_id;
-		o->tok = have_tok ? &tok : NULL;
+		o->end = tt.end;
+		o->n_end = tt.n_end;
+		o->tok = tt.tok;
 		rc = dps_generate_ranks(o);
 	}
 	for (int k = 0; k < n; k++)
@@ -259,7 +301,7 @@ static int generate_requests(struct dps_gen_ranks_opts *o, const char *file)
 	free(replica);
 	free(lens);
 	free(ids);
-	dps_tok_llama2_free(&tok);
+	dps_tool_text_close(&tt);
 	return bad ? 2 : rc ? 1 : 0;
 }
 
@@ -269,10 +311,13 @@ int dps_cmd_generate(int argc, char **argv)
 	const char *model_dir = NULL;
 	double temperature = 0.0, top_p = 1.0;
 	int steps = 256, ids_out = 0, prompt_ids = 0, top_k = 0, seed = 0, npos, rc;
-	struct dps_tok_llama2 tok = { 0 };
+	struct dps_tool_text tt = { 0 };
+	struct dps_tok_stream *stream = NULL;
 	struct dps_model m;
 	struct dps_rng rng;
-	int *prompt = NULL, *scratch = NULL, n_prompt = 0, have_tok;
+	int *prompt = NULL, *scratch = NULL, n_prompt = 0, chat = 0;
+	int *given = NULL;
+	size_t n_given = 0;
 	const char *blis_arch = "auto", *cpu_bind = "auto", *requests = NULL, *buckets = NULL;
 	int threads = 0, reference = 0, verbose = 0, trace = 0;
 	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0, spec_k = 0;
@@ -280,7 +325,7 @@ int dps_cmd_generate(int argc, char **argv)
 	size_t kv_mem = 0;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	uint64_t t0;
-	char *pos[MAX_PROMPTS], err[512], path[4200], defdir[4096];
+	char *pos[MAX_PROMPTS], err[512], defdir[4096];
 	struct dps_flag flags[48];
 	const struct dps_flag base[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
@@ -296,7 +341,10 @@ int dps_cmd_generate(int argc, char **argv)
 		{ "seed", DPS_FLAG_INT, &seed, "S", "seed of the sampler (same seed, same output)" },
 		{ "ids", DPS_FLAG_BOOL, &ids_out, NULL, "print token ids instead of text" },
 		{ "prompt-ids", DPS_FLAG_BOOL, &prompt_ids, NULL,
-		  "the prompt is a list of token ids (for models without a tokenizer)" },
+		  "the prompt is a list of token ids, used exactly as given (no BOS is added)" },
+		{ "chat", DPS_FLAG_BOOL, &chat, NULL,
+		  "the prompt is a user message, formatted by the model's chat template; only the "
+		  "reply is printed" },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL (skx:zen3)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
@@ -355,6 +403,10 @@ int dps_cmd_generate(int argc, char **argv)
 	}
 	if (top_k < 0)
 		top_k = 0; /* -1 (vLLM's) and 0 both mean every token */
+	if (chat && prompt_ids) {
+		fprintf(stderr, "dpshard generate: --chat takes a text prompt, not --prompt-ids\n");
+		return 2;
+	}
 	if (!spec_model != !spec_k) {
 		fprintf(stderr, "dpshard generate: --speculative-model and --num-speculative-tokens "
 				"go together\n");
@@ -385,8 +437,13 @@ int dps_cmd_generate(int argc, char **argv)
 			fprintf(stderr, "dpshard generate: give prompts or --requests, not both\n");
 			return 2;
 		}
+		if (requests && (chat || prompt_ids)) {
+			fprintf(stderr, "dpshard generate: --requests takes neither --chat nor "
+					"--prompt-ids (each line says what its prompt is)\n");
+			return 2;
+		}
 		return requests ? generate_requests(&o, requests) : generate_ranks(&o, pos, npos,
-										      prompt_ids);
+										      prompt_ids, chat);
 	}
 	if (!threads)
 		threads = dps_cpus_allowed();
@@ -417,63 +474,50 @@ int dps_cmd_generate(int argc, char **argv)
 	}
 	if (steps > m.max_pos)
 		steps = m.max_pos;
-	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
-	rc = dps_tok_llama2_load(&tok, path, &m.cfg, err, sizeof(err));
-	have_tok = rc == 0;
-	if (rc && rc != -ENOENT) {
-		fprintf(stderr, "dpshard generate: %s\n", err);
+	if (dps_tool_text_open(&tt, "generate", model_dir, &m.cfg)) {
 		dps_model_free(&m);
 		return 1;
 	}
-	prompt = calloc((size_t)steps + 8 + (npos ? strlen(pos[0]) * 2 : 0), sizeof(int));
+	rc = prompt_of(&tt, &m.cfg, model_dir, npos ? pos[0] : "", npos > 0, prompt_ids, chat,
+		       &given, &n_given);
+	if (rc) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (n_given >= (size_t)steps) {
+		fprintf(stderr, "dpshard generate: the prompt has %zu tokens; -n %d leaves no room to "
+				"generate\n", n_given, steps);
+		rc = -EINVAL;
+		goto out;
+	}
+	prompt = calloc((size_t)steps + 1, sizeof(int));
 	scratch = calloc((size_t)m.cfg.vocab_size, sizeof(int));
 	if (!prompt || !scratch) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	if (prompt_ids || !have_tok) {
-		if (!prompt_ids && npos) {
-			fprintf(stderr, "dpshard generate: %s has no tokenizer.bin; give the prompt as "
-					"token ids with --prompt-ids\n", model_dir);
-			rc = -EINVAL;
+	memcpy(prompt, given, n_given * sizeof(int));
+	n_prompt = (int)n_given;
+	/* Text is printed as it comes: the prompt after its first id, then the completion (with
+	 * --chat, the completion alone). */
+	if (tt.tok && !ids_out) {
+		rc = dps_tok_stream_new(&stream, tt.tok, prompt, chat ? (size_t)n_prompt : 1,
+					DPS_TOK_SKIP_SPECIAL);
+		if (rc)
 			goto out;
-		}
-		prompt[0] = m.cfg.bos_token_id;
-		n_prompt = 1;
-		if (npos) {
-			int k = dps_flags_int_list(pos[0], prompt + 1, steps + 7, 0,
-						   m.cfg.vocab_size - 1);
-
-			if (k < 0) {
-				fprintf(stderr, "dpshard generate: --prompt-ids: '%s' is not a list of at "
-						"most %d ids below %d\n", pos[0], steps + 7,
-					m.cfg.vocab_size);
-				rc = -EINVAL;
-				goto out;
-			}
-			n_prompt += k;
-		}
-	} else {
-		const char *text = npos ? pos[0] : "";
-		size_t k;
-
-		rc = dps_tok_llama2_encode(&tok, text, strlen(text), 1, prompt,
-					  (size_t)steps + 8 + strlen(text) * 2, &k);
-		if (rc) {
-			fprintf(stderr, "dpshard generate: cannot encode the prompt: %s\n",
-				dps_strerror(rc));
-			goto out;
-		}
-		n_prompt = (int)k;
 	}
 	{
-		int token = prompt[0], p, fed = 0;
+		int p, fed = 0;
 		uint64_t t_prefill = 0;
+		const char *piece_end;
+		size_t l_end;
 		const float *lg = NULL;
 
 		t0 = dps_now_ns();
 		for (p = 0; p < steps; p++) {
 			int next;
+			const char *piece;
+			size_t l;
 
 			if (p >= fed) {
 				/* Feed the prompt's remaining positions (or the one new token) as one step. */
@@ -496,24 +540,26 @@ int dps_cmd_generate(int argc, char **argv)
 			}
 			next = p + 1 < n_prompt ? prompt[p + 1]
 						: dps_sample((float *)lg, m.cfg.vocab_size, &sp, &rng, scratch);
-			/* BOS ends a story as in llama2.c; EOS ends it in Hugging Face models. */
-			if ((next == m.cfg.bos_token_id || next == m.cfg.eos_token_id) &&
-			    p + 1 >= n_prompt)
+			/* The model's end ids (BOS too for llama2.c's) end the story. */
+			if (p + 1 >= n_prompt && dps_tool_text_is_end(&tt, next))
 				break;
-			if (ids_out || !have_tok) {
-				printf("%s%d", p ? " " : "", next);
-			} else {
-				char buf[8];
-				size_t l;
-				const char *piece = dps_tok_llama2_decode(&tok, token, next, buf, &l);
-
+			if (!stream) {
+				if (!chat || p + 1 >= n_prompt)
+					printf("%s%d", p && (!chat || p + 1 > n_prompt) ? " " : "",
+					       next);
+			} else if (!chat || p + 1 >= n_prompt) {
+				if (dps_tok_stream_step(stream, next, &piece, &l)) {
+					rc = -ENOMEM;
+					goto out;
+				}
 				fwrite(piece, 1, l, stdout);
 			}
 			fflush(stdout);
-			token = next;
 			if (p + 1 >= n_prompt)
 				prompt[p + 1] = next; /* the next step feeds it */
 		}
+		if (stream && !dps_tok_stream_flush(stream, &piece_end, &l_end))
+			fwrite(piece_end, 1, l_end, stdout);
 		printf("\n");
 		if (verbose) {
 			const double total = (double)(dps_now_ns() - t0) / 1e9;
@@ -530,8 +576,10 @@ int dps_cmd_generate(int argc, char **argv)
 	rc = 0;
 out:
 	free(prompt);
+	free(given);
 	free(scratch);
-	dps_tok_llama2_free(&tok);
+	dps_tok_stream_free(stream);
+	dps_tool_text_close(&tt);
 	dps_model_free(&m);
 	return rc ? 1 : 0;
 }

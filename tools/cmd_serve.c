@@ -37,8 +37,8 @@
 #include "engine/model/model_config.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
-#include "engine/model/tok_llama2.h"
 #include "tools/cmd.h"
+#include "tools/text.h"
 #include "tools/flags.h"
 
 struct serve {
@@ -71,10 +71,15 @@ static void reopen_log(const char *path)
 	close(fd);
 }
 
+/* Every completion of the shared ring that is not the supervisor's: the frontend's workers'
+ * wake-up, or the HTTP server's. */
 static void on_cqe(struct io_uring_cqe *cqe, void *arg)
 {
 	(void)arg;
-	dps_http_cqe(S->http, cqe);
+	if (io_uring_cqe_get_data64(cqe) & DPS_FE_UDATA)
+		dps_frontend_cqe(S->fe, cqe);
+	else
+		dps_http_cqe(S->http, cqe);
 }
 
 static void on_msg(int rank, const void *msg, size_t len, void *arg)
@@ -227,7 +232,7 @@ static void wait_between_runs(int ms)
 
 			io_uring_cqe_seen(&S->ring, cqe);
 			if (!(io_uring_cqe_get_data64(&c) & DPS_SUP_UDATA))
-				dps_http_cqe(S->http, &c);
+				on_cqe(&c, NULL);
 		}
 	}
 }
@@ -249,7 +254,7 @@ static void flush_responses(void)
 
 			io_uring_cqe_seen(&S->ring, cqe);
 			if (!(io_uring_cqe_get_data64(&c) & DPS_SUP_UDATA))
-				dps_http_cqe(S->http, &c);
+				on_cqe(&c, NULL);
 		}
 	}
 }
@@ -265,13 +270,13 @@ int dps_cmd_serve(int argc, char **argv)
 	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
 	int max_conns = 1024, request_timeout = 0, max_tokens = 16, header_timeout = 30000;
 	int idle_timeout = 75000;
-	size_t kv_mem = 0, max_body = 1u << 20;
+	size_t kv_mem = 0, max_body = 8u << 20;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct dps_model_config cfg;
-	struct dps_tok_llama2 tok = { 0 };
+	struct dps_tool_text tt = { 0 };
 	struct serve s = { 0 };
-	char *pos[1], err[512], path[4200], defdir[4096], nm[4096], *base, *name_buf = NULL;
-	int npos, rc, have_tok = 0, failures = 0, status = 0;
+	char *pos[1], err[512], defdir[4096], nm[4096], *base, *name_buf = NULL;
+	int npos, rc, have_text = 0, failures = 0, status = 0;
 	struct dps_flag flags[64];
 	const struct dps_flag fl[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
@@ -363,15 +368,9 @@ int dps_cmd_serve(int argc, char **argv)
 	}
 	if (!max_model_len || max_model_len > cfg.max_position_embeddings)
 		max_model_len = cfg.max_position_embeddings;
-	snprintf(path, sizeof(path), "%s/tokenizer.bin", model_dir);
-	if (!access(path, R_OK)) {
-		rc = dps_tok_llama2_load(&tok, path, &cfg, err, sizeof(err));
-		if (rc) {
-			fprintf(stderr, "dpshard serve: %s\n", err);
-			return 1;
-		}
-		have_tok = 1;
-	}
+	if (dps_tool_text_open(&tt, "serve", model_dir, &cfg))
+		return 1;
+	have_text = 1;
 	if (!name) {
 		snprintf(nm, sizeof(nm), "%s", model_dir);
 		while ((base = strrchr(nm, '/')) && !base[1] && base != nm)
@@ -439,8 +438,7 @@ int dps_cmd_serve(int argc, char **argv)
 	{
 		const struct dps_frontend_opts fo = {
 			.model_name = name, .api_key = api_key,
-			.lim = { .tok = have_tok ? &tok : NULL, .vocab = cfg.vocab_size,
-				 .bos = cfg.bos_token_id, .eos = cfg.eos_token_id,
+			.lim = { .vocab = cfg.vocab_size,
 				 .max_model_len = max_model_len, .default_max_tokens = max_tokens,
 				 .default_temperature = 1.0f, /* as OpenAI */
 				 .default_timeout_ms = (unsigned)request_timeout },
@@ -452,7 +450,11 @@ int dps_cmd_serve(int argc, char **argv)
 						  .on_request = dps_frontend_on_request,
 						  .on_close = dps_frontend_on_close };
 
-		rc = dps_frontend_new(&s.fe, &fo);
+		struct dps_frontend_opts fo2 = fo;
+
+		/* generation_config.json's defaults over OpenAI's, as vLLM */
+		dps_tool_text_limits(&tt, &fo2.lim);
+		rc = dps_frontend_new(&s.fe, &fo2);
 		if (!rc) {
 			struct dps_http_opts h2 = ho;
 
@@ -466,6 +468,13 @@ int dps_cmd_serve(int argc, char **argv)
 			goto out;
 		}
 		dps_frontend_set_http(s.fe, s.http);
+		rc = dps_frontend_start_workers(s.fe, &s.ring);
+		if (rc) {
+			fprintf(stderr, "dpshard serve: cannot start the request workers: %s\n",
+				dps_strerror(rc));
+			status = 1;
+			goto out;
+		}
 	}
 	if (unix_path)
 		dps_info("listening on unix:%s, model '%s' on %d rank(s)", unix_path, name,
@@ -560,8 +569,8 @@ out:
 	if (s.sigfd >= 0)
 		close(s.sigfd);
 	free(name_buf);
-	if (have_tok)
-		dps_tok_llama2_free(&tok);
+	if (have_text)
+		dps_tool_text_close(&tt);
 	S = NULL;
 	if (!status)
 		dps_info("stopped");

@@ -16,9 +16,9 @@
 #include "engine/serve/engine.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
-#include "engine/model/tok_llama2.h"
 #include "kernels/gemm.h"
 #include "tools/gen_ranks.h"
+#include "tools/text.h"
 
 struct run {
 	const struct dps_gen_ranks_opts *o;
@@ -111,9 +111,11 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	for (int k = 0; k < o->n_prompts; k++) {
 		struct dps_engine_req q = { o->prompts[k], o->n_prompt[k],
 					    { .max_tokens = o->steps - o->n_prompt[k] + 1,
-					      .stop = { o->bos, o->eos }, .n_stop = 2,
 					      .sampling = o->sampling },
 					    -1, (void *)(intptr_t)k };
+
+		for (int i = 0; i < o->n_end && i < DPS_MAX_STOP; i++)
+			q.p.stop[q.p.n_stop++] = o->end[i];
 
 		if (o->params) {
 			/* --requests: the request's own parameters; the deadline counts from now. */
@@ -157,17 +159,18 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 			printf("%s%d", i ? ", " : "", r.out[k][i]);
 		printf("]");
 		if (o->tok) {
-			printf(", \"text\": \"");
-			for (int i = 0; i < r.n_out[k]; i++) {
-				const int before = i ? r.out[k][i - 1] : o->prompts[k][o->n_prompt[k] - 1];
-				char buf[8];
-				size_t l;
-				const char *piece = dps_tok_llama2_decode(o->tok, before, r.out[k][i], buf,
-									 &l);
+			char *text;
+			size_t l;
 
-				dps_json_escape(stdout, piece, l);
+			if (dps_tok_decode(o->tok, r.out[k], (size_t)r.n_out[k], DPS_TOK_SKIP_SPECIAL,
+					   &text, &l)) {
+				rc = -ENOMEM;
+				goto out;
 			}
+			printf(", \"text\": \"");
+			dps_json_escape(stdout, text, l);
 			printf("\"");
+			free(text);
 		}
 		printf("}\n");
 	}
@@ -175,24 +178,32 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		if (o->n_prompts > 1)
 			printf("%s[prompt %d] %s\n", k ? "\n" : "", k + 1, o->texts[k] ? o->texts[k] : "");
 		if (o->ids_out || !o->tok) {
-			/* As the one-rank generate: every id fed after BOS, then the completion. */
-			for (int i = 1; i < o->n_prompt[k] + r.n_out[k]; i++)
-				printf("%s%d", i > 1 ? " " : "",
+			/* As the one-rank generate: every id fed after the first (llama2.c's run.c
+			 * prints what follows BOS), then the completion's. */
+			const int from = o->completion_only ? o->n_prompt[k] : 1;
+
+			for (int i = from; i < o->n_prompt[k] + r.n_out[k]; i++)
+				printf("%s%d", i > from ? " " : "",
 				       i < o->n_prompt[k] ? o->prompts[k][i] : r.out[k][i - o->n_prompt[k]]);
 		} else {
-			/* The prompt as the tokenizer gives it back, then the completion. */
-			for (int i = 1; i < o->n_prompt[k] + r.n_out[k]; i++) {
-				const int cur = i < o->n_prompt[k] ? o->prompts[k][i]
-								   : r.out[k][i - o->n_prompt[k]];
-				const int before = i - 1 < o->n_prompt[k]
-							   ? o->prompts[k][i - 1]
-							   : r.out[k][i - 1 - o->n_prompt[k]];
-				char buf[8];
-				size_t l;
-				const char *piece = dps_tok_llama2_decode(o->tok, before, cur, buf, &l);
+			/* The prompt as the tokenizer gives it back, then the completion (special
+			 * tokens left out). */
+			const size_t n = (size_t)(o->n_prompt[k] + r.n_out[k]);
+			int *all = malloc(n * sizeof(int));
 
-				fwrite(piece, 1, l, stdout);
+			if (!all) {
+				rc = -ENOMEM;
+				goto out;
 			}
+			memcpy(all, o->prompts[k], (size_t)o->n_prompt[k] * sizeof(int));
+			memcpy(all + o->n_prompt[k], r.out[k], (size_t)r.n_out[k] * sizeof(int));
+			if (o->completion_only)
+				rc = dps_tool_print_text(stdout, o->tok, r.out[k], (size_t)r.n_out[k]);
+			else
+				rc = dps_tool_print_text(stdout, o->tok, all, n);
+			free(all);
+			if (rc)
+				goto out;
 		}
 		printf("\n");
 	}

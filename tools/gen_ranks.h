@@ -6,7 +6,7 @@
 #define DPS_TOOLS_GEN_RANKS_H
 
 #include "engine/runtime/groups.h"
-#include "engine/model/tok_llama2.h"
+#include "engine/model/tok.h"
 #include "engine/serve/sched.h"
 #include "kernels/sample.h"
 
@@ -15,7 +15,7 @@ struct dps_gen_ranks_opts {
 	const char *model, *cpu_bind, *blis_arch;
 	int threads;               /* per rank; 0 = the CPUs the placement gave it */
 	int n_prompts;
-	const int *const *prompts; /* (n_prompts) token ids, BOS first */
+	const int *const *prompts; /* (n_prompts) token ids */
 	const int *n_prompt;
 	const char *const *texts;  /* (n_prompts) the prompts as given, for the headings */
 	int steps;                 /* positions per prompt, prompt included */
@@ -30,8 +30,10 @@ struct dps_gen_ranks_opts {
 	const char *decode_buckets;
 	const char *spec_model;    /* Eagle3 draft (NULL: none) */
 	int spec_k;                /* its tokens per step */
-	int bos, eos;
-	const struct dps_tok_llama2 *tok; /* NULL: print ids */
+	const int *end;            /* (n_end) ids that end a sequence */
+	int n_end;
+	const struct dps_tok *tok; /* NULL: print ids */
+	int completion_only;       /* print the completion without its prompt (--chat) */
 	int ids_out, verbose, trace;
 };
 

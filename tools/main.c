@@ -16,6 +16,8 @@ static const struct {
 	{ "generate", dps_cmd_generate,
 	  "generate text: in one process, or across ranks on the serving engine" },
 	{ "serve", dps_cmd_serve, "serve a model over an OpenAI-compatible HTTP API (systemd-ready)" },
+	{ "tokenize", dps_cmd_tokenize, "the token ids of a text, with the model's tokenizer" },
+	{ "detokenize", dps_cmd_detokenize, "the text of token ids, with the model's tokenizer" },
 	{ "bench", dps_cmd_bench, "benchmarks, one suite per line below" },
 	{ "convert", dps_cmd_convert,
 	  "import a llama2.c checkpoint and tokenizer; export a model as GGUF for llama.cpp" },
@@ -31,6 +33,7 @@ static const struct {
 	{ "bench decode", "prefill and decode tokens/s of a model, beside this machine's limits" },
 	{ "bench sweep", "bench decode over every component-size configuration of a TP x DP" },
 	{ "bench serve", "a load generator against a running dpshard serve, as vllm bench serve" },
+	{ "bench tokenize", "encode MB/s of the model's tokenizer on a long document and a 1 MiB prompt" },
 };
 
 static void usage(FILE *f)

@@ -12,29 +12,16 @@
 
 #include "common/dps.h"
 #include "common/json.h"
+#include <liburing.h>
+#include <poll.h>
+
 #include "engine/api/frontend_int.h"
 #include "engine/runtime/supervisor.h"
 
+/* Worker threads that parse and encode requests (prep.h). */
+#define PREP_THREADS 2
+
 /* ---- requests -------------------------------------------------------------------------------- */
-
-static void send_error(struct dps_frontend *f, uint64_t conn, int status, const char *type,
-		       const char *msg)
-{
-	char *body = NULL;
-	size_t n = 0;
-	FILE *o = open_memstream(&body, &n);
-
-	if (!o)
-		return;
-	fprintf(o, "{\"error\": {\"message\": ");
-	dps_json_string(o, msg, strlen(msg));
-	fprintf(o, ", \"type\": \"%s\", \"code\": %d}}\n", type, status);
-	fclose(o);
-	dps_http_respond(f->http, conn, status, "application/json", body, n,
-			 status == 401 ? "WWW-Authenticate: Bearer\r\n" : NULL, 0);
-	f->http_errors++;
-	free(body);
-}
 
 static void list_add(struct dps_frontend *f, struct fe_req *r)
 {
@@ -56,6 +43,7 @@ static void req_free(struct dps_frontend *f, struct fe_req *r)
 	f->active--;
 	for (int i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
+	dps_tok_stream_free(r->ts);
 	free(r->gen);
 	free(r->text);
 	free(r);
@@ -119,44 +107,6 @@ static size_t showable(const struct fe_req *r)
 	return n < r->emitted ? r->emitted : n;
 }
 
-static void chunk_head(FILE *o, const struct fe_req *r, const char *model)
-{
-	fprintf(o, "data: {\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %ld, "
-		   "\"model\": ", r->id, r->created);
-	dps_json_string(o, model, strlen(model));
-}
-
-/*
- * Streams text[emitted .. upto) and the token ids not streamed yet as one event (the text may
- * be empty: held back, or a model without a tokenizer).
- */
-static void stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
-{
-	char *ev = NULL;
-	size_t n = 0;
-	FILE *o;
-
-	if (upto < r->emitted)
-		upto = r->emitted;
-	if ((upto == r->emitted && r->ids_emitted == r->n_gen) || r->conn_gone)
-		return;
-	o = open_memstream(&ev, &n);
-	if (!o)
-		return;
-	chunk_head(o, r, f->o.model_name);
-	fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-	dps_json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
-	fprintf(o, ", \"logprobs\": null, \"finish_reason\": null, \"token_ids\": [");
-	for (int i = r->ids_emitted; i < r->n_gen; i++)
-		fprintf(o, "%s%d", i > r->ids_emitted ? ", " : "", r->gen[i]);
-	fprintf(o, "]}]}\n\n");
-	fclose(o);
-	dps_http_stream_write(f->http, r->conn, ev, n);
-	free(ev);
-	r->emitted = upto;
-	r->ids_emitted = r->n_gen;
-}
-
 static const char *finish_name(enum dps_finish why)
 {
 	return dps_finish_name(why);
@@ -174,64 +124,6 @@ static void log_request(struct dps_frontend *f, const struct fe_req *r, const ch
 		 (double)(now - r->t_arrive) / 1e6);
 }
 
-/* The end of a request: its response (unless the client is gone), metrics, the log line. */
-static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why)
-{
-	const char *fin = finish_name(why);
-	const uint64_t now = dps_now_ns();
-	char *body = NULL;
-	size_t n = 0;
-	FILE *o;
-
-	if (r->answered)
-		return;
-	r->answered = 1;
-	f->requests[why < 8 ? why : 7]++;
-	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
-	log_request(f, r, fin);
-	if (r->conn_gone)
-		return;
-	if (!r->stream && why == DPS_FINISH_ERROR) {
-		send_error(f, r->conn, 500, "internal_error",
-			   "the engine failed while running this request (a rank died); it was not "
-			   "completed: send it again");
-		return;
-	}
-	o = open_memstream(&body, &n);
-	if (!o)
-		return;
-	if (r->stream) {
-		stream_text(f, r, r->len);
-		chunk_head(o, r, f->o.model_name);
-		fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": \"\", \"logprobs\": null, "
-			   "\"finish_reason\": \"%s\"}]}\n\n", fin);
-		if (r->include_usage) {
-			chunk_head(o, r, f->o.model_name);
-			fprintf(o, ", \"choices\": [], \"usage\": {\"prompt_tokens\": %d, "
-				   "\"completion_tokens\": %d, \"total_tokens\": %d}}\n\n",
-				r->n_prompt, r->n_gen, r->n_prompt + r->n_gen);
-		}
-		fprintf(o, "data: [DONE]\n\n");
-		fclose(o);
-		dps_http_stream_write(f->http, r->conn, body, n);
-		dps_http_stream_end(f->http, r->conn);
-	} else {
-		fprintf(o, "{\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %ld, "
-			   "\"model\": ", r->id, r->created);
-		dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
-		fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
-		dps_json_text(o, r->text ? r->text : "", r->len);
-		fprintf(o, ", \"logprobs\": null, \"finish_reason\": \"%s\", \"token_ids\": [", fin);
-		for (int i = 0; i < r->n_gen; i++)
-			fprintf(o, "%s%d", i ? ", " : "", r->gen[i]);
-		fprintf(o, "]}], \"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, "
-			   "\"total_tokens\": %d}}\n", r->n_prompt, r->n_gen, r->n_prompt + r->n_gen);
-		fclose(o);
-		dps_http_respond(f->http, r->conn, 200, "application/json", body, n, NULL, 0);
-	}
-	free(body);
-}
-
 /* The earliest stop string in the text from `from` on, or -1. */
 static long find_stop(const struct fe_req *r, size_t from)
 {
@@ -246,12 +138,51 @@ static long find_stop(const struct fe_req *r, size_t from)
 	return best;
 }
 
+/* The end of a request: its response (unless the client is gone), metrics, the log line. */
+static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why)
+{
+	const char *fin = finish_name(why);
+	const uint64_t now = dps_now_ns();
+
+	if (r->answered)
+		return;
+	if (r->ts) {
+		/* What the stream held back (an incomplete character at the very end). */
+		const char *rest;
+		size_t l;
+		long at;
+
+		if (!dps_tok_stream_flush(r->ts, &rest, &l) && l) {
+			const size_t from = r->len > r->max_stop ? r->len - r->max_stop : 0;
+
+			text_add(r, rest, l);
+			if (r->n_stop && (at = find_stop(r, from)) >= 0) {
+				r->len = (size_t)at;
+				r->text[at] = '\0';
+				why = DPS_FINISH_STOP;
+			}
+		}
+	}
+	r->answered = 1;
+	f->requests[why < 8 ? why : 7]++;
+	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
+	log_request(f, r, fin);
+	if (r->conn_gone)
+		return;
+	if (!r->stream && why == DPS_FINISH_ERROR) {
+		dps_fe_send_error(f, r->conn, 500, "internal_error",
+			   "the engine failed while running this request (a rank died); it was not "
+			   "completed: send it again");
+		return;
+	}
+	dps_fe_respond_final(f, r, fin);
+}
+
 static void on_token(void *arg, void *user, int token)
 {
 	struct dps_frontend *f = arg;
 	struct fe_req *r = user;
 	const uint64_t now = dps_now_ns();
-	char buf[8];
 	size_t l, from;
 	const char *piece;
 	long at;
@@ -276,11 +207,8 @@ static void on_token(void *arg, void *user, int token)
 	}
 	r->t_last = now;
 	from = r->len > r->max_stop ? r->len - r->max_stop : 0;
-	if (f->o.lim.tok) {
-		piece = dps_tok_llama2_decode(f->o.lim.tok, r->last, token, buf, &l);
+	if (r->ts && !dps_tok_stream_step(r->ts, token, &piece, &l) && l)
 		text_add(r, piece, l);
-	}
-	r->last = token;
 	if (r->n_stop && r->text && (at = find_stop(r, from)) >= 0) {
 		/* A stop string: the text ends before it, and the engine stops the request. */
 		r->len = (size_t)at;
@@ -291,7 +219,7 @@ static void on_token(void *arg, void *user, int token)
 		return;
 	}
 	if (r->stream)
-		stream_text(f, r, showable(r));
+		dps_fe_stream_text(f, r, showable(r));
 }
 
 static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
@@ -357,80 +285,200 @@ static const char *unavailable(const struct dps_frontend *f)
 	}
 }
 
-static void completions(struct dps_frontend *f, const struct dps_http_req *hr)
+/* Answers a job whose parse failed. */
+static void job_error(struct dps_frontend *f, const struct dps_prep_job *job)
 {
-	struct dps_request q;
+	if (job->rc == -EINVAL)
+		dps_fe_send_error(f, job->conn, 400, "invalid_request_error", job->err);
+	else if (job->rc == -ENOENT)
+		dps_fe_send_error(f, job->conn, 404, "not_found_error", job->err);
+	else
+		dps_fe_send_error(f, job->conn, 500, "internal_error", "out of memory");
+}
+
+/* A completions or chat request the worker parsed: to the engine. */
+static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
+{
+	struct dps_request *q = &job->req;
 	struct fe_req *r;
 	char err[512];
 	const char *why = unavailable(f);
-	int rc;
 
 	if (why || !f->client) {
-		send_error(f, hr->conn, 503, "service_unavailable", why ? why : "not ready");
+		dps_fe_send_error(f, job->conn, 503, "service_unavailable", why ? why : "not ready");
 		return;
 	}
-	rc = dps_request_parse(hr->body, hr->body_len, DPS_REQ_COMPLETIONS, &f->o.lim, &q, err,
-			       sizeof(err));
-	if (!rc && q.model[0] && strcmp(q.model, f->o.model_name)) {
+	if (job->rc) {
+		job_error(f, job);
+		return;
+	}
+	if (q->model[0] && strcmp(q->model, f->o.model_name)) {
 		snprintf(err, sizeof(err), "the model '%.100s' does not exist here (this server has "
-			 "'%.100s')", q.model, f->o.model_name);
-		dps_request_free(&q);
-		send_error(f, hr->conn, 404, "not_found_error", err);
-		return;
-	}
-	if (rc) {
-		dps_request_free(&q);
-		if (rc == -EINVAL)
-			send_error(f, hr->conn, 400, "invalid_request_error", err);
-		else
-			send_error(f, hr->conn, 500, "internal_error", "out of memory");
+			 "'%.100s')", q->model, f->o.model_name);
+		dps_fe_send_error(f, job->conn, 404, "not_found_error", err);
 		return;
 	}
 	r = calloc(1, sizeof(*r));
-	if (!r) {
-		dps_request_free(&q);
-		send_error(f, hr->conn, 500, "internal_error", "out of memory");
+	if (!r || (f->o.lim.tok && dps_tok_stream_new(&r->ts, f->o.lim.tok, q->prompt,
+						      (size_t)q->n_prompt, DPS_TOK_SKIP_SPECIAL))) {
+		free(r);
+		dps_fe_send_error(f, job->conn, 500, "internal_error", "out of memory");
 		return;
 	}
 	r->f = f;
-	r->conn = hr->conn;
-	r->stream = q.stream;
-	r->include_usage = q.include_usage;
+	r->conn = job->conn;
+	r->stream = q->stream;
+	r->include_usage = q->include_usage;
+	r->chat = q->chat;
 	r->created = (long)time(NULL);
-	snprintf(r->id, sizeof(r->id), "cmpl-%llx%06llx", (unsigned long long)f->started,
-		 (unsigned long long)++f->seq);
-	r->n_prompt = q.n_prompt;
-	r->last = q.prompt[q.n_prompt - 1];
-	r->t_arrive = dps_now_ns();
-	for (int i = 0; i < q.n_stop; i++) {
-		const size_t l = strlen(q.stop[i]);
+	snprintf(r->id, sizeof(r->id), "%s-%llx%06llx", r->chat ? "chatcmpl" : "cmpl",
+		 (unsigned long long)f->started, (unsigned long long)++f->seq);
+	r->n_prompt = q->n_prompt;
+	r->t_arrive = job->t_arrive;
+	for (int i = 0; i < q->n_stop; i++) {
+		const size_t l = strlen(q->stop[i]);
 
-		r->stop[i] = q.stop[i];
+		r->stop[i] = q->stop[i];
 		r->stop_len[i] = l;
-		q.stop[i] = NULL;
+		q->stop[i] = NULL;
 		r->max_stop = l > r->max_stop ? l : r->max_stop;
 	}
-	r->n_stop = q.n_stop;
-	q.n_stop = 0;
-	if (!q.has_seed) /* an unseeded request draws its own sequence */
-		q.p.sampling.seed = (uint64_t)dps_now_ns() ^ (f->seq * 0x9E3779B97F4A7C15ull);
+	r->n_stop = q->n_stop;
+	q->n_stop = 0;
+	if (!q->has_seed) /* an unseeded request draws its own sequence */
+		q->p.sampling.seed = (uint64_t)dps_now_ns() ^ (f->seq * 0x9E3779B97F4A7C15ull);
 	{
-		struct dps_engine_req er = { q.prompt, q.n_prompt, q.p, -1, r };
+		struct dps_engine_req er = { q->prompt, q->n_prompt, q->p, -1, r };
 
 		r->eid = dps_engine_submit(f->client, &er);
 	}
-	dps_request_free(&q);
 	if (r->eid < 0) {
-		send_error(f, hr->conn, 500, "internal_error", "cannot queue the request");
+		dps_fe_send_error(f, job->conn, 500, "internal_error", "cannot queue the request");
 		for (int i = 0; i < r->n_stop; i++)
 			free(r->stop[i]);
+		dps_tok_stream_free(r->ts);
 		free(r);
 		return;
 	}
 	f->prompt_tokens += (uint64_t)r->n_prompt;
 	list_add(f, r);
 	if (r->stream)
-		dps_http_stream_start(f->http, r->conn, 200, "text/event-stream");
+		dps_fe_stream_begin(f, r);
+}
+
+/* A job the workers finished, on the loop thread. */
+static void job_done(struct dps_frontend *f, struct dps_prep_job *job)
+{
+	if (job->fprev)
+		job->fprev->fnext = job->fnext;
+	else
+		f->jobs = job->fnext;
+	if (job->fnext)
+		job->fnext->fprev = job->fprev;
+	if (job->conn_gone) {
+		dps_prep_job_free(job);
+		return;
+	}
+	switch (job->kind) {
+	case DPS_PREP_COMPLETIONS:
+	case DPS_PREP_CHAT:
+		start_request(f, job);
+		break;
+	case DPS_PREP_TOKENIZE:
+	case DPS_PREP_DETOKENIZE:
+		if (job->rc)
+			job_error(f, job);
+		else
+			dps_http_respond(f->http, job->conn, 200, "application/json", job->resp,
+					 job->resp_len, NULL, 0);
+		break;
+	}
+	dps_prep_job_free(job);
+}
+
+/* The poll on the workers' eventfd (one at a time, armed again after each completion). */
+static void arm_poll(struct dps_frontend *f)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!f->ring || !f->prep || f->poll_armed)
+		return;
+	sqe = io_uring_get_sqe(f->ring);
+	if (!sqe) {
+		io_uring_submit(f->ring);
+		sqe = io_uring_get_sqe(f->ring);
+	}
+	if (!sqe)
+		return; /* tried again at the next completion or job */
+	io_uring_prep_poll_add(sqe, dps_prep_fd(f->prep), POLLIN);
+	io_uring_sqe_set_data64(sqe, DPS_FE_UDATA);
+	f->poll_armed = 1;
+}
+
+void dps_frontend_cqe(struct dps_frontend *f, const struct io_uring_cqe *cqe)
+{
+	struct dps_prep_job *job, *next;
+
+	(void)cqe;
+	f->poll_armed = 0;
+	if (!f->prep)
+		return;
+	for (job = dps_prep_take(f->prep); job; job = next) {
+		next = job->next;
+		job_done(f, job);
+	}
+	arm_poll(f);
+}
+
+int dps_frontend_start_workers(struct dps_frontend *f, struct io_uring *ring)
+{
+	int rc = dps_prep_new(&f->prep, PREP_THREADS, &f->o.lim, f->o.model_name);
+
+	if (rc)
+		return rc;
+	f->ring = ring;
+	arm_poll(f);
+	return 0;
+}
+
+/* Hands a body to the workers: parsing, templates and encoding never run on the loop. */
+static void submit_job(struct dps_frontend *f, const struct dps_http_req *hr,
+		       enum dps_prep_kind kind)
+{
+	struct dps_prep_job *job;
+	const char *why = unavailable(f);
+
+	if ((kind == DPS_PREP_COMPLETIONS || kind == DPS_PREP_CHAT) && (why || !f->client)) {
+		dps_fe_send_error(f, hr->conn, 503, "service_unavailable", why ? why : "not ready");
+		return;
+	}
+	job = calloc(1, sizeof(*job));
+	if (job)
+		job->body = malloc(hr->body_len ? hr->body_len : 1);
+	if (!job || !job->body || !f->prep) {
+		if (job)
+			free(job->body);
+		free(job);
+		dps_fe_send_error(f, hr->conn, 500, "internal_error",
+				  f->prep ? "out of memory" : "the workers are not running");
+		return;
+	}
+	memcpy(job->body, hr->body, hr->body_len);
+	job->len = hr->body_len;
+	job->kind = kind;
+	job->conn = hr->conn;
+	job->t_arrive = dps_now_ns();
+	if (dps_prep_submit(f->prep, job)) {
+		dps_prep_job_free(job);
+		dps_fe_send_error(f, hr->conn, 503, "service_unavailable",
+				  "too many requests are waiting to be read: try again shortly");
+		return;
+	}
+	job->fnext = f->jobs;
+	if (f->jobs)
+		f->jobs->fprev = job;
+	f->jobs = job;
+	arm_poll(f);
 }
 
 static void models(struct dps_frontend *f, uint64_t conn)
@@ -478,18 +526,19 @@ void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 		if (get || !strcmp(r->method, "HEAD"))
 			health(f, r->conn);
 		else
-			send_error(f, r->conn, 405, "invalid_request_error", "use GET /health");
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /health");
 		return;
 	}
 	if (!strcmp(r->path, "/metrics")) {
 		if (get)
 			dps_fe_metrics_page(f, r->conn);
 		else
-			send_error(f, r->conn, 405, "invalid_request_error", "use GET /metrics");
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /metrics");
 		return;
 	}
-	if (!strncmp(r->path, "/v1/", 4) && !authorized(f, r->authorization)) {
-		send_error(f, r->conn, 401, "authentication_error",
+	if ((!strncmp(r->path, "/v1/", 4) || !strcmp(r->path, "/tokenize") ||
+	     !strcmp(r->path, "/detokenize")) && !authorized(f, r->authorization)) {
+		dps_fe_send_error(f, r->conn, 401, "authentication_error",
 			   "a valid API key is needed: Authorization: Bearer KEY");
 		return;
 	}
@@ -497,28 +546,39 @@ void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 		if (get)
 			models(f, r->conn);
 		else
-			send_error(f, r->conn, 405, "invalid_request_error", "use GET /v1/models");
-	} else if (!strcmp(r->path, "/v1/completions")) {
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /v1/models");
+	} else if (!strcmp(r->path, "/v1/completions") || !strcmp(r->path, "/v1/chat/completions")) {
+		const int chat = r->path[4] == 'c' && r->path[5] == 'h';
+
 		if (post)
-			completions(f, r);
+			submit_job(f, r, chat ? DPS_PREP_CHAT : DPS_PREP_COMPLETIONS);
 		else
-			send_error(f, r->conn, 405, "invalid_request_error",
-				   "use POST /v1/completions");
-	} else if (!strcmp(r->path, "/v1/chat/completions")) {
-		send_error(f, r->conn, 400, "invalid_request_error",
-			   "this model has no chat template, so /v1/chat/completions cannot format "
-			   "its messages: use /v1/completions with a prompt");
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error",
+					  chat ? "use POST /v1/chat/completions"
+					       : "use POST /v1/completions");
+	} else if (!strcmp(r->path, "/tokenize") || !strcmp(r->path, "/detokenize")) {
+		const int detok = r->path[1] == 'd';
+
+		if (post)
+			submit_job(f, r, detok ? DPS_PREP_DETOKENIZE : DPS_PREP_TOKENIZE);
+		else
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error",
+					  detok ? "use POST /detokenize" : "use POST /tokenize");
 	} else {
 		char msg[192];
 
 		snprintf(msg, sizeof(msg), "no such endpoint: %.64s %.64s", r->method, r->path);
-		send_error(f, r->conn, 404, "not_found_error", msg);
+		dps_fe_send_error(f, r->conn, 404, "not_found_error", msg);
 	}
 }
 
 void dps_frontend_on_close(void *arg, uint64_t conn)
 {
 	struct dps_frontend *f = arg;
+
+	for (struct dps_prep_job *j = f->jobs; j; j = j->fnext)
+		if (j->conn == conn)
+			j->conn_gone = 1; /* its answer is dropped when the workers give it back */
 
 	for (struct fe_req *r = f->head; r; r = r->next)
 		if (r->conn == conn && !r->conn_gone) {
@@ -557,6 +617,7 @@ void dps_frontend_free(struct dps_frontend *f)
 		return;
 	while (f->head)
 		req_free(f, f->head);
+	dps_prep_free(f->prep); /* the jobs still in flight go with it */
 	free(f->rep);
 	free(f);
 }

@@ -4,9 +4,9 @@
  * section 5), in the supervisor: it validates requests, hands them to the engine client (which
  * balances them over the replicas), and streams the tokens back.
  *
- * Endpoints: POST /v1/completions (request.h; "stream": server-sent events ending in
- * "data: [DONE]"), POST /v1/chat/completions (400: no model here has a chat template),
- * GET /v1/models, GET /health (200 when every rank has loaded the model and the service takes
+ * Endpoints: POST /v1/completions and POST /v1/chat/completions (request.h; "stream":
+ * server-sent events ending in "data: [DONE]"; chat needs the model's chat template), POST
+ * /tokenize and POST /detokenize (as vLLM's), GET /v1/models, GET /health (200 when every rank has loaded the model and the service takes
  * requests; 503 while loading, draining or recovering), GET /metrics (Prometheus text).
  * With an API key, the /v1 endpoints want "Authorization: Bearer KEY" (compared in constant
  * time). Every error is a JSON object {"error": {"message", "type", "code"}}.
@@ -39,6 +39,19 @@ struct dps_frontend;
 
 int dps_frontend_new(struct dps_frontend **out, const struct dps_frontend_opts *o);
 void dps_frontend_free(struct dps_frontend *f);
+
+/* Completions on the shared ring with this bit in their user_data are the frontend's. */
+#define DPS_FE_UDATA (1ull << 62)
+
+struct io_uring;
+struct io_uring_cqe;
+/*
+ * Starts the worker threads that parse, render and encode requests (prep.h) and the poll of
+ * their eventfd on ring. Returns 0 or a negative code.
+ */
+int dps_frontend_start_workers(struct dps_frontend *f, struct io_uring *ring);
+/* Handles a completion carrying DPS_FE_UDATA. */
+void dps_frontend_cqe(struct dps_frontend *f, const struct io_uring_cqe *cqe);
 
 /* The HTTP server's callbacks (dps_http_opts.on_request / on_close, arg = the frontend). */
 void dps_frontend_on_request(void *f, const struct dps_http_req *r);

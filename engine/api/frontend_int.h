@@ -10,6 +10,8 @@
 #include <stdio.h>
 
 #include "engine/api/frontend.h"
+#include "engine/api/prep.h"
+#include "engine/model/tok.h"
 
 /* A Prometheus histogram: cumulative counts at the bucket bounds b[0..n-1], and +Inf. */
 struct hist {
@@ -29,7 +31,9 @@ struct fe_req {
 	int stream, include_usage;
 	char id[40];
 	long created;
-	int n_prompt, last;           /* prompt length; the last token (for the next piece) */
+	int n_prompt;                 /* prompt length */
+	int chat;                     /* answered as chat.completion(.chunk) */
+	struct dps_tok_stream *ts;    /* the text of the tokens (NULL: no tokenizer) */
 	int *gen, n_gen, cap_gen;
 	char *text;                   /* the completion's text so far */
 	size_t len, cap, emitted;     /* bytes of text; bytes already streamed */
@@ -57,9 +61,25 @@ struct dps_frontend {
 	/* the replicas' latest counts, and what earlier runs (before a restart) added */
 	struct dps_engine_stats *rep, base;
 	uint64_t *base_group_ns;      /* (dp * DPS_ENGINE_GROUPS) */
+	/* the worker threads, and the jobs submitted to them not yet taken back */
+	struct io_uring *ring;
+	struct dps_prep *prep;
+	struct dps_prep_job *jobs;
+	int poll_armed;
 };
 
+/* ---- respond.c ------------------------------------------------------------------------------- */
+
 /* A JSON error response: {"error": {"message", "type", "code"}}. */
+void dps_fe_send_error(struct dps_frontend *f, uint64_t conn, int status, const char *type,
+		       const char *msg);
+/* Starts r's event stream (a chat stream with the assistant's role). */
+void dps_fe_stream_begin(struct dps_frontend *f, struct fe_req *r);
+/* Streams text[emitted .. upto) (and, for completions, the ids not streamed yet) as one event;
+ * nothing when there is nothing new. */
+void dps_fe_stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto);
+/* The end of r's response: the rest of its stream, or its whole body. */
+void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *fin);
 
 /* ---- metrics.c ------------------------------------------------------------------------------- */
 

@@ -64,7 +64,7 @@ struct dps_http {
 
 static uint64_t udata(int op, int slot, uint32_t gen)
 {
-	return (uint64_t)op | ((uint64_t)(unsigned)slot << 8) | ((uint64_t)(gen & 0x7fffffffu) << 32);
+	return (uint64_t)op | ((uint64_t)(unsigned)slot << 8) | ((uint64_t)(gen & 0x3fffffffu) << 32);
 }
 
 static uint64_t handle_of(const struct dps_http *h, const struct conn *c)
@@ -386,7 +386,7 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 	if (slot >= h->o.max_conns)
 		return;
 	c = &h->c[slot];
-	if (!c->used || c->gen != gen)
+	if (!c->used || (c->gen & 0x3fffffffu) != gen)
 		return;
 	if (op == OP_RECV) {
 		c->recv_inflight = 0;

@@ -3,8 +3,9 @@
  * engine/api/http.h - the HTTP/1.1 server of `dpshard serve`, on the supervisor's io_uring.
  *
  * Accept (multishot), receive and send are io_uring requests on the ring the supervisor's loop
- * waits on; their completions come back through dps_http_cqe (user_data below bit 63, tagged
- * with the operation, the connection slot and the slot's generation). Requests are parsed by
+ * waits on; their completions come back through dps_http_cqe (user_data below bit 62, tagged
+ * with the operation, the connection slot and the slot's generation; bit 62 is the frontend's,
+ * DPS_FE_UDATA, and bit 63 the supervisor's). Requests are parsed by
  * http-parser (the Node.js parser, Debian's libhttp-parser). One request per connection is
  * served at a time (bytes a client pipelines wait in its buffer); keep-alive by the HTTP/1.1
  * rules; "Expect: 100-continue" answered.
@@ -55,7 +56,7 @@ int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dp
 		   char *err, size_t errlen);
 /* The port listened on (TCP), or 0. */
 int dps_http_port(const struct dps_http *h);
-/* Handles a completion of the server (any user_data without bit 63 belongs to it). */
+/* Handles a completion of the server (any user_data without bits 62 and 63 belongs to it). */
 void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe);
 /* Applies the timeouts; returns the ms until the next one is due (-1: none). */
 int dps_http_tick(struct dps_http *h);

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/api/request.c - the request parser (see request.h). Called by the HTTP frontend for
- * every completions body and by `generate --requests` for every line.
+ * engine/api/request.c - the request parser (see request.h). Called by the HTTP frontend's
+ * worker threads for every completions and chat body and by `generate --requests` for every
+ * line.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -16,7 +18,21 @@
 
 #define MAX_PROMPT_IDS (1 << 20)
 #define MAX_TEXT (4u << 20)
-#define MAX_STOP_IDS (DPS_MAX_STOP - 2) /* room for BOS and EOS */
+#define MAX_STOP_IDS 6 /* of the request; the model's end ids come on top */
+#define MAX_MESSAGES 4096
+
+_Static_assert(MAX_STOP_IDS + DPS_REQ_MAX_END <= DPS_MAX_STOP, "stop ids fit a request");
+
+/* What a body says that is used once every field has been read. */
+struct pstate {
+	const char *text;             /* a text prompt (in the parsed JSON), or NULL */
+	size_t text_len;
+	int ignore_eos;
+	int add_special;              /* -1: the format's default */
+	int max_tokens_set;
+	json_t *messages, *tools, *kwargs; /* chat (borrowed from the parsed JSON) */
+	int add_generation_prompt, continue_final;
+};
 
 static int bad(char *err, size_t errlen, const char *fmt, const char *name)
 {
@@ -24,30 +40,65 @@ static int bad(char *err, size_t errlen, const char *fmt, const char *name)
 	return -EINVAL;
 }
 
-static int text_prompt(json_t *v, const char *name, const struct dps_req_limits *lim,
-		       struct dps_request *out, char *err, size_t errlen)
+/*
+ * Encodes a text prompt (when every field is known, so that the bound is): with max_model_len,
+ * a text that cannot fit is refused as soon as the encoder knows it, without encoding it all.
+ */
+static int encode_text(const char *text, size_t n, const char *name, int special,
+		       const struct dps_req_limits *lim, struct dps_request *out, char *err,
+		       size_t errlen)
 {
-	const size_t n = json_string_length(v);
-	size_t got = 0;
+	size_t max_ids = 0, got = 0;
+	int rc;
 
-	if (!lim->tok)
-		return bad(err, errlen, "\"%s\" is text but the model has no tokenizer: give a list "
-			   "of token ids", name);
 	if (n > MAX_TEXT) {
 		snprintf(err, errlen, "\"%s\" is longer than %u bytes", name, MAX_TEXT);
 		return -EINVAL;
 	}
-	out->prompt = malloc(sizeof(int) * (n * 2 + 8));
-	if (!out->prompt)
-		return -ENOMEM;
-	if (dps_tok_llama2_encode(lim->tok, json_string_value(v), n, DPS_TOK_LLAMA2_BOS, out->prompt,
-				 n * 2 + 8, &got))
-		return bad(err, errlen, "cannot encode \"%s\"", name);
+	if (lim->max_model_len > 0)
+		max_ids = (size_t)(lim->max_model_len > out->p.max_tokens ?
+				   lim->max_model_len - out->p.max_tokens : 1);
+	rc = dps_tok_encode(lim->tok, text, n, special ? DPS_TOK_ADD_SPECIAL : 0, max_ids,
+			    &out->prompt, &got);
+	if (rc == -E2BIG) {
+		snprintf(err, errlen, "this model's maximum context length is %d tokens, but the "
+			 "%s has more than %zu tokens and %d are asked for the completion: shorten "
+			 "it, or lower \"max_tokens\"", lim->max_model_len,
+			 !strcmp(name, "messages") ? "rendered conversation" : "prompt", max_ids,
+			 out->p.max_tokens);
+		return -EINVAL;
+	}
+	if (rc)
+		return rc;
+	if (!got) {
+		free(out->prompt);
+		out->prompt = NULL;
+		return bad(err, errlen, "\"%s\" encodes to no tokens", name);
+	}
+	if (got > MAX_PROMPT_IDS) {
+		snprintf(err, errlen, "\"%s\" has more than %d tokens", name, MAX_PROMPT_IDS);
+		return -EINVAL;
+	}
 	out->n_prompt = (int)got;
 	return 0;
 }
 
-/* A list of token ids, BOS put first when it is not. */
+static int text_prompt(json_t *v, const char *name, const struct dps_req_limits *lim,
+		       struct pstate *ps, char *err, size_t errlen)
+{
+	if (!lim->tok)
+		return bad(err, errlen, "\"%s\" is text but the model has no tokenizer: give a list "
+			   "of token ids", name);
+	if (json_string_length(v) > MAX_TEXT) {
+		snprintf(err, errlen, "\"%s\" is longer than %u bytes", name, MAX_TEXT);
+		return -EINVAL;
+	}
+	ps->text = json_string_value(v);
+	ps->text_len = json_string_length(v);
+	return 0;
+}
+
+/* A list of token ids, used exactly as given (no BOS is added: vLLM's rule). */
 static int id_prompt(json_t *v, const char *name, const struct dps_req_limits *lim,
 		     struct dps_request *out, char *err, size_t errlen)
 {
@@ -60,7 +111,7 @@ static int id_prompt(json_t *v, const char *name, const struct dps_req_limits *l
 		snprintf(err, errlen, "\"%s\" has more than %d token ids", name, MAX_PROMPT_IDS);
 		return -EINVAL;
 	}
-	out->prompt = malloc(sizeof(int) * (n + 1));
+	out->prompt = malloc(sizeof(int) * n);
 	if (!out->prompt)
 		return -ENOMEM;
 	out->n_prompt = 0;
@@ -70,8 +121,6 @@ static int id_prompt(json_t *v, const char *name, const struct dps_req_limits *l
 				 name, i, lim->vocab - 1);
 			return -EINVAL;
 		}
-		if (i == 0 && id != lim->bos)
-			out->prompt[out->n_prompt++] = lim->bos;
 		out->prompt[out->n_prompt++] = (int)id;
 	}
 	return 0;
@@ -79,16 +128,16 @@ static int id_prompt(json_t *v, const char *name, const struct dps_req_limits *l
 
 /* The prompt: text, a list of ids, or (completions) a list holding one of either. */
 static int get_prompt(json_t *v, const char *name, enum dps_req_format fmt,
-		      const struct dps_req_limits *lim, struct dps_request *out, char *err,
-		      size_t errlen)
+		      const struct dps_req_limits *lim, struct dps_request *out, struct pstate *ps,
+		      char *err, size_t errlen)
 {
-	if (out->prompt)
+	if (out->prompt || ps->text)
 		return bad(err, errlen, "give one prompt (\"%s\" came after another)", name);
 	if (fmt == DPS_REQ_COMPLETIONS && json_is_array(v) && json_array_size(v) == 1 &&
 	    (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
 		v = json_array_get(v, 0); /* ["text"] or [[ids]]: one prompt */
 	if (json_is_string(v) && strcmp(name, "prompt_ids"))
-		return text_prompt(v, name, lim, out, err, errlen);
+		return text_prompt(v, name, lim, ps, err, errlen);
 	if (json_is_array(v)) {
 		if (json_is_array(json_array_get(v, 0)) || json_is_string(json_array_get(v, 0)))
 			return bad(err, errlen, "\"%s\": one prompt per request (n = 1)", name);
@@ -131,8 +180,8 @@ static int neutral(const char *key, json_t *v, char *err, size_t errlen)
 		return 0;
 	if (!strcmp(key, "echo"))
 		ok = json_is_false(v);
-	else if (!strcmp(key, "logprobs"))
-		ok = json_is_integer(v) && json_integer_value(v) == 0;
+	else if (!strcmp(key, "logprobs") || !strcmp(key, "top_logprobs"))
+		ok = json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 0);
 	else if (!strcmp(key, "best_of") || !strcmp(key, "n"))
 		ok = json_is_integer(v) && json_integer_value(v) == 1;
 	else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty"))
@@ -141,6 +190,12 @@ static int neutral(const char *key, json_t *v, char *err, size_t errlen)
 		ok = json_is_string(v) && !json_string_length(v);
 	else if (!strcmp(key, "logit_bias"))
 		ok = json_is_object(v) && !json_object_size(v);
+	else if (!strcmp(key, "tool_choice"))
+		ok = json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
+					   !strcmp(json_string_value(v), "auto"));
+	else if (!strcmp(key, "response_format"))
+		ok = json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+		     !strcmp(json_string_value(json_object_get(v, "type")), "text");
 	else
 		return 1;
 	if (!ok) {
@@ -161,18 +216,21 @@ static int get_bool(json_t *v, const char *key, int *out, char *err, size_t errl
 
 /* The fields both formats take, with their one set of rules; 1 when key is none of them. */
 static int common_field(const char *key, json_t *v, enum dps_req_format fmt,
-			const struct dps_req_limits *lim, struct dps_request *out, int *ignore_eos,
+			const struct dps_req_limits *lim, struct dps_request *out, struct pstate *ps,
 			char *err, size_t errlen)
 {
 	long l;
 	double d;
 	int rc;
 
-	if (!strcmp(key, "prompt") || (fmt == DPS_REQ_LINE && !strcmp(key, "prompt_ids")))
-		return get_prompt(v, key, fmt, lim, out, err, errlen);
-	if (!strcmp(key, "max_tokens")) {
+	if ((fmt != DPS_REQ_CHAT && !strcmp(key, "prompt")) ||
+	    (fmt == DPS_REQ_LINE && !strcmp(key, "prompt_ids")))
+		return get_prompt(v, key, fmt, lim, out, ps, err, errlen);
+	if (!strcmp(key, "max_tokens") ||
+	    (fmt == DPS_REQ_CHAT && !strcmp(key, "max_completion_tokens"))) {
 		rc = dps_json_int(v, key, 1, 1 << 24, &l, err, errlen);
 		out->p.max_tokens = (int)l;
+		ps->max_tokens_set = 1;
 	} else if (!strcmp(key, "temperature")) {
 		rc = dps_json_num(v, key, 0, 2, &d, err, errlen);
 		out->p.sampling.temperature = (float)d;
@@ -191,7 +249,7 @@ static int common_field(const char *key, json_t *v, enum dps_req_format fmt,
 		rc = dps_json_int(v, key, 1, 1L << 40, &l, err, errlen);
 		out->p.deadline_ns = (uint64_t)l * 1000000ull;
 	} else if (!strcmp(key, "ignore_eos")) {
-		rc = get_bool(v, key, ignore_eos, err, errlen);
+		rc = get_bool(v, key, &ps->ignore_eos, err, errlen);
 	} else if (!strcmp(key, "stop_token_ids") ||
 		   (fmt == DPS_REQ_LINE && !strcmp(key, "stop_ids"))) {
 		const size_t n = json_array_size(v);
@@ -213,14 +271,50 @@ static int common_field(const char *key, json_t *v, enum dps_req_format fmt,
 	return rc;
 }
 
-/* The fields of a completions body alone; 1 when key is none of them. */
-static int completions_field(const char *key, json_t *v, struct dps_request *out, char *err,
-			     size_t errlen)
+/* The fields of a chat body alone; 1 when key is none of them. */
+static int chat_field(const char *key, json_t *v, struct pstate *ps, char *err, size_t errlen)
+{
+	if (!strcmp(key, "messages")) {
+		if (!json_is_array(v) || !json_array_size(v) || json_array_size(v) > MAX_MESSAGES) {
+			snprintf(err, errlen, "\"%s\" must be a list of 1 to %d messages", key,
+				 MAX_MESSAGES);
+			return -EINVAL;
+		}
+		ps->messages = v;
+		return 0;
+	}
+	if (!strcmp(key, "tools")) {
+		if (!json_is_array(v))
+			return bad(err, errlen, "\"%s\" must be a list of tool definitions", key);
+		ps->tools = json_array_size(v) ? v : NULL;
+		return 0;
+	}
+	if (!strcmp(key, "chat_template_kwargs")) {
+		if (!json_is_object(v))
+			return bad(err, errlen, "\"%s\" must be an object", key);
+		ps->kwargs = v;
+		return 0;
+	}
+	if (!strcmp(key, "add_generation_prompt"))
+		return get_bool(v, key, &ps->add_generation_prompt, err, errlen);
+	if (!strcmp(key, "continue_final_message"))
+		return get_bool(v, key, &ps->continue_final, err, errlen);
+	if (!strcmp(key, "chat_template"))
+		return bad(err, errlen, "\"%s\" in a request is not supported: the model's own "
+			   "template is used", key);
+	return 1;
+}
+
+/* The fields of an HTTP body alone (completions and chat); 1 when key is none of them. */
+static int completions_field(const char *key, json_t *v, struct dps_request *out,
+			     struct pstate *ps, char *err, size_t errlen)
 {
 	int rc = neutral(key, v, err, errlen);
 
 	if (rc <= 0)
 		return rc;
+	if (!strcmp(key, "add_special_tokens"))
+		return get_bool(v, key, &ps->add_special, err, errlen);
 	if (!strcmp(key, "model")) {
 		if (!json_is_string(v) || json_string_length(v) >= sizeof(out->model))
 			return bad(err, errlen, "\"%s\" must be a model name", key);
@@ -248,10 +342,184 @@ static int completions_field(const char *key, json_t *v, struct dps_request *out
 	return 1;
 }
 
+/*
+ * The messages as vLLM hands them to the template: each an object with a string "role"; a
+ * content given as a list of parts becomes the text of its "text" parts joined by newlines
+ * (other kinds of part, images and audio, are refused by name); the "arguments" of a tool call
+ * given as a JSON string become the object they encode. Returns a new array or NULL (err).
+ */
+static json_t *chat_messages(json_t *msgs, char *err, size_t errlen)
+{
+	json_t *out = json_array(), *m;
+	size_t i;
+
+	if (!out)
+		return NULL;
+	json_array_foreach(msgs, i, m) {
+		json_t *c, *role = json_object_get(m, "role"), *copy, *calls;
+
+		if (!json_is_object(m) || !json_is_string(role)) {
+			snprintf(err, errlen, "\"messages\"[%zu] must be an object with a string "
+				 "\"role\"", i);
+			goto err;
+		}
+		copy = json_deep_copy(m);
+		if (!copy || json_array_append_new(out, copy))
+			goto nomem;
+		c = json_object_get(copy, "content");
+		if (c && json_is_array(c)) {
+			char *text = NULL;
+			size_t len = 0, k;
+			FILE *o = open_memstream(&text, &len);
+			json_t *part;
+			int first = 1;
+
+			if (!o)
+				goto nomem;
+			json_array_foreach(c, k, part) {
+				json_t *type = json_object_get(part, "type");
+				json_t *t = json_object_get(part, "text");
+
+				if (!json_is_string(type) || strcmp(json_string_value(type), "text") ||
+				    !json_is_string(t)) {
+					fclose(o);
+					free(text);
+					snprintf(err, errlen, "\"messages\"[%zu].content[%zu]: only "
+						 "{\"type\": \"text\", \"text\": ...} parts are "
+						 "supported (this model reads text)", i, k);
+					goto err;
+				}
+				fprintf(o, "%s", first ? "" : "\n");
+				fwrite(json_string_value(t), 1, json_string_length(t), o);
+				first = 0;
+			}
+			fclose(o);
+			if (json_object_set_new(copy, "content", json_stringn(text, len))) {
+				free(text);
+				goto nomem;
+			}
+			free(text);
+		} else if (c && !json_is_string(c) && !json_is_null(c)) {
+			snprintf(err, errlen, "\"messages\"[%zu].content must be a string or a list of "
+				 "text parts", i);
+			goto err;
+		}
+		calls = json_object_get(copy, "tool_calls");
+		if (calls && json_is_array(calls)) {
+			size_t k;
+			json_t *call;
+
+			json_array_foreach(calls, k, call) {
+				json_t *fn = json_object_get(call, "function");
+				json_t *a = fn ? json_object_get(fn, "arguments") : NULL;
+				json_t *parsed;
+
+				if (!a || !json_is_string(a))
+					continue;
+				parsed = json_loadb(json_string_value(a), json_string_length(a),
+						    JSON_DECODE_ANY, NULL);
+				if (parsed && json_object_set_new(fn, "arguments", parsed))
+					goto nomem;
+			}
+		}
+	}
+	return out;
+nomem:
+	snprintf(err, errlen, "out of memory");
+err:
+	json_decref(out);
+	return NULL;
+}
+
+/*
+ * continue_final_message, as transformers does it: the rendered text ends right after the
+ * final message's content (its trailing whitespace kept when the template kept it).
+ */
+static int cut_after_final(json_t *msgs, char *text, size_t *len, char *err, size_t errlen)
+{
+	json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+	const char *c = json_string_value(json_object_get(last, "content"));
+	size_t cl, a = 0, b, at;
+	const char *hit = NULL, *p;
+
+	if (!c)
+		return bad(err, errlen, "\"%s\": the final message has no text to continue",
+			   "continue_final_message");
+	cl = strlen(c);
+	while (a < cl && strchr(" \t\n\r\f\v", c[a]))
+		a++;
+	b = cl;
+	while (b > a && strchr(" \t\n\r\f\v", c[b - 1]))
+		b--;
+	/* the last occurrence of the stripped content */
+	for (p = text; b > a && (p = memmem(p, (size_t)(text + *len - p), c + a, b - a)); p++)
+		hit = p;
+	if (!hit && b > a)
+		return bad(err, errlen, "\"%s\": the final message's content is not in the rendered "
+			   "conversation", "continue_final_message");
+	at = hit ? (size_t)(hit - text) : *len;
+	if (at + (cl - a) <= *len && !memcmp(text + at, c + a, cl - a))
+		*len = at + (cl - a);
+	else
+		*len = at + (b - a);
+	text[*len] = '\0';
+	return 0;
+}
+
+static int render_chat(const struct dps_req_limits *lim, struct dps_request *out,
+		       struct pstate *ps, char *err, size_t errlen)
+{
+	json_t *msgs;
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (!ps->messages)
+		return bad(err, errlen, "the request has no \"%s\"", "messages");
+	if (!lim->chat)
+		return bad(err, errlen, "this model has no chat template (%s), so its messages cannot "
+			   "be formatted: use /v1/completions with a prompt",
+			   "tokenizer_config.json's chat_template");
+	if (!lim->tok)
+		return bad(err, errlen, "this model has no tokenizer, so its %s cannot be encoded",
+			   "messages");
+	if (ps->add_generation_prompt && ps->continue_final)
+		return bad(err, errlen, "\"%s\" and \"add_generation_prompt\" cannot both be true",
+			   "continue_final_message");
+	msgs = chat_messages(ps->messages, err, errlen);
+	if (!msgs)
+		return -EINVAL;
+	rc = dps_chat_render(lim->chat, msgs, ps->tools, ps->add_generation_prompt, ps->kwargs,
+			     (long long)time(NULL), &text, &len, err, errlen);
+	if (!rc && ps->continue_final)
+		rc = cut_after_final(msgs, text, &len, err, errlen);
+	json_decref(msgs);
+	if (!rc)
+		rc = encode_text(text, len, "messages", ps->add_special > 0, lim, out, err, errlen);
+	free(text);
+	return rc;
+}
+
 /* What holds after every field: a prompt, stop strings with a tokenizer, the context. */
 static int finish(enum dps_req_format fmt, const struct dps_req_limits *lim,
-		  struct dps_request *out, int ignore_eos, char *err, size_t errlen)
+		  struct dps_request *out, struct pstate *ps, char *err, size_t errlen)
 {
+	int rc;
+
+	if (fmt == DPS_REQ_CHAT) {
+		if (!ps->max_tokens_set && lim->max_model_len > 0)
+			out->p.max_tokens = 1; /* for the bound; the rest of the context below */
+		rc = render_chat(lim, out, ps, err, errlen);
+		if (rc)
+			return rc;
+		if (!ps->max_tokens_set && lim->max_model_len > out->n_prompt)
+			out->p.max_tokens = lim->max_model_len - out->n_prompt;
+	} else if (ps->text) {
+		rc = encode_text(ps->text, ps->text_len, "prompt", ps->add_special != 0, lim, out,
+				 err, errlen);
+		if (rc)
+			return rc;
+	}
 	if (!out->prompt)
 		return bad(err, errlen, fmt == DPS_REQ_LINE ? "the request has no \"%s\" (or "
 			   "\"prompt_ids\")" : "the request has no \"%s\"", "prompt");
@@ -270,13 +538,17 @@ static int finish(enum dps_req_format fmt, const struct dps_req_limits *lim,
 			 out->p.max_tokens);
 		return -EINVAL;
 	}
-	/* The model's end: BOS (llama2.c's convention) and EOS stop a request, unless
-	 * "ignore_eos" (vLLM's, for benchmarks that want every completion max_tokens long). */
-	if (!ignore_eos) {
-		out->p.stop[out->p.n_stop++] = lim->bos;
-		if (lim->eos >= 0 && lim->eos != lim->bos)
-			out->p.stop[out->p.n_stop++] = lim->eos;
-	}
+	/* The model's end ids stop a request, unless "ignore_eos" (vLLM's, for benchmarks that
+	 * want every completion max_tokens long). */
+	if (!ps->ignore_eos)
+		for (int i = 0; i < lim->n_end && i < DPS_REQ_MAX_END; i++) {
+			int dup = 0;
+
+			for (int k = 0; k < out->p.n_stop; k++)
+				dup |= out->p.stop[k] == lim->end[i];
+			if (!dup)
+				out->p.stop[out->p.n_stop++] = lim->end[i];
+		}
 	return 0;
 }
 
@@ -284,16 +556,19 @@ int dps_request_parse(const char *json, size_t len, enum dps_req_format fmt,
 		      const struct dps_req_limits *lim, struct dps_request *out, char *err,
 		      size_t errlen)
 {
+	struct pstate ps = { .add_special = -1, .add_generation_prompt = 1 };
 	json_error_t je;
 	json_t *root, *v;
 	const char *key;
-	int rc = 0, ignore_eos = 0;
+	int rc = 0;
 
 	memset(out, 0, sizeof(*out));
 	out->replica = -1;
+	out->chat = fmt == DPS_REQ_CHAT;
 	out->p.max_tokens = lim->default_max_tokens > 0 ? lim->default_max_tokens : 16;
 	out->p.sampling.temperature = lim->default_temperature;
-	out->p.sampling.top_p = 1.0f;
+	out->p.sampling.top_p = lim->default_top_p > 0 ? lim->default_top_p : 1.0f;
+	out->p.sampling.top_k = lim->default_top_k > 0 ? lim->default_top_k : 0;
 	out->p.deadline_ns = (uint64_t)lim->default_timeout_ms * 1000000ull;
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root) {
@@ -306,11 +581,14 @@ int dps_request_parse(const char *json, size_t len, enum dps_req_format fmt,
 		return bad(err, errlen, "the request must be a JSON %s", "object");
 	}
 	json_object_foreach(root, key, v) {
-		if (json_is_null(v) && fmt == DPS_REQ_COMPLETIONS && strcmp(key, "prompt"))
+		if (json_is_null(v) && fmt != DPS_REQ_LINE && strcmp(key, "prompt") &&
+		    strcmp(key, "messages"))
 			continue; /* null: the default, as in the OpenAI API */
-		rc = common_field(key, v, fmt, lim, out, &ignore_eos, err, errlen);
-		if (rc == 1 && fmt == DPS_REQ_COMPLETIONS) {
-			rc = completions_field(key, v, out, err, errlen);
+		rc = common_field(key, v, fmt, lim, out, &ps, err, errlen);
+		if (rc == 1 && fmt == DPS_REQ_CHAT)
+			rc = chat_field(key, v, &ps, err, errlen);
+		if (rc == 1 && fmt != DPS_REQ_LINE) {
+			rc = completions_field(key, v, out, &ps, err, errlen);
 			if (rc == 1)
 				rc = 0; /* anything else: ignored, as vLLM does */
 		} else if (rc == 1 && !strcmp(key, "replica")) {
@@ -325,9 +603,9 @@ int dps_request_parse(const char *json, size_t len, enum dps_req_format fmt,
 		if (rc)
 			break;
 	}
-	json_decref(root);
 	if (!rc)
-		rc = finish(fmt, lim, out, ignore_eos, err, errlen);
+		rc = finish(fmt, lim, out, &ps, err, errlen);
+	json_decref(root);
 	return rc;
 }
 

@@ -1,64 +1,85 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/api/request.h - the one request parser, with one set of rules, for the two ways a
- * request arrives: the body of POST /v1/completions (DPS_REQ_COMPLETIONS), as the OpenAI API
- * and vLLM define it, and a line of `dpshard generate --requests FILE.jsonl` (DPS_REQ_LINE):
+ * engine/api/request.h - the one request parser, with one set of rules, for the three ways a
+ * request arrives: the body of POST /v1/completions (DPS_REQ_COMPLETIONS) and of POST
+ * /v1/chat/completions (DPS_REQ_CHAT), as the OpenAI API and vLLM define them, and a line of
+ * `dpshard generate --requests FILE.jsonl` (DPS_REQ_LINE):
  *
  *   {"model": "m", "prompt": "Once upon a time" | [1, 403, 407], "max_tokens": 16,
  *    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "seed": 7, "stop": "\n" | ["a", "b"],
- *    "stop_token_ids": [13], "n": 1, "stream": false,
+ *    "stop_token_ids": [13], "n": 1, "stream": false, "add_special_tokens": true,
  *    "stream_options": {"include_usage": true}, "timeout_ms": 5000, "ignore_eos": false}
+ *   {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 64,
+ *    "add_generation_prompt": true, "continue_final_message": false, "tools": [...],
+ *    "chat_template_kwargs": {...}, ... the sampling fields above}
  *   {"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.8, "seed": 7,
  *    "stop_ids": [13], "replica": 1, "timeout_ms": 5000}
  *
- * The rules, for both: "prompt" is text (the model needs a tokenizer) or a list of token ids
- * (also "prompt_ids" in a line; BOS is put first when missing); "max_tokens" 1 to 2^24;
- * "temperature" 0 to 2 (0: greedy); "top_p" in (0, 1]; "top_k" -1 or 0 (both: every token) or
- * a count; "seed" any integer; "stop_token_ids" (a line's "stop_ids") at most 6 ids;
- * "timeout_ms" from 1; "ignore_eos" a boolean (without it BOS and EOS end the request); the
- * prompt and max_tokens within max_model_len when the limits give one. Only in a completions
- * body: "model", "stream", "stream_options", "stop" strings, and fields the engine cannot
- * honour at other than their neutral value (n, best_of, echo, logprobs, penalties, suffix,
- * logit_bias), which are refused by name; other unknown fields are ignored, as vLLM does.
- * Only in a line: "replica"; unknown fields are refused.
+ * The rules: "prompt" is text (the model needs a tokenizer; encoded with the tokenizer's
+ * special tokens unless "add_special_tokens" is false) or a list of token ids, used exactly
+ * as given (also "prompt_ids" in a line); "messages" go through the model's chat template and
+ * the text it renders is encoded without further special tokens (the template writes them;
+ * "add_special_tokens": true adds them); "max_tokens" (in chat also "max_completion_tokens") 1
+ * to 2^24, by default 16 for completions and the rest of the context for chat, as vLLM; the
+ * sampling defaults are the caller's (the model's generation_config.json); "temperature" 0 to 2
+ * (0: greedy); "top_p" in (0, 1]; "top_k" -1 or 0 (both: every token) or a count; "seed" any
+ * integer; "stop_token_ids" (a line's "stop_ids") at most 6 ids; "timeout_ms" from 1;
+ * "ignore_eos" a boolean (without it the model's end ids end the request); the prompt and
+ * max_tokens within max_model_len when the limits give one: a text that cannot fit is refused
+ * as soon as that is certain, without encoding it all. Only over HTTP: "model", "stream",
+ * "stream_options", "stop" strings, and fields the engine cannot honour at other than their
+ * neutral value (n, best_of, echo, logprobs, penalties, suffix, logit_bias, tool_choice other
+ * than "none"/"auto", response_format other than text), which are refused by name; other
+ * unknown fields are ignored, as vLLM does. Only in a line: "replica"; unknown fields are
+ * refused.
  *
  * Outside input: every field is type- and range-checked and sizes are bounded before anything
- * is allocated from them; tests/fuzz/fuzz_request.c and fuzz_http.c fuzz it.
+ * is allocated from them; tests/fuzz/fuzz_request.c and fuzz_http.c fuzz it. Parsing may take
+ * a while for a long text (encoding, the template): the HTTP frontend runs it on its worker
+ * threads (prep.h), never on the event loop.
  */
 #ifndef DPS_ENGINE_API_REQUEST_H
 #define DPS_ENGINE_API_REQUEST_H
 
 #include <stddef.h>
 
-#include "engine/model/tok_llama2.h"
+#include "engine/model/chat.h"
+#include "engine/model/tok.h"
 #include "engine/serve/sched.h"
 
 #define DPS_REQ_MAX_STOP 16     /* stop strings per request */
 #define DPS_REQ_STOP_BYTES 256  /* bytes per stop string */
+#define DPS_REQ_MAX_END 8       /* the model's end ids */
 
 enum dps_req_format {
 	DPS_REQ_COMPLETIONS, /* the body of POST /v1/completions */
 	DPS_REQ_LINE,        /* a line of generate --requests */
+	DPS_REQ_CHAT,        /* the body of POST /v1/chat/completions */
 };
 
 /* What the caller fixes. */
 struct dps_req_limits {
-	const struct dps_tok_llama2 *tok; /* NULL: prompts are token ids */
-	int vocab, bos, eos;            /* eos < 0: none */
+	const struct dps_tok *tok;      /* NULL: prompts are token ids */
+	const struct dps_chat *chat;    /* NULL: no chat template */
+	int vocab;
+	int end[DPS_REQ_MAX_END], n_end; /* ids that end a request unless "ignore_eos" */
 	int max_model_len;              /* prompt + max_tokens at most this (0: unchecked) */
-	int default_max_tokens;         /* when "max_tokens" is absent (OpenAI: 16) */
-	float default_temperature;      /* when "temperature" is absent (OpenAI: 1) */
+	int default_max_tokens;         /* completions without "max_tokens" (OpenAI: 16) */
+	float default_temperature;      /* without "temperature" (OpenAI: 1) */
+	float default_top_p;            /* without "top_p" (0 taken as 1) */
+	int default_top_k;              /* without "top_k" (0: every token) */
 	unsigned default_timeout_ms;    /* 0: none */
 };
 
 struct dps_request {
-	int *prompt, n_prompt;          /* malloc'd, BOS first */
+	int *prompt, n_prompt;          /* malloc'd */
 	struct dps_req_params p;        /* deadline_ns: the timeout in ns, relative (0: none) */
 	int has_seed;
 	int replica;                    /* a line's "replica", else -1 */
 	char *stop[DPS_REQ_MAX_STOP];   /* completions' stop strings, malloc'd */
 	int n_stop;
 	int stream, include_usage;
+	int chat;                       /* DPS_REQ_CHAT: answered as chat.completion */
 	char model[128];                /* "" when not given */
 };
 

@@ -4,6 +4,7 @@
  */
 #include <jansson.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/dps.h"
 #include "engine/model/model_config.h"
@@ -32,6 +33,48 @@ static int get_int(const json_t *root, const char *name, int required, long lo, 
 		return -EINVAL;
 	}
 	*out = (int)i;
+	return 0;
+}
+
+/*
+ * eos_token_id: one id or a list of them (Llama 3.x, GPT-OSS), in file (named in messages).
+ * ids gets at most DPS_CFG_MAX_EOS, *n their count (0 when absent or null).
+ */
+int dps_cfg_get_eos(const json_t *root, const char *file, int *ids, int *n, char *err,
+		    size_t errlen)
+{
+	const json_t *v = json_object_get(root, "eos_token_id"), *e;
+	size_t i;
+
+	*n = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (json_is_integer(v)) {
+		v = json_pack("[O]", v);
+		if (!v)
+			return -ENOMEM;
+	} else if (json_is_array(v)) {
+		json_incref((json_t *)v);
+	} else {
+		snprintf(err, errlen, "%s: 'eos_token_id' must be an integer or a list of them", file);
+		return -EINVAL;
+	}
+	if (!json_array_size(v) || json_array_size(v) > DPS_CFG_MAX_EOS) {
+		snprintf(err, errlen, "%s: 'eos_token_id' must list 1 to %d ids", file,
+			 DPS_CFG_MAX_EOS);
+		json_decref((json_t *)v);
+		return -EINVAL;
+	}
+	json_array_foreach(v, i, e) {
+		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+		    json_integer_value(e) >= DPS_CFG_MAX_VOCAB) {
+			snprintf(err, errlen, "%s: 'eos_token_id'[%zu] must be a token id", file, i);
+			json_decref((json_t *)v);
+			return -EINVAL;
+		}
+		ids[(*n)++] = (int)json_integer_value(e);
+	}
+	json_decref((json_t *)v);
 	return 0;
 }
 
@@ -94,7 +137,7 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 	    get_int(root, "max_position_embeddings", 0, 1, DPS_CFG_MAX_POS,
 		    &c->max_position_embeddings, err, errlen) ||
 	    get_int(root, "bos_token_id", 0, 0, DPS_CFG_MAX_VOCAB, &c->bos_token_id, err, errlen) ||
-	    get_int(root, "eos_token_id", 0, 0, DPS_CFG_MAX_VOCAB, &c->eos_token_id, err, errlen) ||
+	    dps_cfg_get_eos(root, "config.json", c->eos_ids, &c->n_eos, err, errlen) ||
 	    get_real(root, "rms_norm_eps", 1e-30, 1.0, &c->rms_norm_eps, err, errlen) ||
 	    get_real(root, "rope_theta", 1.0, 1e12, &c->rope_theta, err, errlen))
 		goto out;
@@ -210,6 +253,13 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 		snprintf(err, errlen, "config.json: num_attention_heads x head_dim is too large");
 		goto out;
 	}
+	if (c->n_eos)
+		c->eos_token_id = c->eos_ids[0];
+	else
+		c->eos_ids[c->n_eos++] = c->eos_token_id;
+	for (int i = 0; i < c->n_eos; i++)
+		if (c->eos_ids[i] >= c->vocab_size)
+			c->bos_token_id = c->vocab_size; /* reported below */
 	if (c->bos_token_id >= c->vocab_size || c->eos_token_id >= c->vocab_size) {
 		snprintf(err, errlen, "config.json: bos/eos token ids must be below vocab_size %d",
 			 c->vocab_size);
@@ -280,6 +330,16 @@ int dps_model_config_save(const struct dps_model_config *c, const char *path)
 
 	if (!root)
 		return -ENOMEM;
+	if (c->n_eos > 1) {
+		json_t *eos = json_array();
+
+		for (int i = 0; i < c->n_eos && eos; i++)
+			json_array_append_new(eos, json_integer(c->eos_ids[i]));
+		if (!eos || json_object_set_new(root, "eos_token_id", eos)) {
+			json_decref(root);
+			return -ENOMEM;
+		}
+	}
 	if (c->num_local_experts) {
 		json_t *dense = json_array();
 
@@ -314,6 +374,58 @@ int dps_model_config_save(const struct dps_model_config *c, const char *path)
 		}
 	}
 	rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS) ? -EIO : 0;
+	json_decref(root);
+	return rc;
+}
+
+int dps_gen_config_load(const char *dir, struct dps_gen_config *g, char *err, size_t errlen)
+{
+	char path[4096];
+	json_error_t je;
+	json_t *root, *v;
+	int rc = -EINVAL;
+
+	memset(g, 0, sizeof(*g));
+	if ((size_t)snprintf(path, sizeof(path), "%s/generation_config.json", dir) >= sizeof(path))
+		return 0;
+	if (access(path, F_OK))
+		return 0;
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (!root || !json_is_object(root)) {
+		snprintf(err, errlen, "%s: not a JSON object%s%s", path, root ? "" : ": ",
+			 root ? "" : je.text);
+		json_decref(root);
+		return -EINVAL;
+	}
+	if (dps_cfg_get_eos(root, path, g->eos_ids, &g->n_eos, err, errlen))
+		goto out;
+	if ((v = json_object_get(root, "temperature")) && !json_is_null(v)) {
+		if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 100) {
+			snprintf(err, errlen, "%s: 'temperature' must be a number from 0", path);
+			goto out;
+		}
+		g->temperature = json_number_value(v);
+		g->has_temperature = 1;
+	}
+	if ((v = json_object_get(root, "top_p")) && !json_is_null(v)) {
+		if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1) {
+			snprintf(err, errlen, "%s: 'top_p' must be a number in (0, 1]", path);
+			goto out;
+		}
+		g->top_p = json_number_value(v);
+		g->has_top_p = 1;
+	}
+	if ((v = json_object_get(root, "top_k")) && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < -1 ||
+		    json_integer_value(v) > DPS_CFG_MAX_VOCAB) {
+			snprintf(err, errlen, "%s: 'top_k' must be an integer from -1", path);
+			goto out;
+		}
+		g->top_k = json_integer_value(v) < 0 ? 0 : (int)json_integer_value(v);
+		g->has_top_k = 1;
+	}
+	rc = 0;
+out:
 	json_decref(root);
 	return rc;
 }

@@ -11,6 +11,7 @@
 
 #define DPS_CFG_MAX_LAYERS_WORDS 64 /* DPS_CFG_MAX_LAYERS / 64 */
 #define DPS_CFG_MAX_EXPERTS 1024
+#define DPS_CFG_MAX_EOS 8
 
 struct dps_model_config {
 	int hidden_size;
@@ -24,7 +25,8 @@ struct dps_model_config {
 	double rope_theta;         /* default 10000 */
 	int max_position_embeddings; /* default 2048 */
 	int tie_word_embeddings;   /* default 0 */
-	int bos_token_id, eos_token_id; /* default 1 and 2 */
+	int bos_token_id, eos_token_id; /* default 1 and 2; eos_token_id is eos_ids[0] */
+	int eos_ids[DPS_CFG_MAX_EOS], n_eos; /* eos_token_id as one id or a list (n_eos >= 1 once parsed) */
 	/*
 	 * Mixture of experts (GPT-OSS style): num_local_experts experts of intermediate_size
 	 * each in every layer not listed in mlp_only_layers, num_experts_per_tok of them per token
@@ -67,6 +69,26 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 
 /* Reads and parses DIR/config.json; messages name the file. */
 int dps_model_config_load(const char *dir, struct dps_model_config *c, char *err, size_t errlen);
+
+/*
+ * generation_config.json: the ids that end a sequence and the sampling defaults a request
+ * that does not set them gets (vLLM's rule). Fields absent from the file are unset (has_*).
+ */
+struct dps_gen_config {
+	int eos_ids[DPS_CFG_MAX_EOS], n_eos;
+	int has_temperature, has_top_p, has_top_k;
+	double temperature, top_p;
+	int top_k;
+};
+
+/* Reads DIR/generation_config.json into g; a directory without one gives an empty g and 0.
+ * Returns 0 or -EINVAL (a field of the wrong type or range, named with the file). */
+int dps_gen_config_load(const char *dir, struct dps_gen_config *g, char *err, size_t errlen);
+
+/* The eos_token_id field of a config object (one id or a list); file names it in messages. */
+struct json_t;
+int dps_cfg_get_eos(const struct json_t *root, const char *file, int *ids, int *n, char *err,
+		    size_t errlen);
 
 /* Writes c as a config.json (LlamaForCausalLM) to path. Returns 0 or -errno. */
 int dps_model_config_save(const struct dps_model_config *c, const char *path);

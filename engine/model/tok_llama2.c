@@ -167,21 +167,166 @@ int dps_tok_llama2_lookup(const struct dps_tok_llama2 *t, const char *piece, siz
 	return -1;
 }
 
+/*
+ * The merge phase, in O(k log k) for k initial symbols: a max-heap of the adjacent pairs whose
+ * concatenation is a token, ordered by that token's score and then by position (the pair's
+ * left symbol; symbols keep the position of their first initial symbol, so positions grow
+ * along the list). Popping the best valid pair each time merges exactly what llama2.c's
+ * quadratic loop merges, in the same order: the highest score, the leftmost on ties. A
+ * popped pair whose symbols have changed since it was pushed is stale and skipped.
+ */
+struct pair {
+	float score;
+	int left, right;      /* symbol positions */
+	int left_id, right_id; /* their ids when pushed */
+	int id;               /* the merged token */
+};
+
+struct merger {
+	const struct dps_tok_llama2 *t;
+	int *ids, *prev, *next; /* (k) the symbol list; ids[i] < 0: merged away */
+	struct pair *heap;
+	size_t n_heap, cap_heap;
+	char *buf;              /* 2 * max_token_length */
+};
+
+static int pair_before(const struct pair *a, const struct pair *b)
+{
+	if (a->score != b->score)
+		return a->score > b->score;
+	return a->left < b->left;
+}
+
+static int heap_push(struct merger *m, const struct pair *p)
+{
+	size_t i;
+
+	if (m->n_heap == m->cap_heap) {
+		const size_t cap = m->cap_heap ? 2 * m->cap_heap : 64;
+		struct pair *h = realloc(m->heap, cap * sizeof(*h));
+
+		if (!h)
+			return -ENOMEM;
+		m->heap = h;
+		m->cap_heap = cap;
+	}
+	i = m->n_heap++;
+	while (i && pair_before(p, &m->heap[(i - 1) / 2])) {
+		m->heap[i] = m->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	m->heap[i] = *p;
+	return 0;
+}
+
+static struct pair heap_pop(struct merger *m)
+{
+	const struct pair top = m->heap[0], last = m->heap[--m->n_heap];
+	size_t i = 0;
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= m->n_heap)
+			break;
+		if (c + 1 < m->n_heap && pair_before(&m->heap[c + 1], &m->heap[c]))
+			c++;
+		if (!pair_before(&m->heap[c], &last))
+			break;
+		m->heap[i] = m->heap[c];
+		i = c;
+	}
+	if (m->n_heap)
+		m->heap[i] = last;
+	return top;
+}
+
+/* Pushes the pair (left, right) when its concatenation is a token. */
+static int consider(struct merger *m, int left, int right)
+{
+	const struct dps_tok_llama2 *t = m->t;
+	const int a = m->ids[left], b = m->ids[right];
+	const size_t l1 = t->vocab_len[a], l2 = t->vocab_len[b];
+	struct pair p;
+
+	if (l1 + l2 > t->max_token_length)
+		return 0; /* longer than any token */
+	memcpy(m->buf, t->vocab[a], l1);
+	memcpy(m->buf + l1, t->vocab[b], l2);
+	p.id = dps_tok_llama2_lookup(t, m->buf, l1 + l2);
+	if (p.id < 0)
+		return 0;
+	p.score = t->scores[p.id];
+	p.left = left;
+	p.right = right;
+	p.left_id = a;
+	p.right_id = b;
+	return heap_push(m, &p);
+}
+
+/* Merges ids[from..k) in place; returns the new count of ids (or -ENOMEM). */
+static long merge_all(const struct dps_tok_llama2 *t, int *ids, size_t from, size_t k)
+{
+	struct merger m = { .t = t };
+	const size_t n = k - from;
+	long rc = -ENOMEM;
+	size_t out = from;
+
+	if (n < 2)
+		return (long)k;
+	m.ids = ids + from;
+	m.prev = malloc(n * sizeof(int));
+	m.next = malloc(n * sizeof(int));
+	m.buf = malloc(2 * (size_t)t->max_token_length + 8);
+	if (!m.prev || !m.next || !m.buf)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		m.prev[i] = (int)i - 1;
+		m.next[i] = i + 1 < n ? (int)i + 1 : -1;
+	}
+	for (size_t i = 0; i + 1 < n; i++)
+		if (consider(&m, (int)i, (int)i + 1))
+			goto out;
+	while (m.n_heap) {
+		const struct pair p = heap_pop(&m);
+		int nx;
+
+		if (m.ids[p.left] != p.left_id || m.ids[p.right] != p.right_id ||
+		    m.next[p.left] != p.right)
+			continue; /* stale */
+		m.ids[p.left] = p.id;
+		m.ids[p.right] = -1;
+		nx = m.next[p.right];
+		m.next[p.left] = nx;
+		if (nx >= 0)
+			m.prev[nx] = p.left;
+		if ((m.prev[p.left] >= 0 && consider(&m, m.prev[p.left], p.left)) ||
+		    (nx >= 0 && consider(&m, p.left, nx)))
+			goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (m.ids[i] >= 0)
+			ids[out++] = m.ids[i];
+	rc = (long)out;
+out:
+	free(m.prev);
+	free(m.next);
+	free(m.buf);
+	free(m.heap);
+	return rc;
+}
+
 int dps_tok_llama2_encode(const struct dps_tok_llama2 *t, const char *text, size_t len,
 			 unsigned flags, int *ids, size_t cap, size_t *n)
 {
 	const int bos = (flags & DPS_TOK_LLAMA2_BOS) != 0;
-	char *buf = malloc(2 * (size_t)t->max_token_length + 8);
 	size_t k = 0, i;
+	long merged;
 
-	if (!buf)
-		return -ENOMEM;
 #define PUSH(id)                                    \
 	do {                                        \
-		if (k >= cap) {                     \
-			free(buf);                  \
+		if (k >= cap)                       \
 			return -ENOSPC;             \
-		}                                   \
 		ids[k++] = (id);                    \
 	} while (0)
 	if (bos)
@@ -208,37 +353,13 @@ int dps_tok_llama2_encode(const struct dps_tok_llama2 *t, const char *text, size
 		}
 		i += cl;
 	}
-	/* Greedy merges: the best-scoring adjacent pair, leftmost on ties. */
-	for (;;) {
-		float best = -1e30f;
-		long best_at = -1;
-		int best_id = -1;
-
-		for (size_t j = (bos ? 1 : 0); j + 1 < k; j++) {
-			const size_t l1 = t->vocab_len[ids[j]], l2 = t->vocab_len[ids[j + 1]];
-			int id;
-
-			if (l1 + l2 > 2 * (size_t)t->max_token_length + 4)
-				continue;
-			memcpy(buf, t->vocab[ids[j]], l1);
-			memcpy(buf + l1, t->vocab[ids[j + 1]], l2);
-			id = dps_tok_llama2_lookup(t, buf, l1 + l2);
-			if (id >= 0 && t->scores[id] > best) {
-				best = t->scores[id];
-				best_at = (long)j;
-				best_id = id;
-			}
-		}
-		if (best_at < 0)
-			break;
-		ids[best_at] = best_id;
-		memmove(ids + best_at + 1, ids + best_at + 2, (k - (size_t)best_at - 2) * sizeof(int));
-		k--;
-	}
+	merged = merge_all(t, ids, bos ? 1 : 0, k);
+	if (merged < 0)
+		return (int)merged;
+	k = (size_t)merged;
 	if (flags & DPS_TOK_LLAMA2_EOS)
 		PUSH(t->eos_id);
 #undef PUSH
-	free(buf);
 	*n = k;
 	return 0;
 }

@@ -23,7 +23,7 @@
 #include "engine/shard/kv.h"
 #include "kernels/sample.h"
 
-#define DPS_MAX_STOP 8
+#define DPS_MAX_STOP 16 /* 6 of the request, up to 8 of the model (its end ids), and room */
 #define DPS_MAX_BUCKETS 32
 #define DPS_MAX_SPEC 15 /* --num-speculative-tokens at most */
 
