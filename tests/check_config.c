@@ -4,8 +4,12 @@
  * round trip, and every rule refused with a message naming the field. Eagle3 drafts: the
  * architecture, draft_vocab_size and the three fused target layers (top level or in
  * eagle_config) parsed, their rules refused, and an Eagle3 config saved and loaded back.
+ * eos_token_id as one id or a list (Llama 3.x), saved and loaded back; generation_config.json's
+ * end ids and sampling defaults, and its bad fields named.
  */
 #include <check.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -271,6 +275,62 @@ static const struct { const char *json, *want; } bad[] = {
 	  "\"num_attention_heads\":2,\"vocab_size\":4}", "outside" },
 };
 
+START_TEST(test_eos_lists)
+{
+	char dir[64], path[128], err[256], *buf;
+	struct dps_model_config c, back;
+	struct dps_gen_config g;
+	const char *tail = ",\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000}";
+	size_t n = strlen(stories);
+	FILE *f;
+
+	buf = malloc(n + strlen(tail) + 1);
+	ck_assert_ptr_nonnull(buf);
+	memcpy(buf, stories, n - 1);
+	strcpy(buf + n - 1, tail);
+	/* 512 tokens cannot hold these ids: refused */
+	ck_assert_int_eq(dps_model_config_parse(buf, strlen(buf), &c, err, sizeof(err)), -EINVAL);
+	free(buf);
+	buf = strdup("{\"hidden_size\":64,\"intermediate_size\":172,\"num_hidden_layers\":1,"
+		     "\"num_attention_heads\":8,\"vocab_size\":128256,"
+		     "\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000}");
+	ck_assert_msg(!dps_model_config_parse(buf, strlen(buf), &c, err, sizeof(err)), "%s", err);
+	ck_assert_int_eq(c.n_eos, 3);
+	ck_assert_int_eq(c.eos_token_id, 128001);
+	ck_assert_int_eq(c.eos_ids[2], 128009);
+	free(buf);
+	test_tmpdir_make(dir, sizeof(dir), "eos");
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	ck_assert_int_eq(dps_model_config_save(&c, path), 0);
+	ck_assert_msg(!dps_model_config_load(dir, &back, err, sizeof(err)), "%s", err);
+	ck_assert_int_eq(back.n_eos, 3);
+	ck_assert_int_eq(back.eos_ids[1], 128008);
+	/* No generation_config.json: nothing set. */
+	ck_assert_int_eq(dps_gen_config_load(dir, &g, err, sizeof(err)), 0);
+	ck_assert(!g.n_eos && !g.has_temperature && !g.has_top_p && !g.has_top_k);
+	snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+	f = fopen(path, "w");
+	fputs("{\"eos_token_id\": [1, 106], \"temperature\": 0.6, \"top_p\": 0.9, \"top_k\": 20, "
+	      "\"do_sample\": true}", f);
+	fclose(f);
+	ck_assert_msg(!dps_gen_config_load(dir, &g, err, sizeof(err)), "%s", err);
+	ck_assert_int_eq(g.n_eos, 2);
+	ck_assert_int_eq(g.eos_ids[1], 106);
+	ck_assert(g.has_temperature && g.temperature == 0.6 && g.top_p == 0.9 && g.top_k == 20);
+	f = fopen(path, "w");
+	fputs("{\"top_p\": 2}", f);
+	fclose(f);
+	ck_assert_int_eq(dps_gen_config_load(dir, &g, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "top_p"), "%s", err);
+	f = fopen(path, "w");
+	fputs("{\"eos_token_id\": \"x\"}", f);
+	fclose(f);
+	ck_assert_int_eq(dps_gen_config_load(dir, &g, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "eos_token_id"), "%s", err);
+	test_tmpdir_remove(dir);
+}
+END_TEST
+
 START_TEST(test_bad)
 {
 	struct dps_model_config c;
@@ -289,6 +349,7 @@ int main(void)
 	TCase *tc = tcase_create("config");
 
 	tcase_add_test(tc, test_stories);
+	tcase_add_test(tc, test_eos_lists);
 	tcase_add_test(tc, test_defaults_and_roundtrip);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	tcase_add_test(tc, test_eagle3);

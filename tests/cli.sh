@@ -89,8 +89,8 @@ shm_list >"$tmp/shm.before"
 
 run --help
 if expect_rc 0; then
-	for cmd in groups bench "bench coll" "bench decode" "bench sweep" "bench serve" convert \
-		mkmodel generate serve; do
+	for cmd in groups bench "bench coll" "bench decode" "bench sweep" "bench serve" \
+		"bench tokenize" convert mkmodel generate serve tokenize detokenize; do
 		grep -q "^  $cmd " "$tmp/out" || { fail "$desc: does not list '$cmd'"; show stdout "$tmp/out"; }
 	done
 fi
@@ -330,6 +330,17 @@ sys.exit(1)
 		run generate --model "$tmp/eos" -n 24 --prompt-ids "1 7" --temperature 1 --seed 4
 		expect_rc 0
 		cmp -s "$tmp/out" "$tmp/eos-want" || { fail "$desc: did not stop before the EOS id"; show stdout "$tmp/out"; }
+		# The same id named only in generation_config.json (as a list): the same stop.
+		python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+json.dump({"eos_token_id": [2, c["eos_token_id"]]}, open(sys.argv[2], "w"))
+c["eos_token_id"] = 2
+json.dump(c, open(sys.argv[1], "w"))' "$tmp/eos/config.json" "$tmp/eos/generation_config.json"
+		run generate --model "$tmp/eos" -n 24 --prompt-ids "1 7" --temperature 1 --seed 4
+		expect_rc 0
+		cmp -s "$tmp/out" "$tmp/eos-want" ||
+			{ fail "$desc: did not stop at generation_config.json's eos_token_id"; show stdout "$tmp/out"; }
 	else
 		fail "$desc: no new id in the sampled output to make EOS"
 	fi
@@ -618,6 +629,32 @@ run generate --model "$tmp/st260" -n 30 --temperature 1.0 --seed 5 "Lily"
 cmp -s "$tmp/out" "$tmp/sampled1" || fail "$desc: two runs with --seed 5 differ"
 run generate --model "$tmp/st260" --temperature nan
 expect_rc 2
+desc="tokenize and detokenize"
+# The golden prompt's ids (tests/golden/stories260K), with and without BOS, and back.
+want=$(sed -n 's/^prompt_ids: //p' "$golden/once_upon_a_time.ids.txt")
+run tokenize --model "$tmp/st260" "Once upon a time"
+[ "$(cat "$tmp/out")" = "$want" ] || fail "$desc: ids differ from the golden prompt's"
+run tokenize --model "$tmp/st260" --no-special "Once upon a time"
+[ "$(cat "$tmp/out")" = "${want#1 }" ] || fail "$desc: --no-special kept BOS"
+# shellcheck disable=SC2086 # the ids are separate arguments
+run detokenize --model "$tmp/st260" ${want#1 }
+[ "$(cat "$tmp/out")" = " Once upon a time" ] || { fail "$desc: detokenize"; show stdout "$tmp/out"; }
+run detokenize --model "$tmp/st260" "1 403,407"
+expect_rc 0
+run detokenize --model "$tmp/st260" 1 99999
+expect_rc 2
+grep -q "below 512" "$tmp/err" || fail "$desc: an id outside the vocabulary is not named"
+run tokenize --model "$tmp/st260" --chat "Hi"
+expect_rc 1
+grep -q "chat" "$tmp/err" || fail "$desc: --chat without a template does not say why"
+run tokenize --model "$tmp/eos" "Hi"
+expect_rc 1
+grep -q "no tokenizer" "$tmp/err" || fail "$desc: a model without a tokenizer is not named"
+run bench tokenize --model "$tmp/st260" -r 1 --write-text "$tmp"
+if expect_rc 0; then
+	grep -q '^| 1 MiB prompt | 1048576 |' "$tmp/out" || { fail "bench tokenize: no 1 MiB row"; show stdout "$tmp/out"; }
+	[ "$(wc -c <"$tmp/prompt-1m.txt")" -eq 1048576 ] || fail "bench tokenize: --write-text"
+fi
 desc="generate with a missing model"
 run generate --model "$tmp/nothing-here"
 expect_rc 1
