@@ -244,6 +244,10 @@ def main():
             ok = sum(1 for r in theirs if r["ok"])
             print("%-44s %3d renders (%d rendered, %d errors), %d differences"
                   % (label, len(ours), ok, len(ours) - ok, len(diffs)))
+    need = int(os.environ.get("DPSHARD_CHAT_MIN_REAL", "0"))
+    if n_real < need:
+        print("FAIL: only %d real templates were compared, %d expected" % (n_real, need))
+        fail = 1
     print("chat oracle: %d templates (%d from npm packages), %d renders compared%s"
           % (n_templates, n_real, n_renders, "" if fail else ", no difference"))
     return 1 if fail else 0
