@@ -120,8 +120,8 @@ static int exec_for(struct jrender *r, const struct jnode *n, struct jscope *s)
 {
 	struct jlist *items, *kept;
 	struct jloop *loop;
-	struct jv it, lv;
-	int rc, depth = 1;
+	struct jv it;
+	int rc, depth = 1; /* recursive loops, the only deeper ones, are refused at parse */
 
 	if ((rc = jinja_eval(r, n->b, s, &it)) || (rc = jv_iterate(r, it, &items)))
 		return rc;
@@ -143,8 +143,6 @@ static int exec_for(struct jrender *r, const struct jnode *n, struct jscope *s)
 				kept->v[kept->n++] = items->v[i];
 		}
 	}
-	if (jinja_lookup(r, s, jv_cstr("loop").s, &lv) == 0 && lv.t == JV_LOOP)
-		depth = lv.loop->depth + 1;
 	loop = jarena_alloc(r->a, sizeof(*loop));
 	if (!loop)
 		return -ENOMEM;
