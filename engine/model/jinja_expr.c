@@ -229,7 +229,8 @@ static int concat_lists(struct jrender *r, struct jv x, struct jv y, struct jv *
 
 	if (!l)
 		return -ENOMEM;
-	memcpy(l->v, x.l->v, x.l->n * sizeof(*l->v));
+	if (x.l->n)
+		memcpy(l->v, x.l->v, x.l->n * sizeof(*l->v));
 	if (y.l->n)
 		memcpy(l->v + x.l->n, y.l->v, y.l->n * sizeof(*l->v));
 	l->n = x.l->n + y.l->n;
@@ -258,7 +259,7 @@ static int repeat(struct jrender *r, struct jv seq, long long times, struct jv *
 
 		if (!l)
 			return -ENOMEM;
-		for (long long i = 0; i < times; i++)
+		for (long long i = 0; i < times && unit; i++)
 			memcpy(l->v + (size_t)i * unit, seq.l->v, unit * sizeof(*l->v));
 		l->n = total;
 		*out = jv_list(l, seq.t == JV_TUPLE);
