@@ -36,5 +36,9 @@ void dps_chat_free(struct dps_chat *c);
 int dps_chat_render(const struct dps_chat *c, json_t *messages, json_t *tools,
 		    int add_generation_prompt, json_t *extra, long long now, char **out,
 		    size_t *len, char *err, size_t errlen);
+/* The same with the template of that name (NULL: transformers' choice, as above). */
+int dps_chat_render_template(const struct dps_chat *c, const char *name, json_t *messages,
+			     json_t *tools, int add_generation_prompt, json_t *extra,
+			     long long now, char **out, size_t *len, char *err, size_t errlen);
 
 #endif

@@ -26,5 +26,12 @@ int dps_jinja_parse(struct dps_jinja **out, const char *src, size_t len, char *e
 int dps_jinja_render(const struct dps_jinja *t, json_t *vars, long long now, char **out,
 		     size_t *len, char *err, size_t errlen);
 void dps_jinja_free(struct dps_jinja *t);
+/*
+ * Changes the limits of later renders of t: the bytes of output (default 64 MiB), the bytes of
+ * memory a render may use (1 GiB) and the evaluation steps (2e8). A render past one fails with
+ * -EINVAL naming it. For the fuzzer and the tests.
+ */
+void dps_jinja_set_limits(struct dps_jinja *t, size_t max_out, size_t max_mem,
+			  long long max_steps);
 
 #endif
