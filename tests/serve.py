@@ -468,7 +468,16 @@ def run(tmp):
     check(srv.stop() == 0, "SIGTERM with nothing running: exit status not 0")
 
     # ---- /tokenize and /detokenize, as vLLM's; a long prompt delays only itself -----------------
-    srv = Server(tmp, model, "--kv-cache-memory", "16M", "--max-model-len", "256",
+    # The stories260K model with a chat template of ours: the user's text, trimmed; a system
+    # message raises.
+    chat_model = os.path.join(tmp, "st260-chat")
+    shutil.copytree(model, chat_model)
+    with open(os.path.join(chat_model, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+                   "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] | trim }}"
+                   "{% elif m['role'] == 'system' %}{{ raise_exception('no system messages, "
+                   "please') }}{% endif %}{% endfor %}"}, f)
+    srv = Server(tmp, chat_model, "--kv-cache-memory", "16M", "--max-model-len", "256",
                  "--max-body-bytes", "8M", name="tok")
     check(srv.wait_ready(), "the tokenize server did not become ready")
     gold_prompt = [1, 403, 407, 261, 378]  # tests/golden: "Once upon a time", BOS first
@@ -484,8 +493,39 @@ def run(tmp):
           "/detokenize: %d %r" % (st, b[:200]))
     st, b = srv.post("/detokenize", {"tokens": [1, 99999]})
     expect_error(st, b, 400, "/detokenize of an id outside the vocabulary")
-    st, b = srv.post("/tokenize", {"messages": [{"role": "user", "content": "hi"}]})
-    expect_error(st, b, 400, "/tokenize of messages without a template")
+    msgs = [{"role": "user", "content": " Once upon a time "}]
+    st, b = srv.post("/tokenize", {"messages": msgs})
+    check(st == 200 and json.loads(b)["tokens"] == gold_prompt[1:],
+          "/tokenize of messages (the template adds no BOS): %d %r" % (st, b[:200]))
+    # Chat completions: the reply is the completion of the rendered prompt's ids; the stream
+    # sends the role first and its deltas make the same text; a template that raises is a 400.
+    st, c = srv.complete({"prompt": gold_prompt[1:], "max_tokens": 12, "temperature": 0})
+    st2, b = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})
+    j = json.loads(b) if st2 == 200 else {}
+    reply = j.get("choices", [{}])[0].get("message", {})
+    check(st == 200 and st2 == 200 and j.get("object") == "chat.completion" and
+          reply.get("role") == "assistant" and reply.get("content") == c["choices"][0]["text"] and
+          j["usage"]["prompt_tokens"] == 4,
+          "chat completion %d %r against completion %r" % (st2, b[:300], c["choices"][0]["text"]))
+    conn = srv.conn()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"messages": msgs, "max_tokens": 12, "temperature": 0, "stream": True}),
+        headers={"Content-Type": "application/json"})
+    events = [l[6:] for l in conn.getresponse().read().decode().split("\n") if l.startswith("data: ")]
+    conn.close()
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    check(events and events[-1] == "[DONE]" and chunks and
+          chunks[0]["choices"][0]["delta"].get("role") == "assistant" and
+          all(ch["object"] == "chat.completion.chunk" for ch in chunks) and
+          "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks if ch["choices"])
+          == reply.get("content") and chunks[-1]["choices"][0]["finish_reason"] == "length",
+          "chat stream: %r" % events[:4])
+    st, b = srv.post("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}]})
+    expect_error(st, b, 400, "a template that raises")
+    check(b"no system messages, please" in b, "the template's message is not the error's: %r" % b)
+    st, b = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]})
+    expect_error(st, b, 400, "an image part")
     st, b = srv.post("/tokenize", {"prompt": "x", "model": "other"})
     expect_error(st, b, 404, "/tokenize for another model")
     st, b = srv.get("/tokenize")
