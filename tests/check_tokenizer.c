@@ -198,7 +198,7 @@ static size_t encode_ref(const struct dps_tok_llama2 *t, const char *text, size_
 		i += cl;
 	}
 	for (;;) {
-		float best = -1e30f;
+		float best = -1e10f; /* run.c's starting best */
 		long at = -1;
 		int best_id = -1;
 

@@ -172,6 +172,7 @@ static int tick(void *arg)
 	int t = dps_http_tick(S->http), e;
 
 	(void)arg;
+	dps_frontend_tick(S->fe);
 	announce();
 	if (S->watchdog_ns && now - S->watchdog_last >= S->watchdog_ns / 2) {
 		sd_notify(0, "WATCHDOG=1");

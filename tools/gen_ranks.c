@@ -162,11 +162,10 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 			char *text;
 			size_t l;
 
-			if (dps_tok_decode(o->tok, r.out[k], (size_t)r.n_out[k], DPS_TOK_SKIP_SPECIAL,
-					   &text, &l)) {
-				rc = -ENOMEM;
+			rc = dps_tool_completion_text(o->tok, o->prompts[k], (size_t)o->n_prompt[k],
+						      r.out[k], (size_t)r.n_out[k], &text, &l);
+			if (rc)
 				goto out;
-			}
 			printf(", \"text\": \"");
 			dps_json_escape(stdout, text, l);
 			printf("\"");
@@ -197,10 +196,20 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 			}
 			memcpy(all, o->prompts[k], (size_t)o->n_prompt[k] * sizeof(int));
 			memcpy(all + o->n_prompt[k], r.out[k], (size_t)r.n_out[k] * sizeof(int));
-			if (o->completion_only)
-				rc = dps_tool_print_text(stdout, o->tok, r.out[k], (size_t)r.n_out[k]);
-			else
+			if (o->completion_only) {
+				char *text;
+				size_t l;
+
+				rc = dps_tool_completion_text(o->tok, o->prompts[k],
+							      (size_t)o->n_prompt[k], r.out[k],
+							      (size_t)r.n_out[k], &text, &l);
+				if (!rc) {
+					fwrite(text, 1, l, stdout);
+					free(text);
+				}
+			} else {
 				rc = dps_tool_print_text(stdout, o->tok, all, n);
+			}
 			free(all);
 			if (rc)
 				goto out;

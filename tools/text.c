@@ -9,13 +9,17 @@
 
 #include "tools/text.h"
 
-static void add_end(struct dps_tool_text *t, int id)
+/* Adds id to the end ids; -1 when there is no room (the caller says so: a dropped end id
+ * would let a sequence run past its end). */
+static int add_end(struct dps_tool_text *t, int id)
 {
 	for (int i = 0; i < t->n_end; i++)
 		if (t->end[i] == id)
-			return;
-	if (t->n_end < DPS_REQ_MAX_END)
-		t->end[t->n_end++] = id;
+			return 0;
+	if (t->n_end == DPS_REQ_MAX_END)
+		return -1;
+	t->end[t->n_end++] = id;
+	return 0;
 }
 
 int dps_tool_text_open(struct dps_tool_text *t, const char *who, const char *dir,
@@ -42,15 +46,29 @@ int dps_tool_text_open(struct dps_tool_text *t, const char *who, const char *dir
 		dps_tool_text_close(t);
 		return 1;
 	}
+	rc = 0;
 	for (int i = 0; i < cfg->n_eos; i++)
-		add_end(t, cfg->eos_ids[i]);
-	for (int i = 0; i < t->gen.n_eos; i++)
-		if (t->gen.eos_ids[i] < cfg->vocab_size)
-			add_end(t, t->gen.eos_ids[i]);
+		rc |= add_end(t, cfg->eos_ids[i]);
+	for (int i = 0; i < t->gen.n_eos; i++) {
+		if (t->gen.eos_ids[i] >= cfg->vocab_size) {
+			fprintf(stderr, "dpshard %s: %s/generation_config.json: eos_token_id %d is not "
+					"below vocab_size %d\n", who, dir, t->gen.eos_ids[i],
+				cfg->vocab_size);
+			dps_tool_text_close(t);
+			return 1;
+		}
+		rc |= add_end(t, t->gen.eos_ids[i]);
+	}
 	/* llama2.c's run.c ends a story at BOS; its models and those without a tokenizer keep
 	 * that rule (the goldens rely on it). */
 	if (!t->tok || dps_tok_kind(t->tok) == DPS_TOK_LLAMA2)
-		add_end(t, cfg->bos_token_id);
+		rc |= add_end(t, cfg->bos_token_id);
+	if (rc) {
+		fprintf(stderr, "dpshard %s: %s: config.json and generation_config.json name more than "
+				"%d different end ids (eos_token_id)\n", who, dir, DPS_REQ_MAX_END);
+		dps_tool_text_close(t);
+		return 1;
+	}
 	return 0;
 }
 
@@ -94,4 +112,39 @@ int dps_tool_print_text(FILE *out, const struct dps_tok *tok, const int *ids, si
 	fwrite(s, 1, l, out);
 	free(s);
 	return 0;
+}
+
+int dps_tool_completion_text(const struct dps_tok *tok, const int *prompt, size_t n_prompt,
+			     const int *ids, size_t n, char **text, size_t *len)
+{
+	struct dps_tok_stream *st;
+	const char *p;
+	size_t l;
+	FILE *o;
+	int rc;
+
+	*text = NULL;
+	*len = 0;
+	rc = dps_tok_stream_new(&st, tok, prompt, n_prompt, DPS_TOK_SKIP_SPECIAL);
+	if (rc)
+		return rc;
+	o = open_memstream(text, len);
+	if (!o) {
+		dps_tok_stream_free(st);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		rc = dps_tok_stream_step(st, ids[i], &p, &l);
+		if (!rc)
+			fwrite(p, 1, l, o);
+	}
+	if (!rc && !(rc = dps_tok_stream_flush(st, &p, &l)))
+		fwrite(p, 1, l, o);
+	fclose(o);
+	dps_tok_stream_free(st);
+	if (rc) {
+		free(*text);
+		*text = NULL;
+	}
+	return rc;
 }

@@ -42,4 +42,9 @@ int dps_tool_text_is_end(const struct dps_tool_text *t, int id);
 /* Writes the text of ids (special tokens left out) to out. Returns 0 or -ENOMEM. */
 int dps_tool_print_text(FILE *out, const struct dps_tok *tok, const int *ids, size_t n);
 
+/* The text a completion ids[0..n) adds after its prompt, as the server streams it (special
+ * tokens left out), into *text (malloc'd) and *len. Returns 0 or a negative code. */
+int dps_tool_completion_text(const struct dps_tok *tok, const int *prompt, size_t n_prompt,
+			     const int *ids, size_t n, char **text, size_t *len);
+
 #endif

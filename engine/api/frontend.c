@@ -304,6 +304,10 @@ static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 	char err[512];
 	const char *why = unavailable(f);
 
+	/* A request that arrived before SIGTERM is served during the drain, as when it was
+	 * parsed at once. */
+	if (why && job->while_ready && f->state == DPS_FE_DRAINING)
+		why = NULL;
 	if (why || !f->client) {
 		dps_fe_send_error(f, job->conn, 503, "service_unavailable", why ? why : "not ready");
 		return;
@@ -319,13 +323,14 @@ static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 		return;
 	}
 	r = calloc(1, sizeof(*r));
-	if (!r || (f->o.lim.tok && dps_tok_stream_new(&r->ts, f->o.lim.tok, q->prompt,
-						      (size_t)q->n_prompt, DPS_TOK_SKIP_SPECIAL))) {
+	if (!r || (f->o.lim.tok && !job->ts)) {
 		free(r);
 		dps_fe_send_error(f, job->conn, 500, "internal_error", "out of memory");
 		return;
 	}
 	r->f = f;
+	r->ts = job->ts; /* primed by the worker */
+	job->ts = NULL;
 	r->conn = job->conn;
 	r->stream = q->stream;
 	r->include_usage = q->include_usage;
@@ -366,8 +371,7 @@ static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 		dps_fe_stream_begin(f, r);
 }
 
-/* A job the workers finished, on the loop thread. */
-static void job_done(struct dps_frontend *f, struct dps_prep_job *job)
+static void job_unlink(struct dps_frontend *f, struct dps_prep_job *job)
 {
 	if (job->fprev)
 		job->fprev->fnext = job->fnext;
@@ -375,6 +379,13 @@ static void job_done(struct dps_frontend *f, struct dps_prep_job *job)
 		f->jobs = job->fnext;
 	if (job->fnext)
 		job->fnext->fprev = job->fprev;
+	f->n_jobs--;
+}
+
+/* A job the workers finished, on the loop thread. */
+static void job_done(struct dps_frontend *f, struct dps_prep_job *job)
+{
+	job_unlink(f, job);
 	if (job->conn_gone) {
 		dps_prep_job_free(job);
 		return;
@@ -430,6 +441,11 @@ void dps_frontend_cqe(struct dps_frontend *f, const struct io_uring_cqe *cqe)
 	arm_poll(f);
 }
 
+void dps_frontend_tick(struct dps_frontend *f)
+{
+	arm_poll(f); /* when no submission entry was free the last time */
+}
+
 int dps_frontend_start_workers(struct dps_frontend *f, struct io_uring *ring)
 {
 	int rc = dps_prep_new(&f->prep, PREP_THREADS, &f->o.lim, f->o.model_name);
@@ -468,6 +484,7 @@ static void submit_job(struct dps_frontend *f, const struct dps_http_req *hr,
 	job->kind = kind;
 	job->conn = hr->conn;
 	job->t_arrive = dps_now_ns();
+	job->while_ready = f->state == DPS_FE_READY;
 	if (dps_prep_submit(f->prep, job)) {
 		dps_prep_job_free(job);
 		dps_fe_send_error(f, hr->conn, 503, "service_unavailable",
@@ -478,6 +495,7 @@ static void submit_job(struct dps_frontend *f, const struct dps_http_req *hr,
 	if (f->jobs)
 		f->jobs->fprev = job;
 	f->jobs = job;
+	f->n_jobs++;
 	arm_poll(f);
 }
 
@@ -576,9 +594,17 @@ void dps_frontend_on_close(void *arg, uint64_t conn)
 {
 	struct dps_frontend *f = arg;
 
-	for (struct dps_prep_job *j = f->jobs; j; j = j->fnext)
-		if (j->conn == conn)
+	for (struct dps_prep_job *j = f->jobs, *next; j; j = next) {
+		next = j->fnext;
+		if (j->conn != conn)
+			continue;
+		if (dps_prep_cancel(f->prep, j)) { /* not started: never read */
+			job_unlink(f, j);
+			dps_prep_job_free(j);
+		} else {
 			j->conn_gone = 1; /* its answer is dropped when the workers give it back */
+		}
+	}
 
 	for (struct fe_req *r = f->head; r; r = r->next)
 		if (r->conn == conn && !r->conn_gone) {
@@ -644,7 +670,7 @@ enum dps_fe_state dps_frontend_state(const struct dps_frontend *f)
 
 int dps_frontend_active(const struct dps_frontend *f)
 {
-	return f->active;
+	return f->active + f->n_jobs;
 }
 
 void dps_frontend_fail_all(struct dps_frontend *f, const char *why, int restart)

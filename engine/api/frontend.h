@@ -52,6 +52,8 @@ struct io_uring_cqe;
 int dps_frontend_start_workers(struct dps_frontend *f, struct io_uring *ring);
 /* Handles a completion carrying DPS_FE_UDATA. */
 void dps_frontend_cqe(struct dps_frontend *f, const struct io_uring_cqe *cqe);
+/* Before each wait of the loop: arms the workers' poll again if it could not be armed. */
+void dps_frontend_tick(struct dps_frontend *f);
 
 /* The HTTP server's callbacks (dps_http_opts.on_request / on_close, arg = the frontend). */
 void dps_frontend_on_request(void *f, const struct dps_http_req *r);
@@ -65,7 +67,7 @@ void dps_frontend_set_client(struct dps_frontend *f, struct dps_engine_client *c
 void dps_frontend_set_state(struct dps_frontend *f, enum dps_fe_state s);
 enum dps_fe_state dps_frontend_state(const struct dps_frontend *f);
 
-/* Requests accepted and not yet answered in full. */
+/* Requests accepted and not yet answered in full (those the workers still read included). */
 int dps_frontend_active(const struct dps_frontend *f);
 
 /*

@@ -65,6 +65,7 @@ struct dps_frontend {
 	struct io_uring *ring;
 	struct dps_prep *prep;
 	struct dps_prep_job *jobs;
+	int n_jobs;                   /* on that list */
 	int poll_armed;
 };
 

@@ -15,6 +15,7 @@
 #include "engine/api/prep.h"
 
 #define MAX_QUEUED 4096
+#define MAX_QUEUED_BYTES (256ull << 20) /* of request bodies waiting or being read */
 
 struct dps_prep {
 	const struct dps_req_limits *lim;
@@ -24,6 +25,7 @@ struct dps_prep {
 	struct dps_prep_job *todo, *todo_tail; /* FIFO */
 	struct dps_prep_job *done, *done_tail; /* FIFO */
 	int queued, stop, n;
+	unsigned long long bytes;   /* of the bodies of the jobs queued */
 	int efd;
 	pthread_t th[16];
 };
@@ -33,6 +35,7 @@ void dps_prep_job_free(struct dps_prep_job *job)
 	if (!job)
 		return;
 	dps_request_free(&job->req);
+	dps_tok_stream_free(job->ts);
 	free(job->body);
 	free(job->resp);
 	free(job);
@@ -49,6 +52,10 @@ void dps_prep_run(const struct dps_req_limits *lim, const char *model_name,
 					    job->kind == DPS_PREP_CHAT ? DPS_REQ_CHAT
 								       : DPS_REQ_COMPLETIONS,
 					    lim, &job->req, job->err, sizeof(job->err));
+		/* The request's text decoder, primed with its prompt here, off the loop too. */
+		if (!job->rc && lim->tok)
+			job->rc = dps_tok_stream_new(&job->ts, lim->tok, job->req.prompt,
+						     (size_t)job->req.n_prompt, DPS_TOK_SKIP_SPECIAL);
 		if (job->rc == -ENOMEM)
 			snprintf(job->err, sizeof(job->err), "out of memory");
 		break;
@@ -138,10 +145,11 @@ int dps_prep_fd(const struct dps_prep *p)
 int dps_prep_submit(struct dps_prep *p, struct dps_prep_job *job)
 {
 	pthread_mutex_lock(&p->mu);
-	if (p->queued >= MAX_QUEUED) {
+	if (p->queued >= MAX_QUEUED || p->bytes + job->len > MAX_QUEUED_BYTES) {
 		pthread_mutex_unlock(&p->mu);
 		return -EAGAIN;
 	}
+	p->bytes += job->len;
 	job->next = NULL;
 	if (p->todo_tail)
 		p->todo_tail->next = job;
@@ -164,10 +172,32 @@ struct dps_prep_job *dps_prep_take(struct dps_prep *p)
 	pthread_mutex_lock(&p->mu);
 	list = p->done;
 	p->done = p->done_tail = NULL;
-	for (struct dps_prep_job *j = list; j; j = j->next)
+	for (struct dps_prep_job *j = list; j; j = j->next) {
 		p->queued--;
+		p->bytes -= j->len;
+	}
 	pthread_mutex_unlock(&p->mu);
 	return list;
+}
+
+int dps_prep_cancel(struct dps_prep *p, struct dps_prep_job *job)
+{
+	struct dps_prep_job **pp, *prev = NULL;
+	int found = 0;
+
+	pthread_mutex_lock(&p->mu);
+	for (pp = &p->todo; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == job) {
+			*pp = job->next;
+			if (p->todo_tail == job)
+				p->todo_tail = prev;
+			p->queued--;
+			p->bytes -= job->len;
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&p->mu);
+	return found;
 }
 
 void dps_prep_free(struct dps_prep *p)

@@ -28,6 +28,7 @@ struct dps_prep_job {
 	enum dps_prep_kind kind;
 	uint64_t conn;
 	int conn_gone;                /* set by the frontend (loop thread only) */
+	int while_ready;              /* submitted while the service took requests (loop only) */
 	uint64_t t_arrive;
 	char *body;                   /* len bytes, malloc'd, freed with the job */
 	size_t len;
@@ -35,6 +36,7 @@ struct dps_prep_job {
 	int rc;
 	char err[512];
 	struct dps_request req;       /* COMPLETIONS, CHAT */
+	struct dps_tok_stream *ts;    /* COMPLETIONS, CHAT with a tokenizer: primed with the prompt */
 	char *resp;                   /* TOKENIZE, DETOKENIZE: the JSON body (malloc'd) */
 	size_t resp_len;
 };
@@ -49,8 +51,12 @@ int dps_prep_new(struct dps_prep **out, int n, const struct dps_req_limits *lim,
 		 const char *model_name);
 /* The eventfd that becomes readable when jobs are done. */
 int dps_prep_fd(const struct dps_prep *p);
-/* Queues job (the prep owns it until dps_prep_take returns it). 0 or -EAGAIN (too many). */
+/* Queues job (the prep owns it until dps_prep_take returns it). 0 or -EAGAIN (too many jobs,
+ * or too many bytes of bodies, wait). */
 int dps_prep_submit(struct dps_prep *p, struct dps_prep_job *job);
+/* Takes job back if no worker has started it (1: the caller owns it again), else 0 (it is
+ * worked on or done, and comes back through dps_prep_take). */
+int dps_prep_cancel(struct dps_prep *p, struct dps_prep_job *job);
 /* Takes the jobs done so far (a list through ->next, oldest first), or NULL. Clears the fd. */
 struct dps_prep_job *dps_prep_take(struct dps_prep *p);
 /* Stops the threads (a job being worked on finishes first) and frees every job left. */

@@ -32,6 +32,7 @@ struct pstate {
 	int max_tokens_set;
 	json_t *messages, *tools, *kwargs; /* chat (borrowed from the parsed JSON) */
 	int add_generation_prompt, continue_final;
+	int tool_choice_none;         /* "tool_choice": "none" */
 };
 
 static int bad(char *err, size_t errlen, const char *fmt, const char *name)
@@ -190,9 +191,6 @@ static int neutral(const char *key, json_t *v, char *err, size_t errlen)
 		ok = json_is_string(v) && !json_string_length(v);
 	else if (!strcmp(key, "logit_bias"))
 		ok = json_is_object(v) && !json_object_size(v);
-	else if (!strcmp(key, "tool_choice"))
-		ok = json_is_string(v) && (!strcmp(json_string_value(v), "none") ||
-					   !strcmp(json_string_value(v), "auto"));
 	else if (!strcmp(key, "response_format"))
 		ok = json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
 		     !strcmp(json_string_value(json_object_get(v, "type")), "text");
@@ -293,6 +291,14 @@ static int chat_field(const char *key, json_t *v, struct pstate *ps, char *err, 
 		if (!json_is_object(v))
 			return bad(err, errlen, "\"%s\" must be an object", key);
 		ps->kwargs = v;
+		return 0;
+	}
+	if (!strcmp(key, "tool_choice")) {
+		if (!json_is_string(v) || (strcmp(json_string_value(v), "none") &&
+					   strcmp(json_string_value(v), "auto")))
+			return bad(err, errlen, "\"%s\" must be \"none\" (this server does not parse "
+				   "tool calls)", key);
+		ps->tool_choice_none = !strcmp(json_string_value(v), "none");
 		return 0;
 	}
 	if (!strcmp(key, "add_generation_prompt"))
@@ -458,8 +464,10 @@ static int cut_after_final(json_t *msgs, char *text, size_t *len, char *err, siz
 		return bad(err, errlen, "\"%s\": the final message's content is not in the rendered "
 			   "conversation", "continue_final_message");
 	at = hit ? (size_t)(hit - text) : *len;
-	if (at + (cl - a) <= *len && !memcmp(text + at, c + a, cl - a))
-		*len = at + (cl - a);
+	/* transformers compares rendered[at : at + len(content.lstrip())] with the content as
+	 * given: the trailing whitespace is kept only for content without leading whitespace */
+	if (a == 0 && at + cl <= *len && !memcmp(text + at, c, cl))
+		*len = at + cl;
 	else
 		*len = at + (b - a);
 	text[*len] = '\0';
@@ -483,6 +491,10 @@ static int render_chat(const struct dps_req_limits *lim, struct dps_request *out
 	if (!lim->tok)
 		return bad(err, errlen, "this model has no tokenizer, so its %s cannot be encoded",
 			   "messages");
+	if (ps->tools && !ps->tool_choice_none)
+		return bad(err, errlen, "\"tools\" with \"tool_choice\" \"auto\" (the default): this "
+			   "server does not parse tool calls out of a reply; give \"%s\": \"none\" "
+			   "to show the tools to the model all the same", "tool_choice");
 	if (ps->add_generation_prompt && ps->continue_final)
 		return bad(err, errlen, "\"%s\" and \"add_generation_prompt\" cannot both be true",
 			   "continue_final_message");

@@ -111,10 +111,12 @@ static int encode_llama2(const struct dps_tok_llama2 *t, const char *text, size_
 {
 	const size_t bos = (flags & DPS_TOK_ADD_SPECIAL) ? 1 : 0;
 	const size_t piece = t->max_token_length ? t->max_token_length : 1;
+	/* the dummy prefix is there only when the vocabulary has " " */
+	const size_t sp = len && dps_tok_llama2_lookup(t, " ", 1) >= 0;
 	size_t cap;
 	int rc;
 
-	if (max_ids && len && bos + (len + 1 + piece - 1) / piece > max_ids)
+	if (max_ids && len && bos + (len + sp + piece - 1) / piece > max_ids)
 		return -E2BIG;
 	if (len > ((size_t)-1) / sizeof(int) - 3)
 		return -ENOMEM;
@@ -223,6 +225,13 @@ int dps_tok_decode(const struct dps_tok *t, const int *ids, size_t n, unsigned f
  * incomplete character); then the window moves up to the old prefix_index. The window stays
  * a few tokens long, so each step costs the decode of a few tokens.
  */
+/* A window that has not emitted for this many ids emits anyway (U+FFFD and all): a run of
+ * ids that never completes a character must not make every step decode a growing window. */
+#define STREAM_MAX_WINDOW 64
+/* The prompt ids a stream is primed with, at most (vLLM would take the whole prompt when no
+ * suffix of 4 to 23 ids decodes whole; the primed text is never shown). */
+#define STREAM_MAX_PRIME 24
+
 struct dps_tok_stream {
 	const struct dps_tok *t;
 	unsigned flags;
@@ -285,12 +294,16 @@ int dps_tok_stream_step(struct dps_tok_stream *s, int id, const char **text, siz
 	rc = dps_tok_decode(s->t, s->ids, s->n, s->flags, &str, &sl);
 	if (rc)
 		return rc;
-	if (sl > s->prefix_len && !ends_in_fffd(str, sl)) {
+	if (sl > s->prefix_len &&
+	    (!ends_in_fffd(str, sl) || s->n - s->prefix_index > STREAM_MAX_WINDOW)) {
 		const size_t new_index = s->n - s->prefix_index;
 
-		/* The decode of a window always starts with its prefix for the decoders of both
-		 * formats; were it not to, the text past the prefix's length is still what the
-		 * whole decode adds (the library reports an error there instead). */
+		/* The decode of a window starts with its prefix for every decoder of both
+		 * formats; the library reports an error when it does not, and so do we. */
+		if (memcmp(str, s->prefix ? s->prefix : "", s->prefix_len)) {
+			free(str);
+			return -EILSEQ;
+		}
 		memmove(str, str + s->prefix_len, sl - s->prefix_len + 1);
 		s->out = str;
 		*text = str;
@@ -368,7 +381,10 @@ int dps_tok_stream_new(struct dps_tok_stream **out, const struct dps_tok *t, con
 	s->t = t;
 	s->flags = flags;
 	/* Primed as vLLM primes its detokenizer: with the shortest suffix of at least 4 of the
-	 * prompt's last 23 ids whose decode is whole (no U+FFFD), else the whole prompt. */
+	 * prompt's last 23 ids whose decode is whole (no U+FFFD), else (where vLLM takes the
+	 * whole prompt) the last STREAM_MAX_PRIME ids. */
+	if (n_prompt > STREAM_MAX_PRIME)
+		from = n_prompt - STREAM_MAX_PRIME;
 	if (n_prompt > 4) {
 		for (size_t i = 4; i <= n_prompt && i < 24; i++) {
 			if (!has_fffd(t, prompt + n_prompt - i, i, flags, &rc)) {

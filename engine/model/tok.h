@@ -92,10 +92,14 @@ int dps_tok_decode(const struct dps_tok *t, const int *ids, size_t n, unsigned f
 int dps_tok_stream_new(struct dps_tok_stream **out, const struct dps_tok *t, const int *prompt,
 		       size_t n_prompt, unsigned flags);
 /* Adds id; *text (valid until the next call on s) and *len get the new text (*len may be 0).
- * Returns 0 or -ENOMEM. */
+ * Returns 0, -ENOMEM, or -EILSEQ when the decoder's text of the window does not start with the
+ * text already emitted (the library's InvalidPrefix error; no decoder here does that). Two
+ * bounds keep each step cheap whatever the ids: the stream is primed with at most 24 prompt
+ * ids, and a window that has not emitted for 64 ids emits its text, U+FFFD included. */
 int dps_tok_stream_step(struct dps_tok_stream *s, int id, const char **text, size_t *len);
 /* The text still held back (a partial character at the end, decoded with U+FFFD as
- * dps_tok_decode would), for the end of a sequence. Returns 0 or -ENOMEM. */
+ * dps_tok_decode would), for the end of a sequence: the completion's text is then its whole
+ * decode (vLLM drops such a tail instead). Returns 0 or -ENOMEM. */
 int dps_tok_stream_flush(struct dps_tok_stream *s, const char **text, size_t *len);
 void dps_tok_stream_free(struct dps_tok_stream *s);
 

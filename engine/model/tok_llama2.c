@@ -254,7 +254,8 @@ static int consider(struct merger *m, int left, int right)
 	memcpy(m->buf, t->vocab[a], l1);
 	memcpy(m->buf + l1, t->vocab[b], l2);
 	p.id = dps_tok_llama2_lookup(t, m->buf, l1 + l2);
-	if (p.id < 0)
+	/* run.c merges only scores above its starting best of -1e10 (NaN never) */
+	if (p.id < 0 || !(t->scores[p.id] > -1e10f))
 		return 0;
 	p.score = t->scores[p.id];
 	p.left = left;
