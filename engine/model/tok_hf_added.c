@@ -273,32 +273,26 @@ int hf_added_load(struct dps_tok_hf *t, json_t *arr, char *err, size_t errlen)
 /* The regex crate's \w (Alphabetic, marks, decimal digits, connectors, joiners) at s. */
 static int word_char(const char *s, size_t n)
 {
-	static pcre2_code *re;
-	static int init;
+	static const char pattern[] = "[\\p{_RWord}]";
+	static struct hf_regex re;
+	static int state; /* 0 not compiled, 1 compiling, 2 ready */
 	pcre2_match_data *md;
-	int rc;
+	int expect = 0, rc;
 
-	if (!__atomic_load_n(&init, __ATOMIC_ACQUIRE)) {
-		/* Racing threads compile equal patterns; one is kept (and never freed). */
-		int ec;
-		PCRE2_SIZE eo;
-		pcre2_code *r = pcre2_compile(
-			(PCRE2_SPTR) "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]",
-			PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-		pcre2_code *expect = NULL;
+	if (__atomic_compare_exchange_n(&state, &expect, 1, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		char err[160];
 
-		if (!r)
-			return 0;
-		if (!__atomic_compare_exchange_n(&re, &expect, r, 0, __ATOMIC_ACQ_REL,
-						 __ATOMIC_ACQUIRE))
-			pcre2_code_free(r);
-		__atomic_store_n(&init, 1, __ATOMIC_RELEASE);
+		if (hf_regex_compile(&re, pattern, sizeof(pattern) - 1, HF_RE_ONIG, "\\w", err,
+				     sizeof(err)))
+			re.re = NULL;
+		__atomic_store_n(&state, 2, __ATOMIC_RELEASE);
 	}
-	md = pcre2_match_data_create(1, NULL);
-	if (!md)
+	while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2)
+		; /* another thread compiles it, once */
+	if (!re.re || !(md = pcre2_match_data_create(1, NULL)))
 		return 0;
-	rc = pcre2_match(__atomic_load_n(&re, __ATOMIC_ACQUIRE), (PCRE2_SPTR)s, n, 0,
-			 PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, md, NULL);
+	rc = pcre2_match(re.re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, md, NULL);
 	pcre2_match_data_free(md);
 	return rc >= 0;
 }

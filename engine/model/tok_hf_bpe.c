@@ -27,11 +27,15 @@
 
 #define EMPTY_KEY UINT64_MAX
 
+/* splitmix64's finalizer: every bit of both ids reaches the slot's bits. */
 static size_t merge_slot(const struct hf_bpe *b, uint64_t key)
 {
-	uint64_t h = key * 0x9e3779b97f4a7c15ull;
+	uint64_t h = key;
 
-	return (size_t)(h >> 17) & b->merge_mask;
+	h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+	h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+	h ^= h >> 31;
+	return (size_t)h & b->merge_mask;
 }
 
 /* The merge of pair (a, b): its slot, or -1. */
@@ -43,9 +47,9 @@ static long merge_find(const struct hf_bpe *b, int32_t x, int32_t y)
 	if (!b->n_merges)
 		return -1;
 	for (i = merge_slot(b, key);; i = (i + 1) & b->merge_mask) {
-		if (b->merge_key[i] == key)
+		if (b->merges[i].key == key)
 			return (long)i;
-		if (b->merge_key[i] == EMPTY_KEY)
+		if (b->merges[i].key == EMPTY_KEY)
 			return -1;
 	}
 }
@@ -57,14 +61,14 @@ static void merge_put(struct hf_bpe *b, int32_t x, int32_t y, uint32_t rank, int
 	const uint64_t key = (uint64_t)(uint32_t)x << 32 | (uint32_t)y;
 	size_t i;
 
-	for (i = merge_slot(b, key); b->merge_key[i] != EMPTY_KEY && b->merge_key[i] != key;
+	for (i = merge_slot(b, key); b->merges[i].key != EMPTY_KEY && b->merges[i].key != key;
 	     i = (i + 1) & b->merge_mask)
 		;
-	if (b->merge_key[i] == EMPTY_KEY)
+	if (b->merges[i].key == EMPTY_KEY)
 		b->n_merges++;
-	b->merge_key[i] = key;
-	b->merge_rank[i] = rank;
-	b->merge_new[i] = new_id;
+	b->merges[i].key = key;
+	b->merges[i].rank = rank;
+	b->merges[i].new_id = new_id;
 }
 
 /* One merge entry: "a b" or ["a", "b"] into its two parts. */
@@ -170,15 +174,14 @@ static int load_merges(struct hf_bpe *b, json_t *merges, char *err, size_t errle
 	while (cap < 2 * n)
 		cap <<= 1;
 	b->merge_mask = cap - 1;
-	b->merge_key = malloc(cap * sizeof(*b->merge_key));
-	b->merge_rank = malloc(cap * sizeof(*b->merge_rank));
-	b->merge_new = malloc(cap * sizeof(*b->merge_new));
+	b->merges = malloc(cap * sizeof(*b->merges));
 	buf = malloc(2 * b->max_len + 1);
-	if (!b->merge_key || !b->merge_rank || !b->merge_new || !buf) {
+	if (!b->merges || !buf) {
 		rc = -ENOMEM;
 		goto err;
 	}
-	memset(b->merge_key, 0xff, cap * sizeof(*b->merge_key));
+	for (size_t i = 0; i < cap; i++)
+		b->merges[i].key = EMPTY_KEY;
 	for (size_t i = 0; i < n; i++) {
 		json_t *m = json_array_get(merges, i);
 		const char *x = NULL, *y = NULL;
@@ -303,9 +306,7 @@ void hf_bpe_free(struct hf_bpe *b)
 	hf_map_free(&b->vocab);
 	free(b->id_str);
 	free(b->id_len);
-	free(b->merge_key);
-	free(b->merge_rank);
-	free(b->merge_new);
+	free(b->merges);
 	free(b->prefix);
 	free(b->suffix);
 }
@@ -394,8 +395,8 @@ static int push_pair(struct hf_ctx *c, size_t *hn, int32_t pos)
 	slot = merge_find(b, s->c, c->sym[s->next].c);
 	if (slot < 0)
 		return 0;
-	return heap_push(c, hn, (struct hf_merge){ .rank = b->merge_rank[slot], .pos = (uint32_t)pos,
-						  .new_id = b->merge_new[slot] });
+	return heap_push(c, hn, (struct hf_merge){ .rank = b->merges[slot].rank, .pos = (uint32_t)pos,
+						  .new_id = b->merges[slot].new_id });
 }
 
 /* Word::merge_all. */
@@ -418,7 +419,7 @@ static int merge_all(struct hf_ctx *c, size_t n)
 			continue;
 		right = c->sym[s->next];
 		slot = merge_find(b, s->c, right.c);
-		if (slot < 0 || b->merge_new[slot] != top.new_id)
+		if (slot < 0 || b->merges[slot].new_id != top.new_id)
 			continue; /* an expired entry */
 		c->sym[s->next].len = 0;
 		s->c = top.new_id;

@@ -145,6 +145,14 @@ struct hf_ctx;
 int hf_regex_find(struct hf_ctx *c, const struct hf_regex *r, const char *s, size_t len,
 		  struct hf_spans *out);
 
+/* Characters Oniguruma's Unicode tables class and PCRE2's do not (tok_hf_ucd.c, generated). */
+struct hf_ucd_run {
+	const char *key;  /* a general category, "Word", "RWord", "sc:" + a script, "-C", "-Cn" */
+	uint32_t lo, hi;
+};
+extern const struct hf_ucd_run hf_ucd_runs[];
+extern const size_t hf_ucd_n_runs;
+
 /* ---- the BPE model (tok_hf_bpe.c) ---- */
 
 struct hf_bpe {
@@ -152,9 +160,11 @@ struct hf_bpe {
 	const char **id_str;     /* (n_ids) token of each id, NULL for an id no token has */
 	uint32_t *id_len;        /* (n_ids) */
 	int32_t n_ids;           /* largest id + 1 */
-	uint64_t *merge_key;     /* (merge_mask + 1) pair (a << 32 | b), UINT64_MAX when empty */
-	uint32_t *merge_rank;    /* (merge_mask + 1) */
-	int32_t *merge_new;      /* (merge_mask + 1) id of the merged token */
+	struct hf_merge_ent {
+		uint64_t key;    /* the pair (a << 32 | b), UINT64_MAX when empty */
+		uint32_t rank;   /* the merge's place in the file */
+		int32_t new_id;  /* the merged token */
+	} *merges;               /* (merge_mask + 1) open addressing */
 	size_t merge_mask, n_merges;
 	int32_t unk_id;          /* -1 without unk_token */
 	int fuse_unk, byte_fallback, ignore_merges;

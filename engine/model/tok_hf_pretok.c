@@ -26,9 +26,8 @@
 
 #define GPT2_PATTERN \
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-/* The regex crate's \w+|[^\w\s]+ (Whitespace), in PCRE2's syntax. */
-#define WORD_CLASS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
-#define WHITESPACE_PATTERN "[" WORD_CLASS "]+|[^" WORD_CLASS "\\p{White_Space}]+"
+/* The regex crate's \w+|[^\w\s]+ (Whitespace); \p{_RWord} is our name for its \w. */
+#define WHITESPACE_PATTERN "[\\p{_RWord}]+|[^\\p{_RWord}\\s]+"
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the 68 others for
  * U+0100.. in byte order. The UTF-8 of each byte's character, and the reverse map. */
@@ -195,7 +194,7 @@ int hf_pre_load(struct dps_tok_hf *t, json_t *v, int depth, char *err, size_t er
 	if (!strcmp(type, "Whitespace")) {
 		op->kind = HF_PRE_WHITESPACE;
 		return hf_regex_compile(&op->re, WHITESPACE_PATTERN, strlen(WHITESPACE_PATTERN),
-					HF_RE_PCRE2, "pre_tokenizer Whitespace", err, errlen);
+					HF_RE_ONIG, "pre_tokenizer Whitespace", err, errlen);
 	}
 	if (!strcmp(type, "WhitespaceSplit")) {
 		op->kind = HF_PRE_WHITESPACE_SPLIT;

@@ -10,8 +10,8 @@
  * the same text differently, the pattern is translated before PCRE2 sees it:
  *   \s \S    Oniguruma: the White_Space property; PCRE2 adds U+180E    -> \p{White_Space}
  *   \d \D    Unicode decimal digits in both                             -> \p{Nd}
- *   \w \W    Oniguruma: letters, marks, decimal digits, connectors; PCRE2: letters, numbers
- *            and '_'                                                    -> [\p{L}\p{M}\p{Nd}\p{Pc}]
+ *   \w \W    Oniguruma: Alphabetic, marks, decimal digits, connectors and
+ *            the Latin-1 digits ² ³ ¹ ¼ ½ ¾; PCRE2: letters, numbers, '_' -> [\p{Alphabetic}..]
  *   \b \B    boundaries of that \w                                      -> look-arounds
  *   \h \H    Oniguruma: a hexadecimal digit; PCRE2: horizontal space    -> [0-9a-fA-F]
  *   \v       Oniguruma: vertical tab only                               -> \x0b
@@ -21,9 +21,12 @@
  *   x{,n}    Oniguruma: {0,n}; PCRE2: literal text                      -> x{0,n}
  *   ^ $      Ruby's anchors are always at line boundaries               -> PCRE2_MULTILINE
  * and what has no translation is refused by name: POSIX brackets, nested classes and class
- * intersections, \W \H \D \B-style negations inside a class, \Q..\E. The Unicode tables can
- * differ too: Oniguruma's are those of its release, PCRE2's those of its own, so characters
- * assigned in between may be classified differently.
+ * intersections, negated sets inside a class where the tables differ, \Q..\E.
+ *
+ * The Unicode tables differ too: the library's Oniguruma has Unicode 16.0, Debian 12's PCRE2
+ * Unicode 14.0, which counts the characters assigned in between as unassigned. Every class
+ * (\p{..}, \w, \d, \b) is widened by the runs of tok_hf_ucd.c that its Unicode 16.0 members
+ * form around them, and C and Cn narrowed, so a newer letter stays a letter.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -36,7 +39,10 @@
 #include "common/dps.h"
 #include "engine/model/tok_hf_int.h"
 
-#define WORD_BODY "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+/* Oniguruma's \w (Alphabetic, marks, decimal digits, connectors, and the Latin-1 digits its
+ * tables count as word characters) and the regex crate's (with the joiners), as class bodies. */
+#define ONIG_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}"
+#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
 
 /* General categories by short and long name (compared without case, spaces, '_' or '-'). */
 static const char *const gc_names[][2] = {
@@ -52,7 +58,7 @@ static const char *const gc_names[][2] = {
 	{ "So", "othersymbol" },     { "Z", "separator" },        { "Zs", "spaceseparator" },
 	{ "Zl", "lineseparator" },   { "Zp", "paragraphseparator" }, { "C", "other" },
 	{ "Cc", "control" },         { "Cf", "format" },          { "Co", "privateuse" },
-	{ "Cn", "unassigned" },
+	{ "Cs", "surrogate" },       { "Cn", "unassigned" },
 };
 /* Scripts the models' patterns name (Oniguruma reads them as the Script property). */
 static const char *const scripts[] = {
@@ -71,44 +77,150 @@ static void squash(const char *s, size_t n, char *o, size_t cap)
 	o[k] = '\0';
 }
 
-/* \p{name} or \P{name} (neg) as PCRE2 text into o. */
-static int property(struct hf_buf *o, const char *name, size_t n, int neg, const char *where,
-		    char *err, size_t errlen)
+static int refuse(const char *where, const char *what, char *err, size_t errlen)
 {
-	char key[48], cand[48];
+	return hf_fail(err, errlen, "%s: %s is not supported (it means something else to the "
+		       "library's Oniguruma than to PCRE2)", where, what);
+}
+
+/* The class body of the runs of key in tok_hf_ucd.c (empty when none). */
+static int ucd_ranges(struct hf_buf *o, const char *key)
+{
+	for (size_t i = 0; i < hf_ucd_n_runs; i++) {
+		char t[40];
+
+		if (strcmp(hf_ucd_runs[i].key, key))
+			continue;
+		snprintf(t, sizeof(t), "\\x{%x}-\\x{%x}", hf_ucd_runs[i].lo, hf_ucd_runs[i].hi);
+		if (hf_buf_add(o, t, strlen(t)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int add_str(struct hf_buf *o, const char *s)
+{
+	return hf_buf_add(o, s, strlen(s));
+}
+
+/*
+ * A class of characters as Oniguruma's Unicode 16.0 has it: base (PCRE2 class items; single:
+ * one \p{..}) plus the runs of key that PCRE2's tables lack, minus (for C and Cn) the
+ * characters assigned since. neg for its complement; in_class to splice it into a class.
+ */
+static int emit_set(struct hf_buf *o, const char *base, int single, const char *key, int neg,
+		    int in_class, const char *where, char *err, size_t errlen)
+{
+	struct hf_buf add = { 0 }, rem = { 0 };
+	char rkey[8];
+	int rc;
+
+	snprintf(rkey, sizeof(rkey), "-%s", key);
+	if ((rc = ucd_ranges(&add, key)) || (rc = ucd_ranges(&rem, rkey)))
+		goto err;
+	if (!neg) {
+		if (in_class) {
+			if (rem.len) {
+				rc = refuse(where, "\\p{C} or \\p{Cn} inside a character class", err,
+					    errlen);
+				goto err;
+			}
+			rc = add_str(o, base) || hf_buf_add(o, add.p, add.len) ? -ENOMEM : 0;
+		} else if (rem.len) {
+			rc = add_str(o, "(?:(?![") || hf_buf_add(o, rem.p, rem.len) ||
+			     add_str(o, "])[") || add_str(o, base) || add_str(o, "])") ? -ENOMEM : 0;
+		} else if (single && !add.len) {
+			rc = add_str(o, base) ? -ENOMEM : 0;
+		} else {
+			rc = add_str(o, "[") || add_str(o, base) || hf_buf_add(o, add.p, add.len) ||
+			     add_str(o, "]") ? -ENOMEM : 0;
+		}
+	} else if (in_class) {
+		if (add.len || !single) {
+			rc = refuse(where, "this negated class inside a character class", err, errlen);
+			goto err;
+		}
+		rc = add_str(o, "\\P") || add_str(o, base + 2) || hf_buf_add(o, rem.p, rem.len) ?
+		     -ENOMEM : 0;
+	} else {
+		rc = add_str(o, "(?:") ? -ENOMEM : 0;
+		if (!rc && add.len)
+			rc = add_str(o, "(?![") || hf_buf_add(o, add.p, add.len) || add_str(o, "])") ?
+			     -ENOMEM : 0;
+		if (!rc)
+			rc = add_str(o, "[^") || add_str(o, base) || add_str(o, "]") ? -ENOMEM : 0;
+		if (!rc && rem.len)
+			rc = add_str(o, "|[") || hf_buf_add(o, rem.p, rem.len) || add_str(o, "]") ?
+			     -ENOMEM : 0;
+		if (!rc)
+			rc = add_str(o, ")") ? -ENOMEM : 0;
+	}
+err:
+	hf_buf_free(&add);
+	hf_buf_free(&rem);
+	return rc;
+}
+
+/* \p{name} or \P{name} (neg). */
+static int property(struct hf_buf *o, const char *name, size_t n, int neg, int in_class,
+		    const char *where, char *err, size_t errlen)
+{
+	char key[48], cand[48], base[48];
 
 	if (n && name[0] == '^') {
 		neg = !neg;
 		name++;
 		n--;
 	}
+	if (n == 6 && !memcmp(name, "_RWord", 6)) /* our own name for the regex crate's \w */
+		return emit_set(o, RUST_WORD, 0, "RWord", neg, in_class, where, err, errlen);
 	squash(name, n, key, sizeof(key));
 	for (size_t i = 0; i < sizeof(gc_names) / sizeof(gc_names[0]); i++) {
 		squash(gc_names[i][0], strlen(gc_names[i][0]), cand, sizeof(cand));
 		if (!strcmp(key, cand) || !strcmp(key, gc_names[i][1])) {
-			char t[16];
-
-			snprintf(t, sizeof(t), "\\%c{%s}", neg ? 'P' : 'p', gc_names[i][0]);
-			return hf_buf_add(o, t, strlen(t));
+			snprintf(base, sizeof(base), "\\p{%s}", gc_names[i][0]);
+			return emit_set(o, base, 1, gc_names[i][0], neg, in_class, where, err,
+					errlen);
 		}
 	}
 	for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
 		squash(scripts[i], strlen(scripts[i]), cand, sizeof(cand));
 		if (!strcmp(key, cand)) {
-			char t[40];
+			char k[40];
 
-			snprintf(t, sizeof(t), "\\%c{sc:%s}", neg ? 'P' : 'p', scripts[i]);
-			return hf_buf_add(o, t, strlen(t));
+			snprintf(base, sizeof(base), "\\p{sc:%s}", scripts[i]);
+			snprintf(k, sizeof(k), "sc:%s", scripts[i]);
+			return emit_set(o, base, 1, k, neg, in_class, where, err, errlen);
 		}
 	}
 	return hf_fail(err, errlen, "%s: the property \\p{%.*s} is not supported", where, (int)n,
 		       name);
 }
 
-static int refuse(const char *where, const char *what, char *err, size_t errlen)
+/* Oniguruma's \b (neg: \B) with its \w. */
+static int boundary(struct hf_buf *o, int neg, const char *where, char *err, size_t errlen)
 {
-	return hf_fail(err, errlen, "%s: %s is not supported (it means something else to the "
-		       "library's Oniguruma than to PCRE2)", where, what);
+	struct hf_buf w = { 0 };
+	int rc = emit_set(&w, ONIG_WORD, 0, "Word", 0, 0, where, err, errlen);
+
+	if (!rc && hf_buf_add(&w, "", 1))
+		rc = -ENOMEM;
+	if (!rc) {
+		const char *f = neg ? "(?:(?<=%s)(?=%s)|(?<!%s)(?!%s))"
+				    : "(?:(?<=%s)(?!%s)|(?<!%s)(?=%s))";
+		const size_t len = strlen(f) + 4 * w.len;
+		char *t = malloc(len);
+
+		if (!t) {
+			rc = -ENOMEM;
+		} else {
+			snprintf(t, len, f, w.p, w.p, w.p, w.p);
+			rc = add_str(o, t) ? -ENOMEM : 0;
+			free(t);
+		}
+	}
+	hf_buf_free(&w);
+	return rc;
 }
 
 /* One escape at p[i] == '\\'; *i is moved past it. */
@@ -124,17 +236,14 @@ static int escape(struct hf_buf *o, const char *p, size_t len, size_t *i, int in
 	switch (e) {
 	case 'p':
 	case 'P': {
-		const char *close;
+		const char *close, *name;
 
 		if (*i >= len || p[*i] != '{' || !(close = memchr(p + *i, '}', len - *i)))
 			return hf_fail(err, errlen, "%s: \\%c without {name}", where, e);
-		{
-			const char *name = p + *i + 1;
-			const size_t n = (size_t)(close - name);
-
-			*i = (size_t)(close - p) + 1;
-			return property(o, name, n, e == 'P', where, err, errlen);
-		}
+		name = p + *i + 1;
+		*i = (size_t)(close - p) + 1;
+		return property(o, name, (size_t)(close - name), e == 'P', in_class, where, err,
+				errlen);
 	}
 	case 's':
 		add = "\\p{White_Space}";
@@ -143,19 +252,11 @@ static int escape(struct hf_buf *o, const char *p, size_t len, size_t *i, int in
 		add = "\\P{White_Space}";
 		break;
 	case 'd':
-		add = "\\p{Nd}";
-		break;
 	case 'D':
-		add = "\\P{Nd}";
-		break;
+		return emit_set(o, "\\p{Nd}", 1, "Nd", e == 'D', in_class, where, err, errlen);
 	case 'w':
-		add = in_class ? WORD_BODY : "[" WORD_BODY "]";
-		break;
 	case 'W':
-		if (in_class)
-			return refuse(where, "\\W inside a character class", err, errlen);
-		add = "[^" WORD_BODY "]";
-		break;
+		return emit_set(o, ONIG_WORD, 0, "Word", e == 'W', in_class, where, err, errlen);
 	case 'h':
 		add = in_class ? "0-9a-fA-F" : "[0-9a-fA-F]";
 		break;
@@ -168,16 +269,15 @@ static int escape(struct hf_buf *o, const char *p, size_t len, size_t *i, int in
 		add = "\\x0b";
 		break;
 	case 'b':
-		add = in_class ? "\\x08"
-			       : "(?:(?<=[" WORD_BODY "])(?![" WORD_BODY "])|(?<![" WORD_BODY
-				 "])(?=[" WORD_BODY "]))";
-		break;
+		if (in_class) {
+			add = "\\x08";
+			break;
+		}
+		return boundary(o, 0, where, err, errlen);
 	case 'B':
 		if (in_class)
 			return refuse(where, "\\B inside a character class", err, errlen);
-		add = "(?:(?<=[" WORD_BODY "])(?=[" WORD_BODY "])|(?<![" WORD_BODY "])(?![" WORD_BODY
-		      "]))";
-		break;
+		return boundary(o, 1, where, err, errlen);
 	case 'u': {
 		char t[16];
 		size_t k = 0;
