@@ -65,12 +65,12 @@ static int finish(struct dps_tok_hf *t)
 	return 0;
 }
 
-static int parse(json_t **out, const char *what, const char *s, size_t len, char *err,
-		 size_t errlen)
+static int parse(json_t **out, const char *what, const char *s, size_t len, size_t flags,
+		 char *err, size_t errlen)
 {
 	json_error_t je;
 
-	*out = json_loadb(s, len, JSON_ALLOW_NUL, &je);
+	*out = json_loadb(s, len, JSON_ALLOW_NUL | flags, &je);
 	if (!*out) {
 		snprintf(err, errlen, "%s: line %d column %d: %s", what, je.line, je.column, je.text);
 		return -EINVAL;
@@ -88,7 +88,7 @@ int dps_tok_hf_load_mem(struct dps_tok_hf **out, const char *json, size_t len,
 	*out = NULL;
 	if (!t)
 		return -ENOMEM;
-	if ((rc = parse(&root, "tokenizer.json", json, len, err, errlen)))
+	if ((rc = parse(&root, "tokenizer.json", json, len, 0, err, errlen)))
 		goto err;
 	if (!json_is_object(root)) {
 		rc = hf_fail(err, errlen, "the file is %s, not an object", hf_json_type(root));
@@ -132,7 +132,10 @@ int dps_tok_hf_load_mem(struct dps_tok_hf **out, const char *json, size_t len,
 	if ((rc = finish(t)))
 		goto err;
 	if (config) {
-		if ((rc = parse(&cfg, "tokenizer_config.json", config, config_len, err, errlen)) ||
+		/* Its model_max_length is often 1e30, written as an integer: read numbers as reals
+		 * (only its booleans and strings are used). */
+		if ((rc = parse(&cfg, "tokenizer_config.json", config, config_len,
+				JSON_DECODE_INT_AS_REAL, err, errlen)) ||
 		    (rc = hf_post_config(t, cfg, err, errlen)))
 			goto err;
 	}
