@@ -8,6 +8,9 @@
 // With --compare it reads two such outputs and the corpus instead, prints the first mismatches
 // with their text, and exits 1 when there is any:
 //   node tok_oracle.js --compare CORPUS_JSONL EXPECTED ACTUAL [MAX_SHOWN]
+// With --cases it replays the cases tests/check_tok_hf.c exported (DPS_TOK_HF_EXPORT): each
+// line a small tokenizer.json with a text and the ids expected, or ids and the text expected:
+//   node tok_oracle.js --cases MODULE_DIR CASES_JSONL
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -68,8 +71,40 @@ function compare(corpus, expectedFile, actualFile, maxShown) {
   return bad ? 1 : 0;
 }
 
+async function cases(moduleDir, file) {
+  const { Tokenizer } = require(path.join(moduleDir, 'tokenizers'));
+  let bad = 0, n = 0;
+  for (const line of lines(file)) {
+    const c = JSON.parse(line);
+    const tok = Tokenizer.fromString(c.json);
+    let want, got, what;
+    if ('text' in c && 'ids' in c) {
+      want = c.ids;
+      got = (await tok.encode(c.text, null, { addSpecialTokens: c.special })).getIds().join(' ');
+      what = `encode ${JSON.stringify(c.text)}${c.special ? ' with special tokens' : ''}`;
+    } else {
+      const ids = c.decode === '' ? [] : c.decode.split(' ').map(Number);
+      want = c.text;
+      got = await tok.decode(ids, c.skip);
+      what = `decode [${c.decode}]${c.skip ? ' skipping special tokens' : ''}`;
+    }
+    n++;
+    if (want !== got) {
+      bad++;
+      console.log(`${what}: the library gives ${JSON.stringify(got)}, check_tok_hf expects ${JSON.stringify(want)}\n  ${c.json}`);
+    }
+  }
+  console.log(`${n} cases of check_tok_hf replayed, ${bad} differ from the library`);
+  return bad || !n ? 1 : 0;
+}
+
 const args = process.argv.slice(2);
-if (args[0] === '--compare') {
+if (args[0] === '--cases') {
+  cases(args[1], args[2]).then((rc) => process.exit(rc), (e) => {
+    console.error(`tok_oracle.js: ${e.message}`);
+    process.exit(1);
+  });
+} else if (args[0] === '--compare') {
   process.exit(compare(args[1], args[2], args[3], Number(args[4] || 10)));
 } else if (args.length === 3) {
   dump(args[0], args[1], args[2]).catch((e) => {

