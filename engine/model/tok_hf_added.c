@@ -204,12 +204,11 @@ static int build_tries(struct dps_tok_hf *t, char *err, size_t errlen)
 		int rc;
 
 		if (!len)
-			return hf_fail(err, errlen, "added token \"%.60s\" normalizes to nothing",
-				       tk->content);
+			continue; /* normalized to nothing: the library's matcher never finds it */
 		rc = trie_add(tr, p, len, (int32_t)i);
 		if (rc == -EEXIST)
-			return hf_fail(err, errlen, "two added tokens match \"%.60s\" (the library "
-				       "refuses duplicate patterns)", p);
+			return hf_fail(err, errlen, "two added tokens match \"%.60s\" (which one the "
+				       "library finds depends on its hash order)", p);
 		if (rc)
 			return rc;
 		if (tk->normalized)
