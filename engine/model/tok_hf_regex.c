@@ -10,8 +10,8 @@
  * the same text differently, the pattern is translated before PCRE2 sees it:
  *   \s \S    Oniguruma: the White_Space property; PCRE2 adds U+180E    -> \p{White_Space}
  *   \d \D    Unicode decimal digits in both                             -> \p{Nd}
- *   \w \W    Oniguruma: Alphabetic, marks, decimal digits, connectors and
- *            the Latin-1 digits ² ³ ¹ ¼ ½ ¾; PCRE2: letters, numbers, '_' -> [\p{Alphabetic}..]
+ *   \w \W    Oniguruma: Alphabetic, marks, decimal digits, connectors (and
+ *            outside a class ² ³ ¹ ¼ ½ ¾); PCRE2: letters, numbers, '_'   -> [\p{Alphabetic}..]
  *   \b \B    boundaries of that \w                                      -> look-arounds
  *   \h \H    Oniguruma: a hexadecimal digit; PCRE2: horizontal space    -> [0-9a-fA-F]
  *   \v       Oniguruma: vertical tab only                               -> \x0b
@@ -20,6 +20,7 @@
  *   (?m)     Ruby's m is "dot matches newline"                          -> (?s)
  *   x{,n}    Oniguruma: {0,n}; PCRE2: literal text                      -> x{0,n}
  *   ^ $      Ruby's anchors are always at line boundaries               -> PCRE2_MULTILINE
+ *   (?i)ß    Oniguruma folds to several characters ("ss"), PCRE2 to one -> refused
  * and what has no translation is refused by name: POSIX brackets, nested classes and class
  * intersections, negated sets inside a class where the tables differ, \Q..\E.
  *
@@ -35,13 +36,17 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <utf8proc.h>
 
 #include "common/dps.h"
 #include "engine/model/tok_hf_int.h"
 
-/* Oniguruma's \w (Alphabetic, marks, decimal digits, connectors, and the Latin-1 digits its
- * tables count as word characters) and the regex crate's (with the joiners), as class bodies. */
-#define ONIG_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}"
+/* Oniguruma's \w: Alphabetic, marks, decimal digits and connectors; on its own (and for \W, \b,
+ * \B) also the Latin-1 digits ² ³ ¹ ¼ ½ ¾, which its single-byte tables count as word
+ * characters, but not inside a class, which reads the Unicode tables. And the regex crate's
+ * (with the joiners). As class bodies. */
+#define ONIG_WORD_IN_CLASS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}"
+#define ONIG_WORD ONIG_WORD_IN_CLASS "\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}"
 #define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
 
 /* General categories by short and long name (compared without case, spaces, '_' or '-'). */
@@ -256,7 +261,8 @@ static int escape(struct hf_buf *o, const char *p, size_t len, size_t *i, int in
 		return emit_set(o, "\\p{Nd}", 1, "Nd", e == 'D', in_class, where, err, errlen);
 	case 'w':
 	case 'W':
-		return emit_set(o, ONIG_WORD, 0, "Word", e == 'W', in_class, where, err, errlen);
+		return emit_set(o, in_class ? ONIG_WORD_IN_CLASS : ONIG_WORD, 0, "Word", e == 'W',
+				in_class, where, err, errlen);
 	case 'h':
 		add = in_class ? "0-9a-fA-F" : "[0-9a-fA-F]";
 		break;
@@ -323,11 +329,45 @@ static int options(struct hf_buf *o, const char *p, size_t len, size_t *i)
 	return 0;
 }
 
+/* Oniguruma folds case to several characters (ß matches "ss" under (?i)), PCRE2 to one: a
+ * caseless pattern holding such a character is refused. */
+static int caseless_multi(const char *p, size_t len, const char *where, char *err,
+			  size_t errlen)
+{
+	int caseless = 0;
+
+	for (size_t i = 0; i + 2 < len && !caseless; i++) {
+		if (p[i] == '(' && p[i + 1] == '?' && (i == 0 || p[i - 1] != '\\')) {
+			for (size_t k = i + 2; k < len && p[k] != ')' && p[k] != ':' && p[k] != '-';
+			     k++)
+				caseless |= p[k] == 'i';
+		}
+	}
+	for (size_t i = 0; caseless && i < len;) {
+		size_t cl;
+		const uint32_t cp = hf_utf8_next(p + i, &cl);
+		utf8proc_int32_t dst[8];
+		int last = 0;
+
+		if (cp >= 0x80 &&
+		    utf8proc_decompose_char((utf8proc_int32_t)cp, dst, 8, UTF8PROC_CASEFOLD, &last) > 1)
+			return hf_fail(err, errlen, "%s: a caseless pattern with \"%.*s\", whose case "
+				       "folding is several characters, is not supported (Oniguruma "
+				       "matches the characters, PCRE2 does not)", where, (int)cl,
+				       p + i);
+		i += cl;
+	}
+	return 0;
+}
+
 static int translate(struct hf_buf *o, const char *p, size_t len, const char *where, char *err,
 		     size_t errlen)
 {
 	int in_class = 0, rc;
 	size_t i = 0, class_at = 0;
+
+	if ((rc = caseless_multi(p, len, where, err, errlen)))
+		return rc;
 
 	while (i < len) {
 		const char ch = p[i];
