@@ -34,7 +34,7 @@ static int null_field(json_t *root, const char *field, char *err, size_t errlen)
 }
 
 /* The lookups that need every part. */
-static int finish(struct dps_tok_hf *t)
+static int finish(struct dps_tok_hf *t, char *err, size_t errlen)
 {
 	t->n_ids = t->bpe.n_ids;
 	t->max_piece = t->bpe.max_len;
@@ -48,6 +48,14 @@ static int finish(struct dps_tok_hf *t)
 		if (a->pattern_len > t->max_piece)
 			t->max_piece = a->pattern_len;
 	}
+	/* The library adds a template's ids as written; one that is no token would make an id
+	 * past the vocabulary (and decode to nothing). */
+	for (size_t i = 0; i < t->n_post; i++)
+		for (size_t k = 0; k < t->post[i].n; k++)
+			if (t->post[i].ids[k] >= t->n_ids)
+				return hf_fail(err, errlen, "post_processor: special token id %d is "
+					       "not a token (the vocabulary and added tokens end at "
+					       "%d)", t->post[i].ids[k], t->n_ids - 1);
 	t->added_of_id = malloc(((size_t)t->n_ids + 1) * sizeof(*t->added_of_id));
 	t->special_id = calloc((size_t)t->n_ids + 1, 1);
 	if (!t->added_of_id || !t->special_id)
@@ -129,7 +137,7 @@ int dps_tok_hf_load_mem(struct dps_tok_hf **out, const char *json, size_t len,
 		if ((rc = hf_dec_load(t, v, 0, err, errlen)))
 			goto err;
 	}
-	if ((rc = finish(t)))
+	if ((rc = finish(t, err, errlen)))
 		goto err;
 	if (config) {
 		/* Its model_max_length is often 1e30, written as an integer: read numbers as reals
@@ -306,7 +314,7 @@ int hf_ctx_emit(struct hf_ctx *c, int32_t id)
 	return 0;
 }
 
-static void ctx_free(struct hf_ctx *c)
+void hf_ctx_free(struct hf_ctx *c)
 {
 	free(c->ids);
 	if (c->md)
@@ -423,6 +431,6 @@ int dps_tok_hf_encode(const struct dps_tok_hf *t, const char *text, size_t len, 
 		rc = encode_text(&c, text, len);
 	if (!rc)
 		rc = hf_post_apply(t, flags, c.ids, c.n, max_ids, ids, n);
-	ctx_free(&c);
+	hf_ctx_free(&c);
 	return rc == -EIO ? -ENOMEM : rc;
 }

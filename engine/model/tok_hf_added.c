@@ -157,8 +157,7 @@ static int normalize_content(const struct dps_tok_hf *t, struct hf_added_tok *tk
 			tk->pattern_len = (uint32_t)out.len;
 		}
 	}
-	hf_buf_free(&c.norm[0]);
-	hf_buf_free(&c.norm[1]);
+	hf_ctx_free(&c);
 	return rc;
 }
 

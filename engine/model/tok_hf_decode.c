@@ -651,9 +651,6 @@ err:
 		hf_buf_free(&l[i].text);
 		free(l[i].at);
 	}
-	if (c.md)
-		pcre2_match_data_free(c.md);
-	pcre2_match_context_free(c.mctx);
-	pcre2_jit_stack_free(c.jit);
+	hf_ctx_free(&c);
 	return rc;
 }

@@ -373,6 +373,8 @@ struct hf_ctx {
 	size_t cache_at_cap;
 	struct hf_buf cache_ids;         /* int32 ids of the cached words */
 };
+/* Frees what a context holds (the context itself is the caller's). */
+void hf_ctx_free(struct hf_ctx *c);
 /* Appends id; -E2BIG past the limit. */
 int hf_ctx_emit(struct hf_ctx *c, int32_t id);
 
