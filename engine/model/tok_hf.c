@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "common/dps.h"
+#include "common/utf8.h"
 #include "engine/model/tok_hf_int.h"
 
 static int null_field(json_t *root, const char *field, char *err, size_t errlen)
@@ -96,6 +97,7 @@ int dps_tok_hf_load_mem(struct dps_tok_hf **out, const char *json, size_t len,
 	*out = NULL;
 	if (!t)
 		return -ENOMEM;
+	hf_byte_table_init();
 	if ((rc = parse(&root, "tokenizer.json", json, len, 0, err, errlen)))
 		goto err;
 	if (!json_is_object(root)) {
@@ -418,10 +420,18 @@ int dps_tok_hf_encode(const struct dps_tok_hf *t, const char *text, size_t len, 
 {
 	struct hf_ctx c = { .t = t, .limit = (size_t)-1 };
 	size_t times, specials;
+	char *valid = NULL;
 	int rc = 0;
 
 	*ids = NULL;
 	*n = 0;
+	if (!dps_utf8_valid(text, len)) {
+		/* The caller should have (tok.c does): read it as from_utf8_lossy would. */
+		valid = dps_utf8_lossy(text, len, &len);
+		if (!valid)
+			return -ENOMEM;
+		text = valid;
+	}
 	hf_post_counts(t, flags, &times, &specials);
 	if (max_ids && specials > max_ids)
 		return -E2BIG;
@@ -432,5 +442,6 @@ int dps_tok_hf_encode(const struct dps_tok_hf *t, const char *text, size_t len, 
 	if (!rc)
 		rc = hf_post_apply(t, flags, c.ids, c.n, max_ids, ids, n);
 	hf_ctx_free(&c);
+	free(valid);
 	return rc == -EIO ? -ENOMEM : rc;
 }

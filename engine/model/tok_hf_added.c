@@ -16,6 +16,7 @@
  * tokens, as the library's automaton does not.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,29 +269,31 @@ int hf_added_load(struct dps_tok_hf *t, json_t *arr, char *err, size_t errlen)
 	return build_tries(t, err, errlen);
 }
 
-/* The regex crate's \w (Alphabetic, marks, decimal digits, connectors, joiners) at s. */
-static int word_char(const char *s, size_t n)
+/* The regex crate's \w (Alphabetic, marks, decimal digits, connectors, joiners), compiled
+ * once for every tokenizer. */
+static struct hf_regex word_re;
+
+static void word_re_compile(void)
 {
 	static const char pattern[] = "[\\p{_RWord}]";
-	static struct hf_regex re;
-	static int state; /* 0 not compiled, 1 compiling, 2 ready */
+	char err[160];
+
+	if (hf_regex_compile(&word_re, pattern, sizeof(pattern) - 1, HF_RE_ONIG, "\\w", err,
+			     sizeof(err)))
+		word_re.re = NULL;
+}
+
+static int word_char(const char *s, size_t n)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pcre2_match_data *md;
-	int expect = 0, rc;
+	int rc;
 
-	if (__atomic_compare_exchange_n(&state, &expect, 1, 0, __ATOMIC_ACQ_REL,
-					__ATOMIC_ACQUIRE)) {
-		char err[160];
-
-		if (hf_regex_compile(&re, pattern, sizeof(pattern) - 1, HF_RE_ONIG, "\\w", err,
-				     sizeof(err)))
-			re.re = NULL;
-		__atomic_store_n(&state, 2, __ATOMIC_RELEASE);
-	}
-	while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2)
-		; /* another thread compiles it, once */
-	if (!re.re || !(md = pcre2_match_data_create(1, NULL)))
+	pthread_once(&once, word_re_compile);
+	if (!word_re.re || !(md = pcre2_match_data_create(1, NULL)))
 		return 0;
-	rc = pcre2_match(re.re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, md, NULL);
+	rc = pcre2_match(word_re.re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, md,
+			 NULL);
 	pcre2_match_data_free(md);
 	return rc >= 0;
 }

@@ -609,7 +609,9 @@ int dps_tok_hf_decode(const struct dps_tok_hf *t, const int *ids, size_t n, unsi
 		size_t tl;
 		const char *s = hf_id_token(t, ids[i], &tl);
 
-		if (!s || ((flags & DPS_TOK_SKIP_SPECIAL) && hf_map_get(&t->special, s, tl) >= 0))
+		/* special_id holds whether the string is in the special set, as the library
+		 * tests it. */
+		if (!s || ((flags & DPS_TOK_SKIP_SPECIAL) && t->special_id[ids[i]]))
 			continue;
 		rc = strs_add(&l[0], s, tl);
 	}

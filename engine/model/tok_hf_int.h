@@ -311,7 +311,9 @@ struct dps_tok_hf {
 	uint32_t max_captures;           /* over every regex, for the match data */
 };
 
-/* GPT-2's byte alphabet: the byte character cp stands for, or -1. */
+/* GPT-2's byte alphabet: the tables, made by every load (before any thread shares the
+ * tokenizer; later calls only read a flag), and the byte character cp stands for, or -1. */
+void hf_byte_table_init(void);
 int hf_byte_of_char(uint32_t cp);
 /* Metaspace's prepend_scheme (and the older add_prefix_space) of object v at path. */
 int hf_prepend_scheme(struct json_t *v, const char *path, enum hf_prepend *out, char *err,

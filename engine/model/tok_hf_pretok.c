@@ -15,6 +15,7 @@
  * follows; empty parts are dropped.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,14 +41,10 @@ static int byte_is_self(int b)
 	return (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
 }
 
-static void byte_table_init(void)
+static void byte_tables(void)
 {
-	static int done;
 	uint32_t n = 0;
 
-	if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
-		return;
-	/* Racing threads write the same values. */
 	for (int b = 0; b < 256; b++) {
 		const uint32_t cp = byte_is_self(b) ? (uint32_t)b : 256 + n++;
 		char tmp[4];
@@ -61,12 +58,17 @@ static void byte_table_init(void)
 	n = 0;
 	for (int b = 0; b < 256; b++)
 		char_byte[byte_is_self(b) ? (uint32_t)b : 256 + n++] = (int16_t)b;
-	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+}
+
+void hf_byte_table_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, byte_tables);
 }
 
 int hf_byte_of_char(uint32_t cp)
 {
-	byte_table_init();
 	return cp < 256 + 68 ? char_byte[cp] : -1;
 }
 
@@ -163,7 +165,7 @@ int hf_pre_load(struct dps_tok_hf *t, json_t *v, int depth, char *err, size_t er
 		return rc;
 	if (!strcmp(type, "ByteLevel")) {
 		op->kind = HF_PRE_BYTELEVEL;
-		byte_table_init();
+		hf_byte_table_init();
 		if ((rc = hf_json_bool(v, "pre_tokenizer ByteLevel", "add_prefix_space", -1,
 				       &op->add_prefix_space, err, errlen)) ||
 		    (rc = hf_json_bool(v, "pre_tokenizer ByteLevel", "use_regex", 1, &op->use_regex,
