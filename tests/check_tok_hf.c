@@ -266,6 +266,27 @@ START_TEST(test_refusals)
 		"does not compile");
 	refused(TOK("[]", "null", SPLIT(" ", "Sideways"), "null", "null", BPE("", "{}", "[]")),
 		"Split.behavior \"Sideways\"");
+	/* Every other type of the library, by name. */
+	{
+		static const char *const others[][2] = {
+			{ "normalizer", "Nmt" },           { "normalizer", "ByteLevel" },
+			{ "pre_tokenizer", "CharDelimiterSplit" },
+			{ "pre_tokenizer", "UnicodeScripts" },
+			{ "pre_tokenizer", "FixedLength" },
+			{ "decoder", "BPEDecoder" },   { "model", "WordLevel" },
+		};
+		for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+			char q[256], want[96];
+
+			if (!strcmp(others[i][0], "model"))
+				snprintf(q, sizeof(q), "{'model':{'type':'%s','vocab':{}}}", others[i][1]);
+			else
+				snprintf(q, sizeof(q), "{'%s':{'type':'%s'},'model':" BPE("", "{}", "[]")
+					 "}", others[i][0], others[i][1]);
+			snprintf(want, sizeof(want), "%s type \"%s\"", others[i][0], others[i][1]);
+			refused(q, want);
+		}
+	}
 	refused("{'version':'2.0','model':" BPE("", "{}", "[]") "}", "version is not \"1.0\"");
 	refused("[1, 2", "line 1");
 	refused("{'model':" BPE("", "{}", "[]") ",'added_tokens':[{'id':0,'content':'x'}]}",

@@ -119,10 +119,10 @@ static int load_vocab(struct hf_bpe *b, json_t *vocab, char *err, size_t errlen)
 		key = json_object_iter_key(iter);
 		klen = json_object_iter_key_len(iter);
 		v = json_object_iter_value(iter);
-		if (!json_is_integer(v) || (id = json_integer_value(v)) < 0 || id > INT32_MAX - 1)
+		if (!json_is_integer(v) || (id = json_integer_value(v)) < 0 || id > HF_MAX_ID)
 			return hf_fail(err, errlen,
-				       "model.vocab[\"%.40s\"] is not an integer id in [0, %d]",
-				       key, INT32_MAX - 1);
+				       "model.vocab[\"%.40s\"] is not an integer id in [0, %d] (ids "
+				       "index tables of the vocabulary's size)", key, HF_MAX_ID);
 		rc = hf_map_put(&b->vocab, key, klen, (int32_t)id);
 		if (rc)
 			return rc;

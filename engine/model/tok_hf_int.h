@@ -32,6 +32,8 @@ struct json_t;
 /* Operations of one kind in one file, nested Sequences flattened; and Sequence nesting. */
 #define HF_MAX_OPS 32
 #define HF_MAX_DEPTH 8
+/* The largest id a vocabulary may give (the largest real ones are near 2^18). */
+#define HF_MAX_ID ((1 << 24) - 1)
 /* The longest word the BPE cache of an encode call keeps (the library's MAX_LENGTH). */
 #define HF_CACHE_MAX_WORD 256
 
