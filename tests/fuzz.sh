@@ -12,7 +12,7 @@ fail=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/dps-fuzz.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 
-for target in safetensors config tokenizer llama2c conf request http jinja; do
+for target in safetensors config tokenizer llama2c conf request http jinja tok_hf; do
 	corpus=$src/tests/fuzz/corpus/$target
 	if ! "$build/tests/fuzz_${target}_replay" -n 50000 "$corpus"/*; then
 		echo "FAIL: replay of $target"
@@ -23,13 +23,14 @@ for target in safetensors config tokenizer llama2c conf request http jinja; do
 	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
 		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/model/safetensors.c $src/engine/model/model_config.c"
 		srcs="$srcs $src/engine/model/convert.c $src/engine/model/ckpt.c"
-		srcs="$srcs $(ls "$src"/engine/model/tok*.c 2>/dev/null) $src/common/utf8.c"
+		srcs="$srcs $(ls "$src"/engine/model/tok*.c) $src/common/utf8.c"
 		srcs="$srcs $src/engine/api/request.c $src/engine/api/http_parse.c $src/common/json.c"
 		srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c $src/common/conf.c"
 		srcs="$srcs $src/engine/model/chat.c $src/engine/model/jinja_*.c"
 		# shellcheck disable=SC2086
 		if ! clang -g -O1 -fsanitize=fuzzer,address,undefined -include "$build/config.h" \
-			-I"$src" -I"$build" $srcs $(pkg-config --cflags --libs jansson liburing libpcre2-8 libutf8proc) -lhttp_parser -lm \
+			-I"$src" -I"$build" $srcs \
+			$(pkg-config --cflags --libs jansson liburing libpcre2-8 libutf8proc) -lhttp_parser -lm \
 			-o "$work/fuzz_$target" 2>"$work/cc.log"; then
 			cat "$work/cc.log"
 			echo "FAIL: cannot build the libFuzzer target $target"
