@@ -331,28 +331,60 @@ static int sym_add(struct hf_ctx *c, size_t *n, int32_t id, uint32_t len)
 	return 0;
 }
 
-static int heap_less(const struct hf_merge *a, const struct hf_merge *b)
+/*
+ * The merge queue: a 4-ary min-heap on (rank, pos) packed in one 64-bit key (a shallower heap
+ * with one comparison per step: the queue of a long word is most of its encode). Equal keys
+ * are the same pair at the same place, so their order does not matter.
+ */
+static int heap_grow(struct hf_ctx *c, size_t n)
 {
-	return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
-}
+	if (n <= c->heap_cap)
+		return 0;
+	{
+		size_t cap = c->heap_cap ? c->heap_cap : 64;
+		struct hf_merge *h;
 
-static int heap_push(struct hf_ctx *c, size_t *n, struct hf_merge m)
-{
-	size_t i;
-
-	if (*n == c->heap_cap) {
-		const size_t cap = c->heap_cap ? 2 * c->heap_cap : 64;
-		struct hf_merge *h = realloc(c->heap, cap * sizeof(*h));
-
+		while (cap < n)
+			cap *= 2;
+		h = realloc(c->heap, cap * sizeof(*h));
 		if (!h)
 			return -ENOMEM;
 		c->heap = h;
 		c->heap_cap = cap;
 	}
-	for (i = (*n)++; i > 0; i = (i - 1) / 2) {
-		const size_t up = (i - 1) / 2;
+	return 0;
+}
 
-		if (!heap_less(&m, &c->heap[up]))
+static void sift_down(struct hf_merge *h, size_t n, size_t i, struct hf_merge m)
+{
+	for (;;) {
+		const size_t k0 = 4 * i + 1;
+		size_t k = k0;
+
+		if (k0 >= n)
+			break;
+		for (size_t j = k0 + 1; j < k0 + 4 && j < n; j++)
+			if (h[j].key < h[k].key)
+				k = j;
+		if (h[k].key >= m.key)
+			break;
+		h[i] = h[k];
+		i = k;
+	}
+	h[i] = m;
+}
+
+static int heap_push(struct hf_ctx *c, size_t *n, struct hf_merge m)
+{
+	size_t i;
+	int rc = heap_grow(c, *n + 1);
+
+	if (rc)
+		return rc;
+	for (i = (*n)++; i > 0; i = (i - 1) / 4) {
+		const size_t up = (i - 1) / 4;
+
+		if (m.key >= c->heap[up].key)
 			break;
 		c->heap[i] = c->heap[up];
 	}
@@ -362,29 +394,15 @@ static int heap_push(struct hf_ctx *c, size_t *n, struct hf_merge m)
 
 static struct hf_merge heap_pop(struct hf_ctx *c, size_t *n)
 {
-	struct hf_merge top = c->heap[0];
-	const struct hf_merge last = c->heap[--(*n)];
-	size_t i = 0;
+	const struct hf_merge top = c->heap[0];
 
-	for (;;) {
-		size_t k = 2 * i + 1;
-
-		if (k >= *n)
-			break;
-		if (k + 1 < *n && heap_less(&c->heap[k + 1], &c->heap[k]))
-			k++;
-		if (!heap_less(&c->heap[k], &last))
-			break;
-		c->heap[i] = c->heap[k];
-		i = k;
-	}
-	if (*n)
-		c->heap[i] = last;
+	if (--(*n))
+		sift_down(c->heap, *n, 0, c->heap[*n]);
 	return top;
 }
 
-/* Pushes the merge of the pair starting at symbol pos, if there is one. */
-static int push_pair(struct hf_ctx *c, size_t *hn, int32_t pos)
+/* The merge of the pair starting at symbol pos into *m; 0 when there is none. */
+static int pair_at(const struct hf_ctx *c, int32_t pos, struct hf_merge *m)
 {
 	const struct hf_bpe *b = &c->t->bpe;
 	const struct hf_sym *s = &c->sym[pos];
@@ -395,23 +413,38 @@ static int push_pair(struct hf_ctx *c, size_t *hn, int32_t pos)
 	slot = merge_find(b, s->c, c->sym[s->next].c);
 	if (slot < 0)
 		return 0;
-	return heap_push(c, hn, (struct hf_merge){ .rank = b->merges[slot].rank, .pos = (uint32_t)pos,
-						  .new_id = b->merges[slot].new_id });
+	m->key = (uint64_t)b->merges[slot].rank << 32 | (uint32_t)pos;
+	m->new_id = b->merges[slot].new_id;
+	return 1;
 }
 
-/* Word::merge_all. */
+/* Pushes the merge of the pair starting at symbol pos, if there is one. */
+static int push_pair(struct hf_ctx *c, size_t *hn, int32_t pos)
+{
+	struct hf_merge m;
+
+	return pair_at(c, pos, &m) ? heap_push(c, hn, m) : 0;
+}
+
+/* Word::merge_all: the same merges in the same order as the library's binary heap. */
 static int merge_all(struct hf_ctx *c, size_t n)
 {
 	const struct hf_bpe *b = &c->t->bpe;
 	size_t hn = 0;
 	int rc;
 
+	/* The word's pairs, heapified at once (O(n)). */
+	if ((rc = heap_grow(c, n)))
+		return rc;
 	for (size_t i = 0; i + 1 < n; i++)
-		if ((rc = push_pair(c, &hn, (int32_t)i)))
-			return rc;
+		hn += (size_t)pair_at(c, (int32_t)i, &c->heap[hn]);
+	for (size_t i = hn / 4 + 1; i-- > 0;)
+		if (i < hn)
+			sift_down(c->heap, hn, i, c->heap[i]);
 	while (hn) {
 		const struct hf_merge top = heap_pop(c, &hn);
-		struct hf_sym *s = &c->sym[top.pos];
+		const uint32_t pos = (uint32_t)top.key;
+		struct hf_sym *s = &c->sym[pos];
 		struct hf_sym right;
 		long slot;
 
@@ -426,10 +459,10 @@ static int merge_all(struct hf_ctx *c, size_t n)
 		s->len += right.len;
 		s->next = right.next;
 		if (right.next >= 0)
-			c->sym[right.next].prev = (int32_t)top.pos;
+			c->sym[right.next].prev = (int32_t)pos;
 		if (s->prev >= 0 && (rc = push_pair(c, &hn, s->prev)))
 			return rc;
-		if ((rc = push_pair(c, &hn, (int32_t)top.pos)))
+		if ((rc = push_pair(c, &hn, (int32_t)pos)))
 			return rc;
 	}
 	return 0;

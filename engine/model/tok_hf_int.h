@@ -367,7 +367,7 @@ struct hf_ctx {
 	} *sym;
 	size_t sym_cap;
 	struct hf_merge {
-		uint32_t rank, pos;
+		uint64_t key;            /* rank << 32 | pos: the order, in one comparison */
 		int32_t new_id;
 	} *heap;
 	size_t heap_cap;
