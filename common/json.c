@@ -105,3 +105,23 @@ int dps_json_num(json_t *v, const char *name, double lo, double hi, double *out,
 	*out = d;
 	return 0;
 }
+
+int dps_json_load_object(const char *buf, size_t len, json_t **out, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+
+	*out = NULL;
+	if (!root) {
+		snprintf(err, errlen, "not JSON: %s (line %d, column %d)", je.text, je.line,
+			 je.column);
+		return -EINVAL;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		snprintf(err, errlen, "the request must be a JSON object");
+		return -EINVAL;
+	}
+	*out = root;
+	return 0;
+}

@@ -34,4 +34,12 @@ int dps_json_int(struct json_t *v, const char *name, long lo, long hi, long *out
 int dps_json_num(struct json_t *v, const char *name, double lo, double hi, double *out,
 		 char *err, size_t errlen);
 
+/*
+ * Parses len bytes of a request body that must be one JSON object (duplicate keys refused)
+ * into *out (the caller's reference). Returns 0 or -EINVAL with "not JSON: ..." (the parser's
+ * words, line and column) or "the request must be a JSON object" in err.
+ */
+int dps_json_load_object(const char *buf, size_t len, struct json_t **out, char *err,
+			 size_t errlen);
+
 #endif

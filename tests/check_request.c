@@ -229,6 +229,18 @@ START_TEST(test_text_prompt)
 }
 END_TEST
 
+/* r's prompt is exactly tok's ids of text without special tokens. */
+static void prompt_is(const struct dps_request *r, const struct dps_tok *tok, const char *text)
+{
+	int *ids;
+	size_t n;
+
+	ck_assert_int_eq(dps_tok_encode(tok, text, strlen(text), 0, 0, &ids, &n), 0);
+	ck_assert_msg(r->n_prompt == (int)n && !memcmp(r->prompt, ids, n * sizeof(int)),
+		      "the prompt is not the ids of '%s'", text);
+	free(ids);
+}
+
 /* A chat body through a template of ours (the oracle: the text written into each case). */
 START_TEST(test_chat)
 {
@@ -257,18 +269,9 @@ START_TEST(test_chat)
 	       "\"Lily\"}, {\"type\": \"text\", \"text\": \"Ben\"}]}]}";
 	ck_assert_msg(!dps_request_parse(body, strlen(body), DPS_REQ_CHAT, &l, &r, err, sizeof(err)),
 		      "%s", err);
-	{
-		const char *want = "<user>Lily\nBen</user><assistant>";
-		int *ids;
-		size_t n;
-
-		ck_assert_int_eq(dps_tok_encode(tok, want, strlen(want), 0, 0, &ids, &n), 0);
-		ck_assert_int_eq(r.n_prompt, (int)n);
-		ck_assert(!memcmp(r.prompt, ids, n * sizeof(int)));
-		ck_assert_int_eq(r.p.max_tokens, 100 - r.n_prompt);
-		ck_assert(r.chat);
-		free(ids);
-	}
+	prompt_is(&r, tok, "<user>Lily\nBen</user><assistant>");
+	ck_assert_int_eq(r.p.max_tokens, 100 - r.n_prompt);
+	ck_assert(r.chat);
 	/* continue_final_message: the text ends after the final message, its trailing space
 	 * kept only when it has no leading one (transformers' rule). */
 	body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
@@ -276,31 +279,18 @@ START_TEST(test_chat)
 	       "\"continue_final_message\": true, \"max_tokens\": 4}";
 	ck_assert_msg(!dps_request_parse(body, strlen(body), DPS_REQ_CHAT, &l, &w, err, sizeof(err)),
 		      "%s", err);
-	{
-		const char *want = "<user>Hi</user><assistant>Once ";
-		int *ids;
-		size_t n;
-
-		ck_assert_int_eq(dps_tok_encode(tok, want, strlen(want), 0, 0, &ids, &n), 0);
-		ck_assert_int_eq(w.n_prompt, (int)n);
-		ck_assert(!memcmp(w.prompt, ids, n * sizeof(int)));
-		free(ids);
-	}
+	prompt_is(&w, tok, "<user>Hi</user><assistant>Once ");
 	dps_request_free(&w);
 	body = "{\"messages\": [{\"role\": \"assistant\", \"content\": \" Once \"}], "
 	       "\"add_generation_prompt\": false, \"continue_final_message\": true}";
 	ck_assert_msg(!dps_request_parse(body, strlen(body), DPS_REQ_CHAT, &l, &w, err, sizeof(err)),
 		      "%s", err);
+	prompt_is(&w, tok, "<assistant> Once"); /* stripped: the space goes */
 	{
-		const char *want = "<assistant> Once"; /* stripped: the space goes */
+		/* the check can fail: the unstripped text encodes otherwise */
 		int *ids;
 		size_t n;
 
-		ck_assert_int_eq(dps_tok_encode(tok, want, strlen(want), 0, 0, &ids, &n), 0);
-		ck_assert_int_eq(w.n_prompt, (int)n);
-		ck_assert(!memcmp(w.prompt, ids, n * sizeof(int)));
-		/* the check can fail: the unstripped text encodes otherwise */
-		free(ids);
 		ck_assert_int_eq(dps_tok_encode(tok, "<assistant> Once ", 17, 0, 0, &ids, &n), 0);
 		ck_assert(w.n_prompt != (int)n || memcmp(w.prompt, ids, n * sizeof(int)));
 		free(ids);

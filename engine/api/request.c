@@ -569,7 +569,6 @@ int dps_request_parse(const char *json, size_t len, enum dps_req_format fmt,
 		      size_t errlen)
 {
 	struct pstate ps = { .add_special = -1, .add_generation_prompt = 1 };
-	json_error_t je;
 	json_t *root, *v;
 	const char *key;
 	int rc = 0;
@@ -582,16 +581,9 @@ int dps_request_parse(const char *json, size_t len, enum dps_req_format fmt,
 	out->p.sampling.top_p = lim->default_top_p > 0 ? lim->default_top_p : 1.0f;
 	out->p.sampling.top_k = lim->default_top_k > 0 ? lim->default_top_k : 0;
 	out->p.deadline_ns = (uint64_t)lim->default_timeout_ms * 1000000ull;
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-	if (!root) {
-		snprintf(err, errlen, "not JSON: %s (line %d, column %d)", je.text, je.line,
-			 je.column);
-		return -EINVAL;
-	}
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return bad(err, errlen, "the request must be a JSON %s", "object");
-	}
+	rc = dps_json_load_object(json, len, &root, err, errlen);
+	if (rc)
+		return rc;
 	json_object_foreach(root, key, v) {
 		if (json_is_null(v) && fmt != DPS_REQ_LINE && strcmp(key, "prompt") &&
 		    strcmp(key, "messages"))

@@ -82,23 +82,15 @@ int dps_tokenize_answer(const char *body, size_t len, const struct dps_req_limit
 {
 	struct dps_req_limits l = *lim;
 	struct dps_request r;
-	json_error_t je;
 	json_t *root, *v;
 	FILE *o;
 	int rc;
 
 	*resp = NULL;
 	*resp_len = 0;
-	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-	if (!root) {
-		snprintf(err, errlen, "not JSON: %s (line %d, column %d)", je.text, je.line,
-			 je.column);
-		return -EINVAL;
-	}
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return bad(err, errlen, "the request must be a JSON %s", "object");
-	}
+	rc = dps_json_load_object(body, len, &root, err, errlen);
+	if (rc)
+		return rc;
 	rc = model_ok(root, model_name, err, errlen);
 	if (!rc && detok) {
 		rc = detokenize(root, lim, resp, resp_len, err, errlen);
