@@ -4,7 +4,10 @@
  * Hugging Face's own library (tests/tok_oracle.sh, against tests/tok_oracle.js): loads
  * tokenizer.json (and tokenizer_config.json when given) and, for each line of a JSON-lines
  * corpus (each line a JSON string), prints one JSON line with the ids without and with special
- * tokens and the decoding of the latter with and without skipping special tokens. With --bench
+ * tokens and the decoding of the latter with and without skipping special tokens, and the
+ * text the streaming decoder (engine/model/tok.c) gives for those ids, from the start
+ * ("stream") and after a prompt of their first half ("stream_after"; null when that half's
+ * text ends inside a character), special tokens skipped. With --bench
  * it encodes a file's whole text instead and prints the time and rate.
  *
  * Usage: tok_dump [--config CONFIG] TOKENIZER_JSON CORPUS_JSONL
@@ -29,7 +32,41 @@ static void print_ids(const int *ids, size_t n)
 	putchar(']');
 }
 
-static int dump_line(const struct dps_tok_hf *t, const char *s, size_t len)
+/* The text of ids[from..n) streamed after a prompt of ids[0..from), and the flush. */
+static char *streamed(const struct dps_tok *tok, const int *ids, size_t from, size_t n,
+		      size_t *len)
+{
+	struct dps_tok_stream *st;
+	char *out = NULL;
+	const char *p;
+	size_t l;
+	FILE *o;
+	int rc;
+
+	if (dps_tok_stream_new(&st, tok, ids, from, DPS_TOK_SKIP_SPECIAL))
+		return NULL;
+	o = open_memstream(&out, len);
+	if (!o) {
+		dps_tok_stream_free(st);
+		return NULL;
+	}
+	rc = 0;
+	for (size_t i = from; i < n && !rc; i++)
+		if (!(rc = dps_tok_stream_step(st, ids[i], &p, &l)))
+			fwrite(p, 1, l, o);
+	if (!rc && !(rc = dps_tok_stream_flush(st, &p, &l)))
+		fwrite(p, 1, l, o);
+	fclose(o);
+	dps_tok_stream_free(st);
+	if (rc) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+static int dump_line(const struct dps_tok_hf *t, const struct dps_tok *tok, const char *s,
+		     size_t len)
 {
 	int *plain = NULL, *sp = NULL;
 	size_t np, ns, dl, dsl;
@@ -44,6 +81,21 @@ static int dump_line(const struct dps_tok_hf *t, const char *s, size_t len)
 	if (!rc)
 		rc = dps_tok_hf_decode(t, sp, ns, DPS_TOK_SKIP_SPECIAL, &dec_skip, &dsl);
 	if (!rc) {
+		size_t sl, al, hl;
+		char *str = streamed(tok, sp, 0, ns, &sl), *after = NULL, *half = NULL;
+
+		if (!str)
+			rc = -ENOMEM;
+		if (!rc && (rc = dps_tok_decode(tok, sp, ns / 2, DPS_TOK_SKIP_SPECIAL, &half, &hl)))
+			;
+		else if (!rc && !memmem(half, hl, "\xef\xbf\xbd", 3) &&
+			 !(after = streamed(tok, sp, ns / 2, ns, &al)))
+			rc = -ENOMEM;
+		if (rc) {
+			free(str);
+			free(half);
+			goto out;
+		}
 		printf("{\"ids\":");
 		print_ids(plain, np);
 		printf(",\"ids_special\":");
@@ -52,8 +104,19 @@ static int dump_line(const struct dps_tok_hf *t, const char *s, size_t len)
 		dps_json_string(stdout, dec, dl);
 		printf(",\"decode_skip\":");
 		dps_json_string(stdout, dec_skip, dsl);
+		printf(",\"stream\":");
+		dps_json_string(stdout, str, sl);
+		printf(",\"stream_after\":");
+		if (after)
+			dps_json_string(stdout, after, al);
+		else
+			printf("null");
 		printf("}\n");
+		free(str);
+		free(after);
+		free(half);
 	}
+out:
 	free(plain);
 	free(sp);
 	free(dec);
@@ -115,6 +178,7 @@ static int bench(const struct dps_tok_hf *t, const char *path, int repeat)
 int main(int argc, char **argv)
 {
 	struct dps_tok_hf *t;
+	struct dps_tok *tok = NULL;
 	const char *config = NULL;
 	char err[512];
 	int a = 1, is_bench = 0, rc;
@@ -152,8 +216,10 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	f = fopen(argv[a + 1], "r");
-	if (!f) {
-		fprintf(stderr, "tok_dump: cannot open %s\n", argv[a + 1]);
+	if (!f || dps_tok_open_hf(&tok, argv[a], config, err, sizeof(err))) {
+		fprintf(stderr, "tok_dump: cannot open %s or %s\n", argv[a + 1], argv[a]);
+		if (f)
+			fclose(f);
 		dps_tok_hf_free(t);
 		return 1;
 	}
@@ -176,7 +242,7 @@ int main(int argc, char **argv)
 				rc = 1;
 				break;
 			}
-			if (dump_line(t, json_string_value(v), json_string_length(v))) {
+			if (dump_line(t, tok, json_string_value(v), json_string_length(v))) {
 				fprintf(stderr, "tok_dump: line %ld: encode failed\n", lineno);
 				rc = 1;
 			}
@@ -187,6 +253,7 @@ int main(int argc, char **argv)
 		free(buf);
 	}
 	fclose(f);
+	dps_tok_free(tok);
 	dps_tok_hf_free(t);
 	return rc;
 }

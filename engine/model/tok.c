@@ -63,6 +63,25 @@ int dps_tok_open(struct dps_tok **out, const char *dir, const struct dps_model_c
 	return 0;
 }
 
+int dps_tok_open_hf(struct dps_tok **out, const char *json_path, const char *config_path,
+		    char *err, size_t errlen)
+{
+	struct dps_tok *t = calloc(1, sizeof(*t));
+	int rc;
+
+	*out = NULL;
+	if (!t)
+		return -ENOMEM;
+	t->kind = DPS_TOK_HF;
+	rc = dps_tok_hf_load(&t->hf, json_path, config_path, err, errlen);
+	if (rc) {
+		dps_tok_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
 void dps_tok_free(struct dps_tok *t)
 {
 	if (!t)

@@ -50,6 +50,10 @@ enum dps_tok_flag {
  */
 int dps_tok_open(struct dps_tok **out, const char *dir, const struct dps_model_config *cfg,
 		 char *err, size_t errlen);
+/* A tokenizer.json file (and a tokenizer_config.json, or NULL) by their paths, for tools and
+ * tests that do not have a model directory. Returns as dps_tok_open. */
+int dps_tok_open_hf(struct dps_tok **out, const char *json_path, const char *config_path,
+		    char *err, size_t errlen);
 void dps_tok_free(struct dps_tok *t);
 
 enum dps_tok_kind dps_tok_kind(const struct dps_tok *t);
