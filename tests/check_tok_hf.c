@@ -409,6 +409,33 @@ END_TEST
 			      "{'type':'Metaspace','replacement':'\xe2\x96\x81','prepend_scheme':'" \
 			      scheme "','split':" split "}", BPE("", V_MS, M_MS))
 
+/* A long word (no pre-tokenizer, as Llama 2) merged piece by piece between the places no merge
+ * crosses: the same ids as merged whole; and with a token that crosses such a place ("a▁"), the
+ * pieces are not used (the ids show the merge across). */
+START_TEST(test_long_word_pieces)
+{
+#define MS_CH "\xe2\x96\x81"
+	char text[1024], want[1024];
+	size_t k = 0, w = 0;
+
+	k += (size_t)snprintf(text + k, sizeof(text) - k, "a");
+	for (int i = 0; i < 100; i++)
+		k += (size_t)snprintf(text + k, sizeof(text) - k, MS_CH "a");
+	w += (size_t)snprintf(want + w, sizeof(want) - w, "1");
+	for (int i = 0; i < 100; i++)
+		w += (size_t)snprintf(want + w, sizeof(want) - w, " 2");
+	expect_ids(PLAIN(BPE("", "{'" MS_CH "':0,'a':1,'" MS_CH "a':2}", "['" MS_CH " a']")), text,
+		   0, want);
+	w = 0;
+	for (int i = 0; i < 100; i++)
+		w += (size_t)snprintf(want + w, sizeof(want) - w, i ? " 3" : "3");
+	w += (size_t)snprintf(want + w, sizeof(want) - w, " 1");
+	expect_ids(PLAIN(BPE("", "{'" MS_CH "':0,'a':1,'" MS_CH "a':2,'a" MS_CH "':3}",
+			     "['a " MS_CH "','" MS_CH " a']")), text, 0, want);
+#undef MS_CH
+}
+END_TEST
+
 START_TEST(test_metaspace)
 {
 	expect_ids(MS("always", "true"), "a b", 0, "3 4");
@@ -716,6 +743,7 @@ int main(void)
 	tcase_add_test(tc, test_pretokenizers);
 	tcase_add_test(tc, test_bytelevel);
 	tcase_add_test(tc, test_metaspace);
+	tcase_add_test(tc, test_long_word_pieces);
 	tcase_add_test(tc, test_added_ids);
 	tcase_add_test(tc, test_added_matching);
 	tcase_add_test(tc, test_post);

@@ -298,6 +298,7 @@ int hf_bpe_load(struct hf_bpe *b, json_t *model, char *err, size_t errlen)
 			return hf_fail(err, errlen, "model.unk_token \"%.60s\" is not in model.vocab",
 				       unk);
 	}
+	hf_bpe_plan_split(b);
 	return 0;
 }
 
@@ -567,7 +568,55 @@ static int cache_put(struct hf_ctx *c, const char *w, size_t len, size_t from)
 	return hf_map_put(&c->cache, w, len, (int32_t)k);
 }
 
+static int bpe_piece(struct hf_ctx *c, const char *w, size_t len);
+
+#define METASPACE "\xe2\x96\x81"
+
+/* Whether a merge can join across the start of w[at] (see split_metaspace). */
+static int joinable_at(const char *w, size_t at)
+{
+	return memcmp(w + at, METASPACE, 3) || (at >= 3 && !memcmp(w + at - 3, METASPACE, 3));
+}
+
+/* split_metaspace: whether any token has a "▁" after another character than "▁". */
+static int metaspace_inside(const struct hf_bpe *b)
+{
+	for (int32_t id = 0; id < b->n_ids; id++) {
+		const char *s = b->id_str[id];
+		const size_t l = b->id_len[id];
+
+		for (size_t i = 1; s && i + 3 <= l; i++)
+			if (!joinable_at(s, i))
+				return 1;
+	}
+	return 0;
+}
+
+void hf_bpe_plan_split(struct hf_bpe *b)
+{
+	b->split_metaspace = !b->prefix && !b->suffix && !b->ignore_merges &&
+			     hf_map_get(&b->vocab, METASPACE, 3) >= 0 && !metaspace_inside(b);
+}
+
 int hf_bpe_word(struct hf_ctx *c, const char *w, size_t len)
+{
+	size_t start = 0;
+	int rc;
+
+	if (!c->t->bpe.split_metaspace || len < HF_CACHE_MAX_WORD)
+		return bpe_piece(c, w, len);
+	for (size_t at = 1; at + 3 <= len; at++) {
+		if (((unsigned char)w[at] & 0xC0) == 0x80 || joinable_at(w, at))
+			continue;
+		if ((rc = bpe_piece(c, w + start, at - start)))
+			return rc;
+		start = at;
+	}
+	return bpe_piece(c, w + start, len - start);
+}
+
+/* One word, or one piece of a word that no merge crosses. */
+static int bpe_piece(struct hf_ctx *c, const char *w, size_t len)
 {
 	const struct hf_bpe *b = &c->t->bpe;
 	const size_t from = c->n;

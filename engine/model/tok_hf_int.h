@@ -174,8 +174,15 @@ struct hf_bpe {
 	char *prefix, *suffix;   /* continuing_subword_prefix, end_of_word_suffix; NULL for null */
 	size_t prefix_len, suffix_len;
 	size_t max_len;          /* longest token in bytes */
+	/* 1 when no token has a "▁" right after another character than "▁" (and there is no
+	 * prefix, suffix or ignore_merges): then no merge joins across such a place, and a long
+	 * word (a Llama-2 text, which has no pre-tokenizer) is merged piece by piece between
+	 * them, with the same result and the cache. */
+	int split_metaspace;
 };
 int hf_bpe_load(struct hf_bpe *b, struct json_t *model, char *err, size_t errlen);
+/* Sets split_metaspace (after the model is loaded). */
+void hf_bpe_plan_split(struct hf_bpe *b);
 void hf_bpe_free(struct hf_bpe *b);
 /* Tokenizes one pre-tokenized piece, appending its ids to the context. Returns 0, -E2BIG or
  * -ENOMEM. */
