@@ -36,33 +36,10 @@ static void print_ids(const int *ids, size_t n)
 static char *streamed(const struct dps_tok *tok, const int *ids, size_t from, size_t n,
 		      size_t *len)
 {
-	struct dps_tok_stream *st;
-	char *out = NULL;
-	const char *p;
-	size_t l;
-	FILE *o;
-	int rc;
+	char *out;
 
-	if (dps_tok_stream_new(&st, tok, ids, from, DPS_TOK_SKIP_SPECIAL))
-		return NULL;
-	o = open_memstream(&out, len);
-	if (!o) {
-		dps_tok_stream_free(st);
-		return NULL;
-	}
-	rc = 0;
-	for (size_t i = from; i < n && !rc; i++)
-		if (!(rc = dps_tok_stream_step(st, ids[i], &p, &l)))
-			fwrite(p, 1, l, o);
-	if (!rc && !(rc = dps_tok_stream_flush(st, &p, &l)))
-		fwrite(p, 1, l, o);
-	fclose(o);
-	dps_tok_stream_free(st);
-	if (rc) {
-		free(out);
-		return NULL;
-	}
-	return out;
+	return dps_tok_stream_text(tok, ids, from, ids + from, n - from, DPS_TOK_SKIP_SPECIAL,
+				   &out, len) ? NULL : out;
 }
 
 static int dump_line(const struct dps_tok_hf *t, const struct dps_tok *tok, const char *s,

@@ -117,34 +117,5 @@ int dps_tool_print_text(FILE *out, const struct dps_tok *tok, const int *ids, si
 int dps_tool_completion_text(const struct dps_tok *tok, const int *prompt, size_t n_prompt,
 			     const int *ids, size_t n, char **text, size_t *len)
 {
-	struct dps_tok_stream *st;
-	const char *p;
-	size_t l;
-	FILE *o;
-	int rc;
-
-	*text = NULL;
-	*len = 0;
-	rc = dps_tok_stream_new(&st, tok, prompt, n_prompt, DPS_TOK_SKIP_SPECIAL);
-	if (rc)
-		return rc;
-	o = open_memstream(text, len);
-	if (!o) {
-		dps_tok_stream_free(st);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < n && !rc; i++) {
-		rc = dps_tok_stream_step(st, ids[i], &p, &l);
-		if (!rc)
-			fwrite(p, 1, l, o);
-	}
-	if (!rc && !(rc = dps_tok_stream_flush(st, &p, &l)))
-		fwrite(p, 1, l, o);
-	fclose(o);
-	dps_tok_stream_free(st);
-	if (rc) {
-		free(*text);
-		*text = NULL;
-	}
-	return rc;
+	return dps_tok_stream_text(tok, prompt, n_prompt, ids, n, DPS_TOK_SKIP_SPECIAL, text, len);
 }

@@ -440,3 +440,37 @@ void dps_tok_stream_free(struct dps_tok_stream *s)
 	free(s->out);
 	free(s);
 }
+
+int dps_tok_stream_text(const struct dps_tok *t, const int *prompt, size_t n_prompt,
+			const int *ids, size_t n, unsigned flags, char **text, size_t *len)
+{
+	struct dps_tok_stream *st;
+	const char *p;
+	size_t l;
+	FILE *o;
+	int rc;
+
+	*text = NULL;
+	*len = 0;
+	rc = dps_tok_stream_new(&st, t, prompt, n_prompt, flags);
+	if (rc)
+		return rc;
+	o = open_memstream(text, len);
+	if (!o) {
+		dps_tok_stream_free(st);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n && !rc; i++)
+		if (!(rc = dps_tok_stream_step(st, ids[i], &p, &l)))
+			fwrite(p, 1, l, o);
+	if (!rc && !(rc = dps_tok_stream_flush(st, &p, &l)))
+		fwrite(p, 1, l, o);
+	fclose(o);
+	dps_tok_stream_free(st);
+	if (rc) {
+		free(*text);
+		*text = NULL;
+		*len = 0;
+	}
+	return rc;
+}

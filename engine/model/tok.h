@@ -107,4 +107,12 @@ int dps_tok_stream_step(struct dps_tok_stream *s, int id, const char **text, siz
 int dps_tok_stream_flush(struct dps_tok_stream *s, const char **text, size_t *len);
 void dps_tok_stream_free(struct dps_tok_stream *s);
 
+/*
+ * The text ids[0..n) add after prompt[0..n_prompt) as a stream gives it (every step, then the
+ * flush), with flags, into *text (malloc'd, NUL-terminated) and *len: what the server sends
+ * for a completion. Returns 0 or a negative code.
+ */
+int dps_tok_stream_text(const struct dps_tok *t, const int *prompt, size_t n_prompt,
+			const int *ids, size_t n, unsigned flags, char **text, size_t *len);
+
 #endif
