@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "common/json.h"
+#include "common/utf8.h"
 
 void dps_json_escape(FILE *f, const char *s, size_t len)
 {
@@ -29,25 +30,6 @@ void dps_json_string(FILE *f, const char *s, size_t len)
 	fputc('"', f);
 	dps_json_escape(f, s, len);
 	fputc('"', f);
-}
-
-size_t dps_utf8_len(const unsigned char *s, size_t n)
-{
-	size_t need;
-
-	if (s[0] < 0x80)
-		return 1;
-	need = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
-		: s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
-	if (!need || need > n)
-		return 0;
-	for (size_t i = 1; i < need; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
-	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))
-		return 0; /* overlong, surrogate, or beyond U+10FFFF */
-	return need;
 }
 
 void dps_json_text(FILE *f, const char *s, size_t n)

@@ -21,8 +21,6 @@ void dps_json_string(FILE *f, const char *s, size_t len);
 /* Model text as a quoted JSON string: a byte that is not part of valid UTF-8 becomes U+FFFD. */
 void dps_json_text(FILE *f, const char *s, size_t len);
 
-/* Length of the valid UTF-8 sequence at s (n bytes left, n >= 1), or 0 when it is none. */
-size_t dps_utf8_len(const unsigned char *s, size_t n);
 
 /*
  * A field v named name: an integer in [lo, hi] into *out, or a number in [lo, hi]; else

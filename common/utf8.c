@@ -119,3 +119,10 @@ char *dps_utf8_lossy(const char *s, size_t len, size_t *out_len)
 	*out_len = o;
 	return out;
 }
+
+size_t dps_utf8_len(const unsigned char *s, size_t n)
+{
+	size_t bad;
+
+	return seq_len(s, n, &bad);
+}

@@ -10,6 +10,9 @@
 /* 1 when the len bytes at s are valid UTF-8 (no surrogates, no overlongs, <= U+10FFFF). */
 int dps_utf8_valid(const char *s, size_t len);
 
+/* Length of the well-formed UTF-8 sequence at s (n bytes left, n >= 1), or 0 when it is none. */
+size_t dps_utf8_len(const unsigned char *s, size_t n);
+
 /*
  * Converts len bytes to valid UTF-8 as Rust's String::from_utf8_lossy does: each maximal
  * invalid subsequence (Unicode's "substitution of maximal subparts") becomes U+FFFD. Returns a

@@ -143,7 +143,7 @@ int dps_bench_tokenize(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL, *out_dir = NULL;
 	int rounds = 5, npos, rc;
-	char *pos[1], defdir[4096], err[512];
+	char *pos[1], defdir[4096];
 	struct dps_flag flags[] = {
 		{ "model", DPS_FLAG_STR, &model, "DIR",
 		  "model directory (default: stories260K, the model that comes with dpshard)" },
@@ -165,22 +165,8 @@ int dps_bench_tokenize(int argc, char **argv)
 			     "[--model DIR] [--file FILE] [-r R] [--write-text DIR]", pos, 0, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
-	if (!model) {
-		if (dps_default_model("bench tokenize", defdir, sizeof(defdir)))
-			return 1;
-		model = defdir;
-	}
-	if (dps_model_config_load(model, &cfg, err, sizeof(err))) {
-		fprintf(stderr, "dpshard bench tokenize: %s\n", err);
+	if (dps_tool_text_open_model(&tt, "bench tokenize", &model, defdir, sizeof(defdir), &cfg))
 		return 1;
-	}
-	if (dps_tool_text_open(&tt, "bench tokenize", model, &cfg))
-		return 1;
-	if (!tt.tok) {
-		fprintf(stderr, "dpshard bench tokenize: %s has no tokenizer\n", model);
-		dps_tool_text_close(&tt);
-		return 1;
-	}
 	doc = file ? read_file(file, &doc_len) : make_doc(DOC_BYTES, &doc_len);
 	prompt = malloc(PROMPT_BYTES + 1);
 	if (!doc || !prompt || !doc_len) {

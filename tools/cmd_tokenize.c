@@ -17,32 +17,6 @@
 #include "tools/flags.h"
 #include "tools/text.h"
 
-/* Opens the model's text side; 0, or the exit status after a message. */
-static int open_model(const char *who, const char **model, char *defdir, size_t len,
-		      struct dps_model_config *cfg, struct dps_tool_text *tt)
-{
-	char err[512];
-
-	if (!*model) {
-		if (dps_default_model(who, defdir, len))
-			return 1;
-		*model = defdir;
-	}
-	if (dps_model_config_load(*model, cfg, err, sizeof(err))) {
-		fprintf(stderr, "dpshard %s: %s\n", who, err);
-		return 1;
-	}
-	if (dps_tool_text_open(tt, who, *model, cfg))
-		return 1;
-	if (!tt->tok) {
-		fprintf(stderr, "dpshard %s: %s has no tokenizer (tokenizer.json or tokenizer.bin)\n",
-			who, *model);
-		dps_tool_text_close(tt);
-		return 1;
-	}
-	return 0;
-}
-
 int dps_cmd_tokenize(int argc, char **argv)
 {
 	const char *model = NULL;
@@ -74,7 +48,7 @@ int dps_cmd_tokenize(int argc, char **argv)
 		fprintf(stderr, "dpshard tokenize: give one TEXT (quote it)\n");
 		return 2;
 	}
-	rc = open_model("tokenize", &model, defdir, sizeof(defdir), &cfg, &tt);
+	rc = dps_tool_text_open_model(&tt, "tokenize", &model, defdir, sizeof(defdir), &cfg);
 	if (rc)
 		return rc;
 	text = pos[0];
@@ -140,7 +114,7 @@ int dps_cmd_detokenize(int argc, char **argv)
 				"quoted list)\n");
 		return 2;
 	}
-	rc = open_model("detokenize", &model, defdir, sizeof(defdir), &cfg, &tt);
+	rc = dps_tool_text_open_model(&tt, "detokenize", &model, defdir, sizeof(defdir), &cfg);
 	if (rc)
 		return rc;
 	for (int i = 0; i < npos; i++)

@@ -162,8 +162,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 			char *text;
 			size_t l;
 
-			rc = dps_tool_completion_text(o->tok, o->prompts[k], (size_t)o->n_prompt[k],
-						      r.out[k], (size_t)r.n_out[k], &text, &l);
+			rc = dps_tok_stream_text(o->tok, o->prompts[k], (size_t)o->n_prompt[k], r.out[k],
+						 (size_t)r.n_out[k], DPS_TOK_SKIP_SPECIAL, &text, &l);
 			if (rc)
 				goto out;
 			printf(", \"text\": \"");
@@ -200,9 +200,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 				char *text;
 				size_t l;
 
-				rc = dps_tool_completion_text(o->tok, o->prompts[k],
-							      (size_t)o->n_prompt[k], r.out[k],
-							      (size_t)r.n_out[k], &text, &l);
+				rc = dps_tok_stream_text(o->tok, o->prompts[k], (size_t)o->n_prompt[k], r.out[k],
+						 (size_t)r.n_out[k], DPS_TOK_SKIP_SPECIAL, &text, &l);
 				if (!rc) {
 					fwrite(text, 1, l, stdout);
 					free(text);

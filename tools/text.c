@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/cmd.h"
 #include "tools/text.h"
 
 /* Adds id to the end ids; -1 when there is no room (the caller says so: a dropped end id
@@ -114,8 +115,27 @@ int dps_tool_print_text(FILE *out, const struct dps_tok *tok, const int *ids, si
 	return 0;
 }
 
-int dps_tool_completion_text(const struct dps_tok *tok, const int *prompt, size_t n_prompt,
-			     const int *ids, size_t n, char **text, size_t *len)
+int dps_tool_text_open_model(struct dps_tool_text *tt, const char *who, const char **model,
+			     char *defdir, size_t len, struct dps_model_config *cfg)
 {
-	return dps_tok_stream_text(tok, prompt, n_prompt, ids, n, DPS_TOK_SKIP_SPECIAL, text, len);
+	char err[512];
+
+	if (!*model) {
+		if (dps_default_model(who, defdir, len))
+			return 1;
+		*model = defdir;
+	}
+	if (dps_model_config_load(*model, cfg, err, sizeof(err))) {
+		fprintf(stderr, "dpshard %s: %s\n", who, err);
+		return 1;
+	}
+	if (dps_tool_text_open(tt, who, *model, cfg))
+		return 1;
+	if (!tt->tok) {
+		fprintf(stderr, "dpshard %s: %s has no tokenizer (tokenizer.json or tokenizer.bin)\n",
+			who, *model);
+		dps_tool_text_close(tt);
+		return 1;
+	}
+	return 0;
 }

@@ -31,6 +31,13 @@ struct dps_tool_text {
 int dps_tool_text_open(struct dps_tool_text *t, const char *who, const char *dir,
 		       const struct dps_model_config *cfg);
 void dps_tool_text_close(struct dps_tool_text *t);
+/*
+ * The commands that need a tokenizer (tokenize, detokenize, bench tokenize): *model (NULL: the
+ * default model, its path written into defdir), its config into cfg, and its text side, which
+ * must have a tokenizer. 0, or 1 after a message.
+ */
+int dps_tool_text_open_model(struct dps_tool_text *tt, const char *who, const char **model,
+			     char *defdir, size_t len, struct dps_model_config *cfg);
 
 /* The request limits of t (tokenizer, template, end ids, sampling defaults); the caller sets
  * vocab, max_model_len, default_max_tokens and timeouts. */
@@ -42,9 +49,5 @@ int dps_tool_text_is_end(const struct dps_tool_text *t, int id);
 /* Writes the text of ids (special tokens left out) to out. Returns 0 or -ENOMEM. */
 int dps_tool_print_text(FILE *out, const struct dps_tok *tok, const int *ids, size_t n);
 
-/* The text a completion ids[0..n) adds after its prompt, as the server streams it (special
- * tokens left out), into *text (malloc'd) and *len. Returns 0 or a negative code. */
-int dps_tool_completion_text(const struct dps_tok *tok, const int *prompt, size_t n_prompt,
-			     const int *ids, size_t n, char **text, size_t *len);
 
 #endif

@@ -69,7 +69,8 @@ static int text_add(struct fe_req *r, const char *s, size_t n)
 	return 0;
 }
 
-/* Bytes of text[0..len) that may be shown: not a possible start of a stop string, whole UTF-8. */
+/* Bytes of text[0..len) that may be shown: not a possible start of a stop string (the text is
+ * whole UTF-8: the stream decoder never ends a piece inside a character). */
 static size_t showable(const struct fe_req *r)
 {
 	size_t n = r->len;
@@ -89,20 +90,6 @@ static size_t showable(const struct fe_req *r)
 				break;
 			}
 		}
-	}
-	/* An incomplete UTF-8 sequence at the end waits for its next bytes. */
-	for (size_t back = 1; back <= 3 && back <= n; back++) {
-		const unsigned char ch = (unsigned char)r->text[n - back];
-
-		if ((ch & 0xc0) == 0x80)
-			continue; /* a continuation byte: look further back */
-		if (ch >= 0xc0) {
-			const size_t need = ch >= 0xf0 ? 4 : ch >= 0xe0 ? 3 : 2;
-
-			if (back < need)
-				n -= back;
-		}
-		break;
 	}
 	return n < r->emitted ? r->emitted : n;
 }

@@ -22,7 +22,7 @@ struct dps_prep {
 	char model[128];
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct dps_prep_job *todo, *todo_tail; /* FIFO */
+	struct dps_prep_job *waiting, *waiting_tail; /* FIFO */
 	struct dps_prep_job *done, *done_tail; /* FIFO */
 	int queued, stop, n;
 	unsigned long long bytes;   /* of the bodies of the jobs queued */
@@ -77,14 +77,14 @@ static void *worker(void *arg)
 		struct dps_prep_job *job;
 		const uint64_t one = 1;
 
-		while (!p->todo && !p->stop)
+		while (!p->waiting && !p->stop)
 			pthread_cond_wait(&p->cv, &p->mu);
 		if (p->stop)
 			break;
-		job = p->todo;
-		p->todo = job->next;
-		if (!p->todo)
-			p->todo_tail = NULL;
+		job = p->waiting;
+		p->waiting = job->next;
+		if (!p->waiting)
+			p->waiting_tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 		dps_prep_run(p->lim, p->model, job);
 		pthread_mutex_lock(&p->mu);
@@ -151,11 +151,11 @@ int dps_prep_submit(struct dps_prep *p, struct dps_prep_job *job)
 	}
 	p->bytes += job->len;
 	job->next = NULL;
-	if (p->todo_tail)
-		p->todo_tail->next = job;
+	if (p->waiting_tail)
+		p->waiting_tail->next = job;
 	else
-		p->todo = job;
-	p->todo_tail = job;
+		p->waiting = job;
+	p->waiting_tail = job;
 	p->queued++;
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
@@ -186,11 +186,11 @@ int dps_prep_cancel(struct dps_prep *p, struct dps_prep_job *job)
 	int found = 0;
 
 	pthread_mutex_lock(&p->mu);
-	for (pp = &p->todo; *pp; prev = *pp, pp = &(*pp)->next)
+	for (pp = &p->waiting; *pp; prev = *pp, pp = &(*pp)->next)
 		if (*pp == job) {
 			*pp = job->next;
-			if (p->todo_tail == job)
-				p->todo_tail = prev;
+			if (p->waiting_tail == job)
+				p->waiting_tail = prev;
 			p->queued--;
 			p->bytes -= job->len;
 			found = 1;
@@ -212,7 +212,7 @@ void dps_prep_free(struct dps_prep *p)
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->n; i++)
 		pthread_join(p->th[i], NULL);
-	for (j = p->todo; j; j = next) {
+	for (j = p->waiting; j; j = next) {
 		next = j->next;
 		dps_prep_job_free(j);
 	}

@@ -158,42 +158,35 @@ static int parse_not(struct jparser *P, struct jnode **out)
 	return parse_compare(P, out);
 }
 
-static int parse_and(struct jparser *P, struct jnode **out)
+/* A left-associative chain of operand (op operand)*: "and" over not, "or" over "and". */
+static int parse_chain(struct jparser *P, const char *op, int kind,
+		       int (*operand)(struct jparser *, struct jnode **), struct jnode **out)
 {
 	struct jnode *l;
-	int rc = parse_not(P, &l);
+	int rc = operand(P, &l);
 
-	while (!rc && jp_is_name(jp_cur(P), "and")) {
-		struct jnode *n = jp_node(P, JN_AND, jp_cur(P)->line);
+	while (!rc && jp_is_name(jp_cur(P), op)) {
+		struct jnode *n = jp_node(P, kind, jp_cur(P)->line);
 
 		if (!n)
 			return -ENOMEM;
 		jp_next(P);
 		n->a = l;
-		rc = parse_not(P, &n->b);
+		rc = operand(P, &n->b);
 		l = n;
 	}
 	*out = l;
 	return rc;
 }
 
+static int parse_and(struct jparser *P, struct jnode **out)
+{
+	return parse_chain(P, "and", JN_AND, parse_not, out);
+}
+
 static int parse_or(struct jparser *P, struct jnode **out)
 {
-	struct jnode *l;
-	int rc = parse_and(P, &l);
-
-	while (!rc && jp_is_name(jp_cur(P), "or")) {
-		struct jnode *n = jp_node(P, JN_OR, jp_cur(P)->line);
-
-		if (!n)
-			return -ENOMEM;
-		jp_next(P);
-		n->a = l;
-		rc = parse_and(P, &n->b);
-		l = n;
-	}
-	*out = l;
-	return rc;
+	return parse_chain(P, "or", JN_OR, parse_and, out);
 }
 
 int jp_expression(struct jparser *P, int condexpr, struct jnode **out)
