@@ -209,13 +209,13 @@ void dps_embedding(float *restrict out, const float *restrict table, int dim, in
 
 /* Contiguous positions are one block of n_pos: the paged kernel with a table of one entry. */
 void dps_attention(float *restrict out, const float *restrict q, const float *restrict k,
-		   const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
-		   float *restrict scratch)
+		   const float *restrict v, int first, int n_pos, int head_dim, size_t kv_stride,
+		   const float *sink, float *restrict scratch)
 {
 	static const int one_block[1] = { 0 };
 
-	dps_attention_paged(out, q, k, v, one_block, n_pos > 0 ? n_pos : 1, 0, n_pos, head_dim,
-			    kv_stride, scratch);
+	dps_attention_paged(out, q, k, v, one_block, n_pos > 0 ? n_pos : 1, 0, first, n_pos,
+			    head_dim, kv_stride, sink, scratch);
 }
 
 /*
@@ -260,13 +260,14 @@ __attribute__((target("avx512f"))) static void attention_paged512(
 
 void dps_attention_paged(float *restrict out, const float *restrict q, const float *restrict k,
 			 const float *restrict v, const int *restrict table, int block_size,
-			 size_t block_stride, int n_pos, int head_dim, size_t kv_stride,
-			 float *restrict scratch)
+			 size_t block_stride, int first, int n_pos, int head_dim, size_t kv_stride,
+			 const float *sink, float *restrict scratch)
 {
-	if (have_avx512())
+	/* TODO(window, sink): the AVX-512 path covers the plain case only for now. */
+	if (have_avx512() && !first && !sink)
 		attention_paged512(out, q, k, v, table, block_size, block_stride, n_pos, head_dim,
 				   kv_stride, scratch);
 	else
-		dps_attention_paged_ref(out, q, k, v, table, block_size, block_stride, n_pos,
-					head_dim, kv_stride, scratch);
+		dps_attention_paged_ref(out, q, k, v, table, block_size, block_stride, first, n_pos,
+					head_dim, kv_stride, sink, scratch);
 }

@@ -27,6 +27,13 @@ void dps_matvec_ref(float *restrict out, const float *restrict x, const float *r
  * each of n_heads heads by them.
  */
 void dps_rope_table(float *cs, int head_dim, int pos, float theta);
+
+/*
+ * The same for any RoPE variant: the angles pos * inv_freq[j] (j < head_dim / 2, from
+ * dps_cfg_rope_freqs), cos and sin each multiplied by attn_factor (YaRN's; 1 otherwise).
+ */
+void dps_rope_table_freqs(float *cs, int head_dim, int pos, const float *inv_freq,
+			  float attn_factor);
 void dps_rope_ref(float *restrict x, int n_heads, int head_dim, const float *restrict cs);
 
 /* In-place softmax of n values. */
@@ -52,13 +59,16 @@ void dps_moe_route(const float *logits, int n, int k, int *experts, float *weigh
 int dps_argmax_ref(const float *x, int n);
 
 /*
- * Single-query attention over positions 0..n_pos-1 for one query head: q (head_dim), keys
- * and values with stride kv_stride floats between positions. out (head_dim) = sum_t
- * softmax(q.k_t / sqrt(head_dim))_t v_t. scratch holds n_pos floats.
+ * Single-query attention over positions first..n_pos-1 for one query head (first > 0: a
+ * sliding window): q (head_dim), keys and values with stride kv_stride floats between
+ * positions (position t at k + t * kv_stride). out (head_dim) = sum_t p_t v_t, where p is the
+ * softmax of the scores q.k_t / sqrt(head_dim) and, when sink is not NULL, of one more logit
+ * *sink (GPT-OSS's attention sink: it takes its share of the mass and adds no value).
+ * scratch holds n_pos floats. 0 <= first < n_pos.
  */
 void dps_attention_ref(float *restrict out, const float *restrict q, const float *restrict k,
-		       const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
-		       float *restrict scratch);
+		       const float *restrict v, int first, int n_pos, int head_dim,
+		       size_t kv_stride, const float *sink, float *restrict scratch);
 
 /*
  * The same over a paged KV cache: position t's key is at k + table[t / block_size] *
@@ -67,7 +77,8 @@ void dps_attention_ref(float *restrict out, const float *restrict q, const float
 void dps_attention_paged_ref(float *restrict out, const float *restrict q,
 			     const float *restrict k, const float *restrict v,
 			     const int *restrict table, int block_size, size_t block_stride,
-			     int n_pos, int head_dim, size_t kv_stride, float *restrict scratch);
+			     int first, int n_pos, int head_dim, size_t kv_stride,
+			     const float *sink, float *restrict scratch);
 
 /* out = row token of table (dim floats per row): the embedding lookup. */
 void dps_embedding_ref(float *restrict out, const float *restrict table, int dim, int token);
@@ -83,11 +94,11 @@ void dps_swiglu(float *restrict g, const float *restrict u, int n);
 void dps_swiglu_clamped(float *restrict g, const float *restrict u, int n, float limit);
 void dps_embedding(float *restrict out, const float *restrict table, int dim, int token);
 void dps_attention(float *restrict out, const float *restrict q, const float *restrict k,
-		   const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
-		   float *restrict scratch);
+		   const float *restrict v, int first, int n_pos, int head_dim, size_t kv_stride,
+		   const float *sink, float *restrict scratch);
 void dps_attention_paged(float *restrict out, const float *restrict q, const float *restrict k,
 			 const float *restrict v, const int *restrict table, int block_size,
-			 size_t block_stride, int n_pos, int head_dim, size_t kv_stride,
-			 float *restrict scratch);
+			 size_t block_stride, int first, int n_pos, int head_dim, size_t kv_stride,
+			 const float *sink, float *restrict scratch);
 
 #endif

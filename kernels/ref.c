@@ -46,6 +46,19 @@ void dps_rope_table(float *cs, int head_dim, int pos, float theta)
 	}
 }
 
+void dps_rope_table_freqs(float *cs, int head_dim, int pos, const float *inv_freq,
+			  float attn_factor)
+{
+	const int half = head_dim / 2;
+
+	for (int j = 0; j < half; j++) {
+		const float a = (float)pos * inv_freq[j];
+
+		cs[j] = cosf(a) * attn_factor;
+		cs[half + j] = sinf(a) * attn_factor;
+	}
+}
+
 void dps_rope_ref(float *restrict x, int n_heads, int head_dim, const float *restrict cs)
 {
 	const int half = head_dim / 2;
@@ -94,31 +107,6 @@ int dps_argmax_ref(const float *x, int n)
 	return best;
 }
 
-void dps_attention_ref(float *restrict out, const float *restrict q, const float *restrict k,
-		       const float *restrict v, int n_pos, int head_dim, size_t kv_stride,
-		       float *restrict scratch)
-{
-	const float scale = 1.0f / sqrtf((float)head_dim);
-
-	for (int t = 0; t < n_pos; t++) {
-		const float *kt = k + (size_t)t * kv_stride;
-		float s = 0.0f;
-
-		for (int i = 0; i < head_dim; i++)
-			s += q[i] * kt[i];
-		scratch[t] = s * scale;
-	}
-	dps_softmax_ref(scratch, n_pos);
-	for (int i = 0; i < head_dim; i++)
-		out[i] = 0.0f;
-	for (int t = 0; t < n_pos; t++) {
-		const float *vt = v + (size_t)t * kv_stride;
-
-		for (int i = 0; i < head_dim; i++)
-			out[i] += scratch[t] * vt[i];
-	}
-}
-
 void dps_embedding_ref(float *restrict out, const float *restrict table, int dim, int token)
 {
 	const float *row = table + (size_t)token * (size_t)dim;
@@ -127,14 +115,44 @@ void dps_embedding_ref(float *restrict out, const float *restrict table, int dim
 		out[i] = row[i];
 }
 
+/* Softmax of scratch[first..n_pos) and the sink logit (when given), then the weighted values. */
+static void attend_values(float *restrict out, const float *restrict v, const int *table,
+			  int block_size, size_t block_stride, int first, int n_pos, int head_dim,
+			  size_t kv_stride, const float *sink, float *restrict p)
+{
+	float max = sink ? *sink : p[first], sum = 0.0f;
+
+	for (int t = first; t < n_pos; t++)
+		if (p[t] > max)
+			max = p[t];
+	for (int t = first; t < n_pos; t++) {
+		p[t] = expf(p[t] - max);
+		sum += p[t];
+	}
+	if (sink)
+		sum += expf(*sink - max);
+	for (int t = first; t < n_pos; t++)
+		p[t] /= sum;
+	for (int i = 0; i < head_dim; i++)
+		out[i] = 0.0f;
+	for (int t = first; t < n_pos; t++) {
+		const size_t at = (size_t)table[t / block_size] * block_stride +
+				  (size_t)(t % block_size) * kv_stride;
+
+		for (int i = 0; i < head_dim; i++)
+			out[i] += p[t] * v[at + (size_t)i];
+	}
+}
+
 void dps_attention_paged_ref(float *restrict out, const float *restrict q,
 			     const float *restrict k, const float *restrict v,
 			     const int *restrict table, int block_size, size_t block_stride,
-			     int n_pos, int head_dim, size_t kv_stride, float *restrict scratch)
+			     int first, int n_pos, int head_dim, size_t kv_stride,
+			     const float *sink, float *restrict scratch)
 {
 	const float scale = 1.0f / sqrtf((float)head_dim);
 
-	for (int t = 0; t < n_pos; t++) {
+	for (int t = first; t < n_pos; t++) {
 		const size_t at = (size_t)table[t / block_size] * block_stride +
 				  (size_t)(t % block_size) * kv_stride;
 		float s = 0.0f;
@@ -143,16 +161,19 @@ void dps_attention_paged_ref(float *restrict out, const float *restrict q,
 			s += q[i] * k[at + (size_t)i];
 		scratch[t] = s * scale;
 	}
-	dps_softmax_ref(scratch, n_pos);
-	for (int i = 0; i < head_dim; i++)
-		out[i] = 0.0f;
-	for (int t = 0; t < n_pos; t++) {
-		const size_t at = (size_t)table[t / block_size] * block_stride +
-				  (size_t)(t % block_size) * kv_stride;
+	attend_values(out, v, table, block_size, block_stride, first, n_pos, head_dim, kv_stride,
+		      sink, scratch);
+}
 
-		for (int i = 0; i < head_dim; i++)
-			out[i] += scratch[t] * v[at + (size_t)i];
-	}
+void dps_attention_ref(float *restrict out, const float *restrict q, const float *restrict k,
+		       const float *restrict v, int first, int n_pos, int head_dim,
+		       size_t kv_stride, const float *sink, float *restrict scratch)
+{
+	static const int one_block[1] = { 0 };
+
+	/* Contiguous positions are one block of n_pos positions. */
+	dps_attention_paged_ref(out, q, k, v, one_block, n_pos, 0, first, n_pos, head_dim,
+				kv_stride, sink, scratch);
 }
 
 void dps_swiglu_clamped_ref(float *restrict g, const float *restrict u, int n, float limit)

@@ -222,8 +222,8 @@ START_TEST(test_attention)
 		fill(q, hd, 8, 1.0f);
 		fill(k, (int)stride * n, 9, 1.0f);
 		fill(v, (int)stride * n, 10, 1.0f);
-		dps_attention(a, q, k, v, n, hd, stride, s);
-		dps_attention_ref(b, q, k, v, n, hd, stride, s);
+		dps_attention(a, q, k, v, 0, n, hd, stride, NULL, s);
+		dps_attention_ref(b, q, k, v, 0, n, hd, stride, NULL, s);
 		ck_assert_msg(rel_err(a, b, hd, 1e-2) < 2e-5, "hd=%d n=%d: %g", hd, n,
 			      rel_err(a, b, hd, 1e-2));
 		free(k);
@@ -256,9 +256,10 @@ START_TEST(test_attention_paged)
 			memcpy(kc + (size_t)t * HD, k + at, sizeof(float) * HD);
 			memcpy(vc + (size_t)t * HD, v + at, sizeof(float) * HD);
 		}
-		dps_attention_ref(c, q, kc, vc, n, HD, HD, s);
-		dps_attention_paged_ref(b, q, k + HD, v + HD, table, BS, bstride, n, HD, KVS, s);
-		dps_attention_paged(a, q, k + HD, v + HD, table, BS, bstride, n, HD, KVS, s);
+		dps_attention_ref(c, q, kc, vc, 0, n, HD, HD, NULL, s);
+		dps_attention_paged_ref(b, q, k + HD, v + HD, table, BS, bstride, 0, n, HD, KVS, NULL,
+					s);
+		dps_attention_paged(a, q, k + HD, v + HD, table, BS, bstride, 0, n, HD, KVS, NULL, s);
 		ck_assert_int_eq(memcmp(b, c, sizeof(b)), 0); /* same arithmetic, same order */
 		ck_assert_msg(rel_err(a, c, HD, 1e-2) < 2e-5, "n=%d: %g", n, rel_err(a, c, HD, 1e-2));
 	}

@@ -321,11 +321,11 @@ static void attn_slice(void *arg, int chunk, int tid)
 		float *out = m->att_out + (size_t)i * qd + (size_t)h * (size_t)hd;
 
 		if (j->fast)
-			dps_attention(out, q, m->key_cache + base, m->value_cache + base, j->pos[i] + 1,
-				      hd, kv, scratch);
+			dps_attention(out, q, m->key_cache + base, m->value_cache + base, 0,
+				      j->pos[i] + 1, hd, kv, NULL, scratch);
 		else
-			dps_attention_ref(out, q, m->key_cache + base, m->value_cache + base,
-					  j->pos[i] + 1, hd, kv, scratch);
+			dps_attention_ref(out, q, m->key_cache + base, m->value_cache + base, 0,
+					  j->pos[i] + 1, hd, kv, NULL, scratch);
 	}
 }
 

@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine/model/model_config.h - the model shape from a Hugging Face config.json (LlamaForCausalLM
- * field names). Parsed once at load time; the parser reads outside input, so every field is
- * type- and range-checked and the parser is fuzzed (tests/fuzz/fuzz_config.c).
+ * engine/model/model_config.h - the model from a Hugging Face config.json. Parsed once at load
+ * time; the parser reads outside input, so every field is type- and range-checked and the
+ * parser is fuzzed (tests/fuzz/fuzz_config.c).
+ *
+ * `architectures` (or `model_type`) selects the family (enum dps_arch); each family reads the
+ * fields of its Hugging Face config class, with that class's defaults, and refuses by name
+ * any other field that is not known metadata (model_arch.c holds the lists). The result is
+ * one description every family maps onto: biases, per-head q/k norms, attention sinks,
+ * sliding-window layers, the RoPE variant and the experts.
  */
 #ifndef DPS_ENGINE_MODEL_CONFIG_H
 #define DPS_ENGINE_MODEL_CONFIG_H
@@ -13,7 +19,40 @@
 #define DPS_CFG_MAX_EXPERTS 1024
 #define DPS_CFG_MAX_EOS 8
 
+/* The families dpshard computes (model_arch.c: their names, fields and defaults). */
+enum dps_arch {
+	DPS_ARCH_LLAMA,    /* LlamaForCausalLM (Llama 2/3.x, TinyLlama, SmolLM2), model_type llama */
+	DPS_ARCH_MISTRAL,  /* MistralForCausalLM: a sliding window on every layer */
+	DPS_ARCH_QWEN2,    /* Qwen2ForCausalLM: q/k/v biases; windows above max_window_layers */
+	DPS_ARCH_QWEN3,    /* Qwen3ForCausalLM: per-head RMSNorm of q and k */
+	DPS_ARCH_GPT_OSS,  /* GptOssForCausalLM: experts, sinks, alternating windows, MXFP4 */
+	DPS_ARCH_EAGLE3,   /* LlamaForCausalLMEagle3: an Eagle3 draft of a Llama-family target */
+	DPS_ARCH_COUNT
+};
+
+/* The rotary embedding's variant (rope_scaling / rope_parameters rope_type). */
+enum dps_rope_kind {
+	DPS_ROPE_DEFAULT,
+	DPS_ROPE_LINEAR,   /* inv_freq / factor */
+	DPS_ROPE_DYNAMIC,  /* NTK: equal to the default up to max_position_embeddings, the context
+			    * dpshard allows for it (beyond, HF's result depends on the call) */
+	DPS_ROPE_LLAMA3,   /* Llama 3.1's bands */
+	DPS_ROPE_YARN      /* YaRN, with its attention factor on cos and sin */
+};
+
+struct dps_rope_cfg {
+	enum dps_rope_kind kind;
+	double factor;                   /* linear, dynamic, llama3, yarn */
+	double low_freq_factor, high_freq_factor; /* llama3 */
+	int original_max_pos;            /* llama3, yarn (yarn default: max_position_embeddings) */
+	double beta_fast, beta_slow;     /* yarn: 32 and 1 by default */
+	double attention_factor;         /* yarn: given, or computed from factor and the mscales */
+	double mscale, mscale_all_dim;   /* yarn: 0 when absent */
+	int truncate;                    /* yarn: floor/ceil the correction range (default 1) */
+};
+
 struct dps_model_config {
+	enum dps_arch arch;
 	int hidden_size;
 	int intermediate_size;
 	int num_hidden_layers;
@@ -28,10 +67,11 @@ struct dps_model_config {
 	int bos_token_id, eos_token_id; /* default 1 and 2; eos_token_id is eos_ids[0] */
 	int eos_ids[DPS_CFG_MAX_EOS], n_eos; /* eos_token_id as one id or a list (n_eos >= 1 once parsed) */
 	/*
-	 * Mixture of experts (GPT-OSS style): num_local_experts experts of intermediate_size
-	 * each in every layer not listed in mlp_only_layers, num_experts_per_tok of them per token
-	 * chosen by a router with bias. swiglu_limit > 0 selects GPT-OSS's clamped SwiGLU.
-	 * num_local_experts 0 (the default) is a dense model.
+	 * Mixture of experts (GPT-OSS): num_local_experts experts of intermediate_size each in
+	 * every layer, num_experts_per_tok of them per token chosen by a router with bias (top k,
+	 * softmax over the chosen logits), the clamped SwiGLU of swiglu_limit and swiglu_alpha.
+	 * num_local_experts 0 is a dense model. dense_layers (bit l: layer l is a dense MLP) is
+	 * what the engine supports; no family of config.json sets it today.
 	 */
 	int num_local_experts, num_experts_per_tok;
 	double swiglu_limit;
@@ -45,7 +85,48 @@ struct dps_model_config {
 	 */
 	int eagle3, draft_vocab_size;
 	int aux_layers[3], n_aux;
+	/*
+	 * What the families add to a plain Llama layer. qkv_bias: q_proj, k_proj and v_proj have
+	 * a bias (Qwen2 always; attention_bias of Llama, Qwen3, GPT-OSS); o_bias: o_proj has one
+	 * (attention_bias, not Qwen2); mlp_bias: gate/up/down_proj have one (Llama's mlp_bias).
+	 * qk_norm: self_attn.q_norm and k_norm, an RMSNorm over head_dim of every head before
+	 * RoPE (Qwen3). attn_sinks: self_attn.sinks, one logit per query head that joins every
+	 * softmax's denominator (GPT-OSS).
+	 */
+	int qkv_bias, o_bias, mlp_bias, qk_norm, attn_sinks;
+	/*
+	 * Sliding-window attention: a layer with bit l of window_layers set attends, from position
+	 * p, to positions p - sliding_window + 1 .. p only (Hugging Face's sliding mask:
+	 * kv > q - window). sliding_window 0: every layer attends to everything.
+	 */
+	int sliding_window;
+	unsigned long long window_layers[DPS_CFG_MAX_LAYERS_WORDS];
+	struct dps_rope_cfg rope;
+	/*
+	 * GPT-OSS experts: the Hugging Face layout (mlp.experts.gate_up_proj (E, hidden, 2 I) with
+	 * gate and up interleaved, its bias, down_proj (E, I, hidden), its bias; or, with mxfp4,
+	 * *_blocks U8 and *_scales E8M0), swiglu_alpha the clamped SwiGLU's sigmoid gain.
+	 */
+	int mxfp4;
+	double swiglu_alpha;
 };
+
+/* Whether layer l attends through the sliding window. */
+static inline int dps_cfg_layer_window(const struct dps_model_config *c, int l)
+{
+	return c->sliding_window > 0 && ((c->window_layers[l / 64] >> (l % 64)) & 1ull);
+}
+
+/* "LlamaForCausalLM", ...; and the model_type, "llama", ... */
+const char *dps_arch_name(enum dps_arch a);
+const char *dps_arch_model_type(enum dps_arch a);
+
+/*
+ * The rotary embedding of c: inv_freq[j] for j < head_dim / 2 (as Hugging Face computes it
+ * for the variant, in double, rounded once to f32) and the factor cos and sin are multiplied
+ * by (1 but for yarn) in *attn_factor.
+ */
+void dps_cfg_rope_freqs(const struct dps_model_config *c, float *inv_freq, float *attn_factor);
 
 /* Upper bounds that keep every size computation far from overflow. */
 #define DPS_CFG_MAX_DIM (1 << 20)

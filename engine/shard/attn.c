@@ -53,7 +53,7 @@ static void attn_chunk(void *arg, int chunk, int tid)
 		       (size_t)s->q2kv[h] * (size_t)hd;
 		dps_attention_paged(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
 				    s->key_cache + base, s->value_cache + base, j->table[i],
-				    s->block_size, bstride, j->pos[i] + 1, hd, kv, scratch);
+				    s->block_size, bstride, 0, j->pos[i] + 1, hd, kv, NULL, scratch);
 	}
 }
 

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/mxfp4.h - products with MXFP4 weights (the OCP microscaling format GPT-OSS publishes
+ * its experts in), read as stored: 4-bit E2M1 values in blocks of 32 with one E8M0 scale each.
+ *
+ * Layout, as Hugging Face's *_blocks / *_scales tensors: a weight W of shape (n, k), k a
+ * multiple of 32, row r holds k / 32 blocks. Block b of row r is 16 bytes at
+ * blocks + (r * (k / 32) + b) * 16: byte i holds element 32 b + 2 i in its low nibble and
+ * element 32 b + 2 i + 1 in its high nibble, each a code of dps_mxfp4_values; the block's
+ * scale byte e = scales[r * (k / 32) + b] multiplies it by 2^(e - 127). Every value is exact
+ * in f32, so W is a set of f32 numbers and the products are ordinary f32 products of them.
+ */
+#ifndef DPS_KERNELS_MXFP4_H
+#define DPS_KERNELS_MXFP4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The sixteen E2M1 codes: +0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, ..., -6. */
+extern const float dps_mxfp4_values[16];
+
+/* Bytes of the blocks and of the scales of an (n, k) MXFP4 matrix. */
+static inline size_t dps_mxfp4_block_bytes(int n, int k)
+{
+	return (size_t)n * (size_t)(k / 32) * 16;
+}
+
+static inline size_t dps_mxfp4_scale_bytes(int n, int k)
+{
+	return (size_t)n * (size_t)(k / 32);
+}
+
+/* Row r of W as k f32 values. */
+void dps_mxfp4_dequant_row(float *restrict out, const uint8_t *restrict blocks,
+			   const uint8_t *restrict scales, int r, int k);
+
+/*
+ * out (m x n) = x (m x k) . W^T for the MXFP4 W above (k a multiple of 32): the plain-C
+ * reference, one element at a time in index order.
+ */
+void dps_linear_mxfp4_ref(float *out, const float *x, const uint8_t *blocks,
+			  const uint8_t *scales, int m, int n, int k);
+
+/*
+ * The fast twin: the same product within rounding, split over the rank's pool
+ * (dps_gemm_pool) by output rows; reads each weight byte once per call whatever m.
+ */
+void dps_linear_mxfp4(float *out, const float *x, const uint8_t *blocks, const uint8_t *scales,
+		      int m, int n, int k);
+
+#endif
