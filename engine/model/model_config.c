@@ -106,9 +106,6 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 	int rc = -EINVAL;
 
 	memset(c, 0, sizeof(*c));
-	c->rms_norm_eps = 1e-6;
-	c->rope_theta = 10000.0;
-	c->max_position_embeddings = 2048;
 	c->bos_token_id = 1;
 	c->eos_token_id = 2;
 	c->num_key_value_heads = -1;
@@ -123,6 +120,8 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 		snprintf(err, errlen, "config.json: not a JSON object");
 		goto out;
 	}
+	if (dps_arch_select(root, c, err, errlen))
+		goto out;
 	if (get_int(root, "hidden_size", 1, 1, DPS_CFG_MAX_DIM, &c->hidden_size, err, errlen) ||
 	    get_int(root, "intermediate_size", 1, 1, DPS_CFG_MAX_DIM, &c->intermediate_size, err,
 		    errlen) ||
@@ -141,53 +140,9 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 	    get_real(root, "rms_norm_eps", 1e-30, 1.0, &c->rms_norm_eps, err, errlen) ||
 	    get_real(root, "rope_theta", 1.0, 1e12, &c->rope_theta, err, errlen))
 		goto out;
-	if (get_int(root, "num_local_experts", 0, 0, DPS_CFG_MAX_EXPERTS, &c->num_local_experts,
-		    err, errlen) ||
-	    get_int(root, "num_experts_per_tok", 0, 0, DPS_CFG_MAX_EXPERTS,
-		    &c->num_experts_per_tok, err, errlen) ||
-	    get_real(root, "swiglu_limit", 0.0, 1e6, &c->swiglu_limit, err, errlen))
-		goto out;
-	if (c->num_local_experts &&
-	    (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_local_experts)) {
-		snprintf(err, errlen, "config.json: num_experts_per_tok %d must be between 1 and "
-			 "num_local_experts %d", c->num_experts_per_tok, c->num_local_experts);
-		goto out;
-	}
-	v = json_object_get(root, "mlp_only_layers");
-	if (v && !json_is_null(v)) {
-		size_t i;
-		json_t *e;
-
-		if (!json_is_array(v)) {
-			snprintf(err, errlen, "config.json: 'mlp_only_layers' must be a list of layer "
-				 "indices");
-			goto out;
-		}
-		json_array_foreach(v, i, e) {
-			json_int_t l = json_is_integer(e) ? json_integer_value(e) : -1;
-
-			if (l < 0 || l >= c->num_hidden_layers) {
-				snprintf(err, errlen, "config.json: 'mlp_only_layers' entry %zu is not a "
-					 "layer index below num_hidden_layers %d", i,
-					 c->num_hidden_layers);
-				goto out;
-			}
-			c->dense_layers[l / 64] |= 1ull << (l % 64);
-		}
-	}
 	if (get_int(root, "draft_vocab_size", 0, 1, DPS_CFG_MAX_VOCAB, &c->draft_vocab_size, err,
 		    errlen))
 		goto out;
-	v = json_object_get(root, "architectures");
-	if (json_is_array(v)) {
-		size_t i;
-		json_t *e;
-
-		json_array_foreach(v, i, e)
-			if (json_is_string(e) && strstr(json_string_value(e), "Eagle3"))
-				c->eagle3 = 1;
-	}
-	c->eagle3 |= c->draft_vocab_size > 0;
 	v = json_object_get(root, "eagle_aux_hidden_state_layer_ids");
 	if (!v && json_is_object(json_object_get(root, "eagle_config")))
 		v = json_object_get(json_object_get(root, "eagle_config"),
@@ -227,8 +182,7 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 		}
 		c->tie_word_embeddings = json_is_true(v);
 	}
-	if (c->num_key_value_heads < 0)
-		c->num_key_value_heads = c->num_attention_heads;
+	dps_arch_shape_defaults(c);
 	if (c->head_dim < 0) {
 		if (c->hidden_size % c->num_attention_heads) {
 			snprintf(err, errlen,
@@ -253,6 +207,8 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 		snprintf(err, errlen, "config.json: num_attention_heads x head_dim is too large");
 		goto out;
 	}
+	if (dps_arch_read(root, c, err, errlen))
+		goto out;
 	if (c->n_eos)
 		c->eos_token_id = c->eos_ids[0];
 	else

@@ -171,6 +171,17 @@ struct json_t;
 int dps_cfg_get_eos(const struct json_t *root, const char *file, int *ids, int *n, char *err,
 		    size_t errlen);
 
+/*
+ * The parts of dps_model_config_parse in model_arch.c, on the parsed JSON root: the family
+ * and its defaults (before the fields are read), the defaults that need the heads, and the
+ * allow-list with the family's own fields (after). 0 or -EINVAL with a message.
+ */
+int dps_arch_select(const struct json_t *root, struct dps_model_config *c, char *err,
+		    size_t errlen);
+void dps_arch_shape_defaults(struct dps_model_config *c);
+int dps_arch_read(const struct json_t *root, struct dps_model_config *c, char *err,
+		  size_t errlen);
+
 /* Writes c as a config.json (LlamaForCausalLM) to path. Returns 0 or -errno. */
 int dps_model_config_save(const struct dps_model_config *c, const char *path);
 
