@@ -289,15 +289,17 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 				   per, dst, err, errlen);
 }
 
-int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
-			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
-			char *err, size_t errlen)
+/* dps_ckpt_load_range (raw 0: converted to F32) and dps_ckpt_load_range_raw (raw 1). */
+static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
+		      const uint64_t *want_shape, int dim, int64_t first, uint64_t per, void *dst,
+		      int raw, char *err, size_t errlen)
 {
 	const struct dps_st_tensor *t;
 	uint64_t outer = 1, inner = 1, d, lo, hi, valid;
 	unsigned char *stage = NULL;
 	struct rd *reqs = NULL;
-	size_t esz, nreq;
+	size_t esz, dsz, nreq;
+	unsigned char *dstb = dst;
 	int file, rc = 0;
 
 	t = dps_ckpt_find(ck, name, &file);
@@ -334,14 +336,20 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 	hi = lo + per < d ? lo + per : d;
 	valid = hi > lo ? hi - lo : 0;
 	esz = dps_st_dtype_size(t->dtype);
+	dsz = raw ? esz : sizeof(float);
+	if (!raw && esz == 1) {
+		snprintf(err, errlen, "%s: tensor '%s' holds bytes (%s), not numbers",
+			 ck->files[file].path, name, dps_st_dtype_name(t->dtype));
+		return -EINVAL;
+	}
 
 	/* Padding first: rows past the end of the dimension are zero. */
 	if (valid < per)
 		for (uint64_t o = 0; o < outer; o++)
-			memset(dst + (o * per + valid) * inner, 0, (per - valid) * inner * sizeof(float));
+			memset(dstb + ((o * per + valid) * inner) * dsz, 0, (per - valid) * inner * dsz);
 	if (!valid || !outer || !inner)
 		return 0;
-	if (t->dtype != DPS_ST_F32) {
+	if (!raw && t->dtype != DPS_ST_F32) {
 		stage = malloc(outer * valid * inner * esz);
 		if (!stage)
 			return -ENOMEM;
@@ -361,7 +369,7 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 	for (uint64_t o = 0; o < outer;) {
 		uint64_t off = t->begin + ((o * d + lo) * inner) * esz;
 		unsigned char *to = stage ? stage + o * valid * inner * esz
-					  : (unsigned char *)(dst + o * per * inner);
+					  : dstb + (o * per * inner) * dsz;
 		uint64_t len = valid * inner * esz;
 
 		/* Whole rows are contiguous in the file, and in the destination unless padded. */
@@ -385,7 +393,7 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 		goto out;
 	for (uint64_t o = 0; o < outer; o++) {
 		const uint16_t *s = (const uint16_t *)(void *)(stage + o * valid * inner * esz);
-		float *q = dst + o * per * inner;
+		float *q = (float *)dst + o * per * inner;
 
 		for (uint64_t i = 0; i < valid * inner; i++) {
 			if (t->dtype == DPS_ST_I64) {
@@ -407,4 +415,18 @@ out:
 	free(reqs);
 	free(stage);
 	return rc;
+}
+
+int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
+			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
+			char *err, size_t errlen)
+{
+	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, 0, err, errlen);
+}
+
+int dps_ckpt_load_range_raw(struct dps_ckpt *ck, const char *name, int want_ndim,
+			    const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
+			    void *dst, char *err, size_t errlen)
+{
+	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, 1, err, errlen);
 }

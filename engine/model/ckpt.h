@@ -62,4 +62,12 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
 			char *err, size_t errlen);
 
+/*
+ * The same without conversion: the tensor's own bytes (its dtype's size per element; zero
+ * bytes past the end), for tensors kept as stored (MXFP4 blocks and scales, U8).
+ */
+int dps_ckpt_load_range_raw(struct dps_ckpt *ck, const char *name, int want_ndim,
+			    const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
+			    void *dst, char *err, size_t errlen);
+
 #endif

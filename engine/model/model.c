@@ -10,6 +10,7 @@
 #include "engine/model/model.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 #include "kernels/pool.h"
 
 /* Reads tensor name, of shape (d0[, d1]), into dst (allocated by the caller). */
@@ -82,6 +83,186 @@ static int load_stacked(struct dps_ckpt *ck, struct dps_model *m, float **dst, f
 	return rc;
 }
 
+/* The 1-D tensors names[i] of n[i] floats, stacked into one allocation (*dst). */
+static int load_vecs(struct dps_ckpt *ck, struct dps_model *m, float **dst,
+		     const char *const *names, const uint64_t *n, int count, char *err,
+		     size_t errlen)
+{
+	size_t total = 0, off = 0;
+	int rc = 0;
+
+	for (int i = 0; i < count && !rc; i++) {
+		rc = check_shape(ck, names[i], 1, n[i], 0, err, errlen);
+		total += (size_t)n[i];
+	}
+	if (!rc)
+		rc = alloc_weight(m, dst, total, ck->dir, names[0], err, errlen);
+	for (int i = 0; i < count && !rc; i++) {
+		rc = load_into(ck, *dst + off, names[i], 1, n[i], 0, err, errlen);
+		off += (size_t)n[i];
+	}
+	return rc;
+}
+
+static int alloc_bytes(struct dps_model *m, uint8_t **dst, size_t n, const char *dir,
+		       const char *what, char *err, size_t errlen)
+{
+	*dst = dps_alloc_huge(n);
+	if (!*dst) {
+		snprintf(err, errlen, "%s: cannot allocate %zu bytes for '%s'", dir, n, what);
+		return -ENOMEM;
+	}
+	m->weight_bytes += n;
+	return 0;
+}
+
+/*
+ * Expert e's MXFP4 rows of tensor base_blocks / base_scales (E, rows, k/32, 16) and (E, rows,
+ * k/32), raw; with deinterleave, stored row 2i becomes row i and row 2i+1 row rows/2 + i
+ * (GPT-OSS's gate/up interleaving, into gate rows then up rows).
+ */
+static int load_mxfp4_expert(struct dps_ckpt *ck, struct dps_model *m, const char *base,
+			     uint64_t E, uint64_t e, uint64_t rows, uint64_t k, int deinterleave,
+			     uint8_t **q, uint8_t **sc, char *err, size_t errlen)
+{
+	const uint64_t G = k / 32, qshape[4] = { E, rows, G, 16 }, sshape[3] = { E, rows, G };
+	char nb[160], ns[160];
+	uint8_t *tq = NULL, *ts = NULL;
+	int rc;
+
+	snprintf(nb, sizeof(nb), "%s_blocks", base);
+	snprintf(ns, sizeof(ns), "%s_scales", base);
+	rc = alloc_bytes(m, q, rows * G * 16, ck->dir, nb, err, errlen);
+	if (!rc)
+		rc = alloc_bytes(m, sc, rows * G, ck->dir, ns, err, errlen);
+	if (!rc && deinterleave) {
+		tq = malloc(rows * G * 16);
+		ts = malloc(rows * G);
+		if (!tq || !ts) {
+			snprintf(err, errlen, "%s: out of memory", ck->dir);
+			rc = -ENOMEM;
+		}
+	}
+	if (!rc)
+		rc = dps_ckpt_load_range_raw(ck, nb, 4, qshape, 0, (int64_t)e, 1, tq ? tq : *q, err,
+					     errlen);
+	if (!rc)
+		rc = dps_ckpt_load_range_raw(ck, ns, 3, sshape, 0, (int64_t)e, 1, ts ? ts : *sc, err,
+					     errlen);
+	if (!rc && deinterleave)
+		for (uint64_t r = 0; r < rows; r++) {
+			const uint64_t to = (r % 2) * (rows / 2) + r / 2;
+
+			memcpy(*q + to * G * 16, tq + r * G * 16, G * 16);
+			memcpy(*sc + to * G, ts + r * G, G);
+		}
+	free(tq);
+	free(ts);
+	return rc;
+}
+
+/*
+ * GPT-OSS's experts of layer l as Hugging Face stores them: router and bias, gate_up_proj (E,
+ * hidden, 2I) with gate and up interleaved along its last dimension and down_proj (E, I,
+ * hidden), both transposed here into dpshard's (out, in) rows; or their MXFP4 blocks and
+ * scales, kept as they are (rows already out-major). Their biases, de-interleaved likewise.
+ */
+static int load_gpt_oss_experts(struct dps_ckpt *ck, struct dps_model *m,
+				struct dps_layer_weights *w, int l, char *err, size_t errlen)
+{
+	const struct dps_model_config *c = &m->cfg;
+	const uint64_t E = (uint64_t)c->num_local_experts, h = (uint64_t)c->hidden_size;
+	const uint64_t im = (uint64_t)c->intermediate_size;
+	char n0[192], gu[128], dn[128], probe[160];
+	float *stage = NULL, *b = NULL;
+	int rc, q;
+
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
+	rc = load(ck, m, &w->router, n0, 2, E, h, err, errlen);
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.bias", l);
+	if (!rc)
+		rc = load(ck, m, &w->router_bias, n0, 1, E, 0, err, errlen);
+	snprintf(gu, sizeof(gu), "model.layers.%d.mlp.experts.gate_up_proj", l);
+	snprintf(dn, sizeof(dn), "model.layers.%d.mlp.experts.down_proj", l);
+	snprintf(probe, sizeof(probe), "%s_blocks", gu);
+	q = dps_ckpt_find(ck, probe, NULL) != NULL;
+	if (!rc && q && !c->mxfp4) {
+		snprintf(err, errlen, "%s: tensor '%s' is MXFP4 but config.json has no "
+			 "quantization_config", ck->dir, probe);
+		rc = -EINVAL;
+	}
+	if (!rc && q && (h % 32 || im % 32)) {
+		snprintf(err, errlen, "%s: MXFP4 experts need hidden_size and intermediate_size "
+			 "multiples of 32 (%llu, %llu)", ck->dir, (unsigned long long)h,
+			 (unsigned long long)im);
+		rc = -EINVAL;
+	}
+	if (!rc) {
+		w->exp_gate_up = calloc(E, sizeof(float *));
+		w->exp_down = calloc(E, sizeof(float *));
+		w->exp_gu_q = calloc(E, sizeof(uint8_t *));
+		w->exp_gu_s = calloc(E, sizeof(uint8_t *));
+		w->exp_dn_q = calloc(E, sizeof(uint8_t *));
+		w->exp_dn_s = calloc(E, sizeof(uint8_t *));
+		stage = malloc(sizeof(float) * (size_t)h * (size_t)(2 * im));
+		b = malloc(sizeof(float) * (size_t)(E * 2 * im + E * h));
+		if (!w->exp_gate_up || !w->exp_down || !w->exp_gu_q || !w->exp_gu_s ||
+		    !w->exp_dn_q || !w->exp_dn_s || !stage || !b) {
+			snprintf(err, errlen, "%s: out of memory", ck->dir);
+			rc = -ENOMEM;
+		}
+	}
+	for (uint64_t e = 0; e < E && !rc; e++) {
+		if (q) {
+			rc = load_mxfp4_expert(ck, m, gu, E, e, 2 * im, h, 1, &w->exp_gu_q[e],
+					       &w->exp_gu_s[e], err, errlen);
+			if (!rc)
+				rc = load_mxfp4_expert(ck, m, dn, E, e, h, im, 0, &w->exp_dn_q[e],
+						       &w->exp_dn_s[e], err, errlen);
+			continue;
+		}
+		{
+			const uint64_t gshape[3] = { E, h, 2 * im }, dshape[3] = { E, im, h };
+
+			rc = alloc_weight(m, &w->exp_gate_up[e], (size_t)(2 * im * h), ck->dir, gu,
+					  err, errlen);
+			if (!rc)
+				rc = dps_ckpt_load_range(ck, gu, 3, gshape, 0, (int64_t)e, 1, stage,
+							 err, errlen);
+			/* stage (hidden, 2I): column 2i is gate row i, 2i + 1 up row i */
+			for (uint64_t i = 0; i < 2 * im && !rc; i++)
+				for (uint64_t x = 0; x < h; x++)
+					w->exp_gate_up[e][((i % 2) * im + i / 2) * h + x] =
+						stage[x * 2 * im + i];
+			if (!rc)
+				rc = alloc_weight(m, &w->exp_down[e], (size_t)(im * h), ck->dir, dn,
+						  err, errlen);
+			if (!rc)
+				rc = dps_ckpt_load_range(ck, dn, 3, dshape, 0, (int64_t)e, 1, stage,
+							 err, errlen);
+			/* stage (I, hidden) -> (hidden, I) */
+			for (uint64_t i = 0; i < im && !rc; i++)
+				for (uint64_t x = 0; x < h; x++)
+					w->exp_down[e][x * im + i] = stage[i * h + x];
+		}
+	}
+	snprintf(n0, sizeof(n0), "%s_bias", gu);
+	if (!rc)
+		rc = load(ck, m, &w->exp_gu_bias, n0, 2, E, 2 * im, err, errlen);
+	if (!rc) {
+		memcpy(b, w->exp_gu_bias, sizeof(float) * (size_t)(E * 2 * im));
+		for (uint64_t e = 0; e < E; e++)
+			for (uint64_t i = 0; i < 2 * im; i++)
+				w->exp_gu_bias[e * 2 * im + (i % 2) * im + i / 2] = b[e * 2 * im + i];
+	}
+	snprintf(n0, sizeof(n0), "%s_bias", dn);
+	if (!rc)
+		rc = load(ck, m, &w->exp_dn_bias, n0, 2, E, h, err, errlen);
+	free(stage);
+	free(b);
+	return rc;
+}
+
 int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_opts *opts,
 		   char *err, size_t errlen)
 {
@@ -98,6 +279,13 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 	if (rc)
 		return rc;
 	*c = ck.cfg;
+	m->inv_freq = calloc((size_t)c->head_dim / 2, sizeof(float));
+	if (!m->inv_freq) {
+		dps_ckpt_close(&ck);
+		snprintf(err, errlen, "%s: out of memory", dir);
+		return -ENOMEM;
+	}
+	dps_cfg_rope_freqs(c, m->inv_freq, &m->rope_attn);
 	qd = c->num_attention_heads * c->head_dim;
 	kv = (size_t)c->num_key_value_heads * (size_t)c->head_dim;
 	hd = (size_t)c->head_dim;
@@ -137,45 +325,41 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 			w->wk = parts[1];
 			w->wv = parts[2];
 		}
+		if (!rc && c->qkv_bias) {
+			const uint64_t r[3] = { (uint64_t)qd, kv, kv };
+
+			NM(n0, "self_attn.q_proj.bias");
+			NM(n1, "self_attn.k_proj.bias");
+			NM(n2, "self_attn.v_proj.bias");
+			rc = load_vecs(&ck, m, &w->bqkv, names, r, 3, err, errlen);
+		}
 		if (!rc) {
 			NM(n0, "self_attn.o_proj.weight");
 			rc = load(&ck, m, &w->wo, n0, 2, h, (uint64_t)qd, err, errlen);
 		}
+		if (!rc && c->o_bias) {
+			NM(n0, "self_attn.o_proj.bias");
+			rc = load(&ck, m, &w->bo, n0, 1, h, 0, err, errlen);
+		}
+		if (!rc && c->qk_norm) {
+			NM(n0, "self_attn.q_norm.weight");
+			rc = load(&ck, m, &w->q_norm, n0, 1, hd, 0, err, errlen);
+			NM(n0, "self_attn.k_norm.weight");
+			if (!rc)
+				rc = load(&ck, m, &w->k_norm, n0, 1, hd, 0, err, errlen);
+		}
+		if (!rc && c->attn_sinks) {
+			NM(n0, "self_attn.sinks");
+			rc = load(&ck, m, &w->sinks, n0, 1, (uint64_t)c->num_attention_heads, 0, err,
+				  errlen);
+		}
+		w->window = dps_cfg_layer_window(c, l) ? c->sliding_window : 0;
 		if (!rc) {
 			NM(n0, "post_attention_layernorm.weight");
 			rc = load(&ck, m, &w->ffn_norm, n0, 1, h, 0, err, errlen);
 		}
 		if (!rc && dps_cfg_layer_moe(c, l)) {
-			const uint64_t E = (uint64_t)c->num_local_experts, r[2] = { im, im };
-
-			NM(n0, "mlp.router.weight");
-			rc = load(&ck, m, &w->router, n0, 2, E, h, err, errlen);
-			NM(n0, "mlp.router.bias");
-			if (!rc)
-				rc = load(&ck, m, &w->router_bias, n0, 1, E, 0, err, errlen);
-			w->exp_gate_up = calloc(E, sizeof(float *));
-			w->exp_down = calloc(E, sizeof(float *));
-			if (!rc && (!w->exp_gate_up || !w->exp_down)) {
-				snprintf(err, errlen, "%s: out of memory", dir);
-				rc = -ENOMEM;
-			}
-			for (uint64_t e = 0; e < E && !rc; e++) {
-				char sfx[48];
-
-				snprintf(sfx, sizeof(sfx), "mlp.experts.%llu.gate_proj.weight",
-					 (unsigned long long)e);
-				NM(n0, sfx);
-				snprintf(sfx, sizeof(sfx), "mlp.experts.%llu.up_proj.weight",
-					 (unsigned long long)e);
-				NM(n1, sfx);
-				rc = load_stacked(&ck, m, &w->exp_gate_up[e], parts, names, r, 2, h, err,
-						  errlen);
-				snprintf(sfx, sizeof(sfx), "mlp.experts.%llu.down_proj.weight",
-					 (unsigned long long)e);
-				NM(n0, sfx);
-				if (!rc)
-					rc = load(&ck, m, &w->exp_down[e], n0, 2, h, im, err, errlen);
-			}
+			rc = load_gpt_oss_experts(&ck, m, w, l, err, errlen);
 		} else if (!rc) {
 			const uint64_t r[2] = { im, im };
 
@@ -187,6 +371,14 @@ int dps_model_load(struct dps_model *m, const char *dir, const struct dps_model_
 			if (!rc) {
 				NM(n0, "mlp.down_proj.weight");
 				rc = load(&ck, m, &w->w_down, n0, 2, h, im, err, errlen);
+			}
+			if (!rc && c->mlp_bias) {
+				NM(n0, "mlp.gate_proj.bias");
+				NM(n1, "mlp.up_proj.bias");
+				rc = load_vecs(&ck, m, &w->b_gate_up, names, r, 2, err, errlen);
+				NM(n0, "mlp.down_proj.bias");
+				if (!rc)
+					rc = load(&ck, m, &w->b_down, n0, 1, h, 0, err, errlen);
 			}
 		}
 #undef NM
@@ -258,6 +450,13 @@ void dps_model_free(struct dps_model *m)
 			free(w->ffn_norm);
 			free(w->w_gate_up);
 			free(w->w_down);
+			free(w->bqkv);
+			free(w->bo);
+			free(w->q_norm);
+			free(w->k_norm);
+			free(w->sinks);
+			free(w->b_gate_up);
+			free(w->b_down);
 			free(w->router);
 			free(w->router_bias);
 			for (int e = 0; e < m->cfg.num_local_experts; e++) {
@@ -265,11 +464,24 @@ void dps_model_free(struct dps_model *m)
 					free(w->exp_gate_up[e]);
 				if (w->exp_down)
 					free(w->exp_down[e]);
+				if (w->exp_gu_q) {
+					free(w->exp_gu_q[e]);
+					free(w->exp_gu_s[e]);
+					free(w->exp_dn_q[e]);
+					free(w->exp_dn_s[e]);
+				}
 			}
 			free(w->exp_gate_up);
 			free(w->exp_down);
+			free(w->exp_gu_q);
+			free(w->exp_gu_s);
+			free(w->exp_dn_q);
+			free(w->exp_dn_s);
+			free(w->exp_gu_bias);
+			free(w->exp_dn_bias);
 		}
 	free(m->layers);
+	free(m->inv_freq);
 	if (m->lm_head != m->embed)
 		free(m->lm_head);
 	free(m->embed);
@@ -319,13 +531,17 @@ static void attn_slice(void *arg, int chunk, int tid)
 				     (size_t)m->max_pos) * kv + (size_t)g * (size_t)hd;
 		const float *q = m->qkv + (size_t)i * row_stride + (size_t)h * (size_t)hd;
 		float *out = m->att_out + (size_t)i * qd + (size_t)h * (size_t)hd;
+		const struct dps_layer_weights *w = &m->layers[j->layer];
+		const int n_pos = j->pos[i] + 1;
+		const int first = w->window && n_pos > w->window ? n_pos - w->window : 0;
+		const float *sink = w->sinks ? &w->sinks[h] : NULL;
 
 		if (j->fast)
-			dps_attention(out, q, m->key_cache + base, m->value_cache + base, 0,
-				      j->pos[i] + 1, hd, kv, NULL, scratch);
+			dps_attention(out, q, m->key_cache + base, m->value_cache + base, first, n_pos,
+				      hd, kv, sink, scratch);
 		else
-			dps_attention_ref(out, q, m->key_cache + base, m->value_cache + base, 0,
-					  j->pos[i] + 1, hd, kv, NULL, scratch);
+			dps_attention_ref(out, q, m->key_cache + base, m->value_cache + base, first,
+					  n_pos, hd, kv, sink, scratch);
 	}
 }
 
@@ -356,6 +572,14 @@ typedef void (*linear_fn)(struct dps_model *, float *, const float *, const floa
  * chose it; each row then adds its k outputs in the router's order, so a row's result does
  * not depend on the other rows.
  */
+/* rows (n, width) += bias (width) */
+static void add_bias(float *rows, const float *bias, int n, int width)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < width; j++)
+			rows[(size_t)i * (size_t)width + (size_t)j] += bias[j];
+}
+
 static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, int fast,
 		linear_fn linear)
 {
@@ -383,7 +607,14 @@ static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, i
 			}
 		if (!cnt)
 			continue;
-		linear(m, m->gu, m->gather, w->exp_gate_up[e], cnt, 2 * im, dim);
+		if (w->exp_gu_q && w->exp_gu_q[e])
+			(fast ? dps_linear_mxfp4 : dps_linear_mxfp4_ref)(m->gu, m->gather,
+									 w->exp_gu_q[e], w->exp_gu_s[e],
+									 cnt, 2 * im, dim);
+		else
+			linear(m, m->gu, m->gather, w->exp_gate_up[e], cnt, 2 * im, dim);
+		if (w->exp_gu_bias)
+			add_bias(m->gu, w->exp_gu_bias + (size_t)e * 2 * im, cnt, 2 * im);
 		for (int r = 0; r < cnt; r++) {
 			float *g = m->gu + (size_t)r * 2 * im;
 
@@ -393,7 +624,14 @@ static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, i
 				(fast ? dps_swiglu : dps_swiglu_ref)(g, g + im, im);
 			memmove(m->gu + (size_t)r * im, g, sizeof(float) * (size_t)im);
 		}
-		linear(m, m->gather, m->gu, w->exp_down[e], cnt, dim, im);
+		if (w->exp_dn_q && w->exp_dn_q[e])
+			(fast ? dps_linear_mxfp4 : dps_linear_mxfp4_ref)(m->gather, m->gu,
+									 w->exp_dn_q[e], w->exp_dn_s[e],
+									 cnt, dim, im);
+		else
+			linear(m, m->gather, m->gu, w->exp_down[e], cnt, dim, im);
+		if (w->exp_dn_bias)
+			add_bias(m->gather, w->exp_dn_bias + (size_t)e * dim, cnt, dim);
 		for (int r = 0; r < cnt; r++)
 			memcpy(m->exp_out + (size_t)m->gather_ix[r] * dim, m->gather + (size_t)r * dim,
 			       sizeof(float) * (size_t)dim);
@@ -416,7 +654,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 	const int dim = c->hidden_size, hd = c->head_dim, heads = c->num_attention_heads;
 	const int kvh = c->num_key_value_heads, kv = kvh * hd, qd = heads * hd;
 	const int im = c->intermediate_size, qkvd = qd + 2 * kv;
-	const float eps = (float)c->rms_norm_eps, theta = (float)c->rope_theta;
+	const float eps = (float)c->rms_norm_eps;
 	void (*linear)(struct dps_model *, float *, const float *, const float *, int, int, int) =
 		fast ? linear_fast : linear_ref;
 	void (*rmsnorm)(float *, const float *, const float *, int, float) =
@@ -429,7 +667,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			   tokens[i] < c->vocab_size && seq[i] >= 0 && seq[i] < m->max_seqs);
 		(fast ? dps_embedding : dps_embedding_ref)(m->x + (size_t)i * dim, m->embed, dim,
 							   tokens[i]);
-		dps_rope_table(m->cs + (size_t)i * hd, hd, pos[i], theta);
+		dps_rope_table_freqs(m->cs + (size_t)i * hd, hd, pos[i], m->inv_freq, m->rope_attn);
 	}
 	for (int l = 0; l < c->num_hidden_layers; l++) {
 		const struct dps_layer_weights *w = &m->layers[l];
@@ -439,10 +677,19 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 		for (int i = 0; i < n; i++)
 			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->attn_norm, dim, eps);
 		linear(m, m->qkv, m->xb, w->wqkv, n, qkvd, dim);
+		if (w->bqkv)
+			add_bias(m->qkv, w->bqkv, n, qkvd);
 		for (int i = 0; i < n; i++) {
 			float *q = m->qkv + (size_t)i * qkvd, *k = q + qd, *v = k + kv;
 			const size_t at = (((size_t)l * (size_t)m->max_seqs + (size_t)seq[i]) *
 					   (size_t)m->max_pos + (size_t)pos[i]) * (size_t)kv;
+
+			if (w->q_norm) { /* Qwen3: every head normed over head_dim before RoPE */
+				for (int h = 0; h < heads; h++)
+					rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, w->q_norm, hd, eps);
+				for (int h = 0; h < kvh; h++)
+					rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, w->k_norm, hd, eps);
+			}
 
 			(fast ? dps_rope : dps_rope_ref)(q, heads, hd, m->cs + (size_t)i * hd);
 			(fast ? dps_rope : dps_rope_ref)(k, kvh, hd, m->cs + (size_t)i * hd);
@@ -458,6 +705,8 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			attn_slice(&aj, 0, 0);
 		}
 		linear(m, m->xb, m->att_out, w->wo, n, dim, qd);
+		if (w->bo)
+			add_bias(m->xb, w->bo, n, dim);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];
 		/* MLP: norm, the stacked gate/up product, SwiGLU, down. */
@@ -468,6 +717,8 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			continue;
 		}
 		linear(m, m->gu, m->xb, w->w_gate_up, n, 2 * im, dim);
+		if (w->b_gate_up)
+			add_bias(m->gu, w->b_gate_up, n, 2 * im);
 		for (int i = 0; i < n; i++) {
 			float *g = m->gu + (size_t)i * 2 * im;
 
@@ -476,6 +727,8 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			memmove(m->gu + (size_t)i * im, g, sizeof(float) * (size_t)im);
 		}
 		linear(m, m->xb, m->gu, w->w_down, n, dim, im);
+		if (w->b_down)
+			add_bias(m->xb, w->b_down, n, dim);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];
 	}

@@ -25,10 +25,23 @@ struct dps_layer_weights {
 	float *w_gate_up;   /* gate_proj and up_proj stacked: (2 * intermediate, hidden) */
 	float *w_gate, *w_up; /* (intermediate, hidden), inside w_gate_up */
 	float *w_down;      /* (hidden, intermediate) */
+	/* What the families add (NULL when the config says the layer has none): */
+	float *bqkv;        /* (q_dim + 2 * kv_dim) the q, k and v biases, stacked as wqkv */
+	float *bo;          /* (hidden) o_proj's bias */
+	float *q_norm, *k_norm; /* (head_dim) each: Qwen3's per-head RMSNorm weights */
+	float *sinks;       /* (heads) GPT-OSS's attention-sink logits */
+	float *b_gate_up, *b_down; /* (2 * intermediate) gate then up, (hidden): mlp_bias */
+	int window;         /* positions this layer attends to (0: all) */
 	/* A mixture-of-experts layer instead (w_gate_up and w_down NULL): */
 	float *router, *router_bias;  /* (experts, hidden), (experts) */
-	float **exp_gate_up;          /* (experts) each (2 * intermediate, hidden) */
+	float **exp_gate_up;          /* (experts) each (2 * intermediate, hidden), gate rows then
+				       * up rows (GPT-OSS interleaves them; the loader does not) */
 	float **exp_down;             /* (experts) each (hidden, intermediate) */
+	float *exp_gu_bias;           /* (experts, 2 * intermediate) gate then up */
+	float *exp_dn_bias;           /* (experts, hidden) */
+	/* MXFP4 experts (kernels/mxfp4.h layout) instead of exp_gate_up / exp_down: */
+	uint8_t **exp_gu_q, **exp_gu_s; /* (experts) each (2 * intermediate, hidden) */
+	uint8_t **exp_dn_q, **exp_dn_s; /* (experts) each (hidden, intermediate) */
 };
 
 struct dps_model_opts {
@@ -40,6 +53,8 @@ struct dps_model_opts {
 
 struct dps_model {
 	struct dps_model_config cfg;
+	float *inv_freq;    /* (head_dim / 2) the RoPE variant's frequencies */
+	float rope_attn;    /* and the factor of its cos and sin (YaRN) */
 	float *embed;       /* (vocab, hidden) */
 	float *final_norm;  /* (hidden) */
 	float *lm_head;     /* (vocab, hidden); the embedding when tied */
