@@ -546,6 +546,12 @@ static int read_experts(const json_t *root, struct dps_model_config *c, char *er
 	    get_real(root, "", "swiglu_limit", 1e-6, 1e6, &c->swiglu_limit, NULL, err, errlen) ||
 	    get_real(root, "", "swiglu_alpha", 1e-6, 1e6, &c->swiglu_alpha, NULL, err, errlen))
 		return -EINVAL;
+	if (c->swiglu_alpha != 1.702) {
+		/* the kernels' clamped SwiGLU has GPT-OSS's published gain built in */
+		snprintf(err, errlen, "config.json: swiglu_alpha %g is not supported (1.702 is)",
+			 c->swiglu_alpha);
+		return -EINVAL;
+	}
 	if (e2 > 0 && c->num_local_experts && e2 != c->num_local_experts) {
 		snprintf(err, errlen, "config.json: 'num_experts' %d and 'num_local_experts' %d "
 			 "disagree", e2, c->num_local_experts);

@@ -19,6 +19,14 @@
 #include "kernels/pool.h"
 
 
+/* rows (n, stride) += bias (width) in each row's first width floats */
+static void add_bias(float *rows, const float *bias, int n, size_t width, size_t stride)
+{
+	for (int i = 0; i < n; i++)
+		for (size_t c = 0; c < width; c++)
+			rows[(size_t)i * stride + c] += bias[c];
+}
+
 struct attn_job {
 	struct dps_shard *s;
 	int n, layer;
@@ -51,9 +59,17 @@ static void attn_chunk(void *arg, int chunk, int tid)
 		}
 		base = dps_kv_offset(j->layer, s->num_blocks, s->block_size, 0, kv) +
 		       (size_t)s->q2kv[h] * (size_t)hd;
-		dps_attention_paged(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
-				    s->key_cache + base, s->value_cache + base, j->table[i],
-				    s->block_size, bstride, 0, j->pos[i] + 1, hd, kv, NULL, scratch);
+		{
+			const struct dps_shard_layer *w = &s->layers[j->layer];
+			const int n_pos = j->pos[i] + 1;
+			/* a window layer reads its last `window` positions only */
+			const int first = w->window && n_pos > w->window ? n_pos - w->window : 0;
+
+			dps_attention_paged(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
+					    s->key_cache + base, s->value_cache + base, j->table[i],
+					    s->block_size, bstride, first, n_pos, hd, kv,
+					    w->sinks ? &w->sinks[h] : NULL, scratch);
+		}
 	}
 }
 
@@ -71,10 +87,25 @@ static void attend(struct dps_shard *s, int layer, const struct dps_rows *r, flo
 	struct attn_job j = { s, n, layer, pos, r->table, q, q_stride, out, 1 };
 	const int items = n * s->hq_t, most = 8 * dps_pool_size(dps_gemm_pool());
 
+	const struct dps_shard_layer *w = &s->layers[layer];
+	const float eps = (float)s->cfg.rms_norm_eps;
+
 	for (int i = 0; i < n; i++) {
 		float *cs = s->cs + (size_t)i * (size_t)hd;
 
-		dps_rope_table(cs, hd, pos[i], (float)s->cfg.rope_theta);
+		if (w->q_norm) { /* Qwen3: each head normed over head_dim before RoPE */
+			for (int h = 0; h < s->hq_t; h++) {
+				float *x = q + (size_t)i * q_stride + (size_t)h * (size_t)hd;
+
+				dps_rmsnorm(x, x, w->q_norm, hd, eps);
+			}
+			for (int h = 0; h < s->nkv_t; h++) {
+				float *x = k + (size_t)i * k_stride + (size_t)h * (size_t)hd;
+
+				dps_rmsnorm(x, x, w->k_norm, hd, eps);
+			}
+		}
+		dps_rope_table_freqs(cs, hd, pos[i], s->inv_freq, s->rope_attn);
 		dps_rope(q + (size_t)i * q_stride, s->hq_t, hd, cs);
 		dps_rope(k + (size_t)i * k_stride, s->nkv_t, hd, cs);
 		if (r->slot[i] >= 0) { /* DPS_PAD_SLOT writes nothing */
@@ -105,9 +136,13 @@ void dps_shard_attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r
 	float *q = s->qkv;
 
 	dps_shard_linear(s, q, h, w->wqkv_p, n, (int)width, s->qkv_in);
+	if (w->bqkv_p)
+		add_bias(q, w->bqkv_p, n, width, width);
 	attend(s, l, r, q, width, q + (size_t)s->hq_t * hd,
 	       q + (size_t)(s->hq_t + s->nkv_t) * hd, width, s->att);
 	dps_shard_linear(s, o, s->att, w->wo_p, n, dim, s->hq_t * hd);
+	if (w->bo_p) /* TP rank 0 only: the all-reduce adds it once */
+		add_bias(o, w->bo_p, n, (size_t)dim, (size_t)dim);
 }
 
 /*
@@ -133,6 +168,8 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 
 	/* proj (R, we): q [k v] of the effective rank's heads for every gathered row. */
 	dps_shard_linear(s, proj, h, w->wq_d, R, (int)we, dim);
+	if (w->bq_d)
+		add_bias(proj, w->bq_d, R, we, we);
 	for (int q = 0; q < ca; q++)
 		sc[q] = rc_[q] = (size_t)B * we;
 	dps_shard_count(s, DPS_COLL_ALLTOALL, DPS_SG_ATTN_COL, (size_t)R * we * sizeof(float));
@@ -166,6 +203,8 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 
 		dps_shard_linear(s, kvo, h + (size_t)j * (size_t)B * (size_t)dim,
 				 w->wqkv_p + (size_t)s->hq_t * (size_t)hd * (size_t)dim, B, (int)kvw, dim);
+		if (w->bqkv_p)
+			add_bias(kvo, w->bqkv_p + (size_t)s->hq_t * hd, B, kvw, kvw);
 		for (int i = 0; i < B; i++)
 			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,
 			       sizeof(float) * kvw);
@@ -187,6 +226,8 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 		return rc;
 	/* att (R, qe): my heads for every gathered row, in gathered order. */
 	dps_shard_linear(s, o, s->att, w->wo_d, R, dim, (int)qe);
+	if (w->bo_d) /* attention group rank 0 only */
+		add_bias(o, w->bo_d, R, (size_t)dim, (size_t)dim);
 	return 0;
 }
 

@@ -105,6 +105,16 @@ void dps_shard_load_whole(struct dps_shard_loader *L, const char *name, uint64_t
 		L->rc = dps_ckpt_load_range(&L->ck, name, 1, shape, 0, 0, n, dst, L->err, L->errlen);
 }
 
+void dps_shard_load_vec_range(struct dps_shard_loader *L, const char *name, uint64_t n,
+			      int64_t first, uint64_t count, float *dst)
+{
+	const uint64_t shape[1] = { n };
+
+	if (!L->rc)
+		L->rc = dps_ckpt_load_range(&L->ck, name, 1, shape, 0, first, count, dst, L->err,
+					    L->errlen);
+}
+
 /* ---- the rank-override loaders -------------------------------------------------------------- */
 
 void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, uint64_t d0,
@@ -172,10 +182,153 @@ static void attention_geometry(struct dps_shard *s)
 		s->kv_t[s->nkv_t++] = 0;
 }
 
+static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
+{
+	uint8_t *p;
+
+	if (L->rc)
+		return NULL;
+	p = dps_alloc_huge(n);
+	if (!p) {
+		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of weights",
+			 L->s->w ? L->s->w->rank : 0, n);
+		L->rc = -ENOMEM;
+		return NULL;
+	}
+	L->s->bytes[DPS_PART_EXPERTS] += n;
+	return p;
+}
+
+/* Expert e's slice of a 3-D or 4-D tensor (its dimension 0 at e) into a staging buffer. */
+static void *expert_slice(struct dps_shard_loader *L, const char *name, int ndim,
+			  const uint64_t *shape, int e, int raw)
+{
+	size_t n = 1;
+	void *p;
+
+	for (int i = 1; i < ndim; i++)
+		n *= shape[i];
+	if (L->rc)
+		return NULL;
+	p = malloc(n * (raw ? 1 : sizeof(float)));
+	if (!p) {
+		L->rc = -ENOMEM;
+		snprintf(L->err, L->errlen, "out of memory loading '%s'", name);
+		return NULL;
+	}
+	L->rc = raw ? dps_ckpt_load_range_raw(&L->ck, name, ndim, shape, 0, e, 1, p, L->err,
+					      L->errlen)
+		    : dps_ckpt_load_range(&L->ck, name, ndim, shape, 0, e, 1, p, L->err, L->errlen);
+	if (L->rc) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/*
+ * Expert e as this rank holds it (local index i): intermediate rows [i0, i0 + ime) of gate
+ * and up (zero past the end) and those columns of down, from GPT-OSS's Hugging Face layout:
+ * gate_up_proj (E, hidden, 2I) with gate and up interleaved along its last dimension and
+ * down_proj (E, I, hidden), transposed here into (out, in) rows; or their MXFP4 blocks and
+ * scales (E, 2I, hidden/32, 16) and (E, hidden, I/32, 16), whose rows are already out-major
+ * (i0 and ime then multiples of 32).
+ */
+static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t i0)
+{
+	struct dps_shard *s = L->s;
+	struct dps_shard_layer *w = &s->layers[l];
+	const struct dps_model_config *c = &s->cfg;
+	const uint64_t dim = (uint64_t)c->hidden_size, im = (uint64_t)c->intermediate_size;
+	const uint64_t E = (uint64_t)c->num_local_experts, ime = (uint64_t)s->im_e;
+	char gu[112], dn[112];
+
+	snprintf(gu, sizeof(gu), "model.layers.%d.mlp.experts.gate_up_proj%s", l,
+		 c->mxfp4 ? "_blocks" : "");
+	snprintf(dn, sizeof(dn), "model.layers.%d.mlp.experts.down_proj%s", l,
+		 c->mxfp4 ? "_blocks" : "");
+	if (c->mxfp4) {
+		const uint64_t G = dim / 32, Gi = im / 32, Ge = ime / 32;
+		const uint64_t gq[4] = { E, 2 * im, G, 16 }, gs[3] = { E, 2 * im, G };
+		const uint64_t dq[4] = { E, dim, Gi, 16 }, ds[3] = { E, dim, Gi };
+		uint8_t *q, *sc, *tq, *ts;
+		char name[128];
+
+		w->exp_gu_q[i] = q = alloc_bytes(L, 2 * ime * G * 16);
+		w->exp_gu_s[i] = sc = alloc_bytes(L, 2 * ime * G);
+		tq = expert_slice(L, gu, 4, gq, e, 1);
+		snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.gate_up_proj_scales", l);
+		ts = expert_slice(L, name, 3, gs, e, 1);
+		/* stored row 2r is gate row r, 2r + 1 up row r: into gate rows, then up rows */
+		for (uint64_t r = 0; r < ime && tq && ts && q && sc; r++)
+			for (int u = 0; u < 2; u++) {
+				const uint64_t from = 2 * ((uint64_t)i0 + r) + (uint64_t)u;
+				const uint64_t to = (uint64_t)u * ime + r;
+
+				if (from < 2 * im) {
+					memcpy(q + to * G * 16, tq + from * G * 16, G * 16);
+					memcpy(sc + to * G, ts + from * G, G);
+				} else {
+					memset(q + to * G * 16, 0, G * 16);
+					memset(sc + to * G, 0, G);
+				}
+			}
+		free(tq);
+		free(ts);
+		w->exp_dn_q[i] = q = alloc_bytes(L, dim * Ge * 16);
+		w->exp_dn_s[i] = sc = alloc_bytes(L, dim * Ge);
+		tq = expert_slice(L, dn, 4, dq, e, 1);
+		snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.down_proj_scales", l);
+		ts = expert_slice(L, name, 3, ds, e, 1);
+		/* row x's blocks [i0 / 32, i0 / 32 + Ge) of the stored Gi */
+		for (uint64_t x = 0; x < dim && tq && ts && q && sc; x++)
+			for (uint64_t b = 0; b < Ge; b++) {
+				const uint64_t from = (uint64_t)i0 / 32 + b;
+
+				if (from < Gi) {
+					memcpy(q + (x * Ge + b) * 16, tq + (x * Gi + from) * 16, 16);
+					sc[x * Ge + b] = ts[x * Gi + from];
+				} else {
+					memset(q + (x * Ge + b) * 16, 0, 16);
+					sc[x * Ge + b] = 0;
+				}
+			}
+		free(tq);
+		free(ts);
+		return;
+	}
+	{
+		const uint64_t gshape[3] = { E, dim, 2 * im }, dshape[3] = { E, im, dim };
+		float *g = dps_shard_alloc_part(L, DPS_PART_EXPERTS, 2 * ime * dim);
+		float *d = dps_shard_alloc_part(L, DPS_PART_EXPERTS, dim * ime);
+		float *t;
+
+		w->exp_gu[i] = g;
+		w->exp_dn[i] = d;
+		t = expert_slice(L, gu, 3, gshape, e, 0);
+		for (uint64_t r = 0; r < ime && t && g; r++)
+			for (int u = 0; u < 2; u++) {
+				const uint64_t col = 2 * ((uint64_t)i0 + r) + (uint64_t)u;
+				float *row = g + ((uint64_t)u * ime + r) * dim;
+
+				for (uint64_t x = 0; x < dim; x++)
+					row[x] = col < 2 * im ? t[x * 2 * im + col] : 0.0f;
+			}
+		free(t);
+		t = expert_slice(L, dn, 3, dshape, e, 0);
+		for (uint64_t x = 0; x < dim && t && d; x++)
+			for (uint64_t r = 0; r < ime; r++)
+				d[x * ime + r] = (uint64_t)i0 + r < im ? t[((uint64_t)i0 + r) * dim + x]
+								       : 0.0f;
+		free(t);
+	}
+}
+
 /*
  * A MoE layer's router and bias (whole) and experts [e_lo, e_lo + e_n): with expert
  * parallelism whole, else rows [gm * im_e, (gm + 1) * im_e) of gate and up and those columns
- * of down, like the MLP (gm = j*TP + t, zero past the end).
+ * of down, like the MLP (gm = j*TP + t, zero past the end); their biases likewise, the down
+ * bias on the rank that adds it.
  */
 static void load_experts(struct dps_shard_loader *L, int l)
 {
@@ -186,7 +339,9 @@ static void load_experts(struct dps_shard_loader *L, int l)
 	const uint64_t E = (uint64_t)c->num_local_experts, ime = (uint64_t)s->im_e;
 	/* Like the MLP without expert parallelism; whole (one shard, rank 0) with it. */
 	const int rank = s->moe == DPS_MOE_TP ? dps_shard_comp_rank(s, DPS_COMP_MLP) : 0;
-	char n0[96], n1[96];
+	const int64_t i0 = (int64_t)rank * (int64_t)ime;
+	char n0[112], n1[112];
+	float *b;
 
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
 	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.router.bias", l);
@@ -198,24 +353,41 @@ static void load_experts(struct dps_shard_loader *L, int l)
 	}
 	w->exp_gu = calloc((size_t)s->e_n, sizeof(float *));
 	w->exp_dn = calloc((size_t)s->e_n, sizeof(float *));
-	if ((!w->exp_gu || !w->exp_dn) && !L->rc) {
+	w->exp_gu_q = calloc((size_t)s->e_n, sizeof(uint8_t *));
+	w->exp_gu_s = calloc((size_t)s->e_n, sizeof(uint8_t *));
+	w->exp_dn_q = calloc((size_t)s->e_n, sizeof(uint8_t *));
+	w->exp_dn_s = calloc((size_t)s->e_n, sizeof(uint8_t *));
+	if ((!w->exp_gu || !w->exp_dn || !w->exp_gu_q || !w->exp_gu_s || !w->exp_dn_q ||
+	     !w->exp_dn_s) && !L->rc) {
 		L->rc = -ENOMEM;
 		snprintf(L->err, L->errlen, "out of memory");
 	}
-	for (int i = 0; i < s->e_n && !L->rc; i++) {
-		const int e = s->e_lo + i;
-		char ng[96], nu[96], nd[96];
+	for (int i = 0; i < s->e_n && !L->rc; i++)
+		load_expert(L, l, i, s->e_lo + i, i0);
+	/* Biases: gate_up_proj_bias (E, 2I) interleaved like its weight, down_proj_bias (E, hidden). */
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.experts.down_proj_bias", l);
+	w->exp_gu_b = dps_shard_alloc_part(L, DPS_PART_EXPERTS, (size_t)s->e_n * 2 * ime);
+	b = L->rc ? NULL : malloc(sizeof(float) * (size_t)(2 * im));
+	for (int i = 0; i < s->e_n && b && w->exp_gu_b && !L->rc; i++) {
+		const uint64_t shape[2] = { E, 2 * im };
 
-		snprintf(ng, sizeof(ng), "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-		snprintf(nu, sizeof(nu), "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-		snprintf(nd, sizeof(nd), "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-		w->exp_gu[i] = dps_shard_alloc_part(L, DPS_PART_EXPERTS, 2 * ime * dim);
-		w->exp_dn[i] = dps_shard_alloc_part(L, DPS_PART_EXPERTS, dim * ime);
-		if (!w->exp_gu[i] || !w->exp_dn[i])
-			break;
-		dps_shard_load_rows_of_rank(L, ng, im, dim, rank, ime, w->exp_gu[i]);
-		dps_shard_load_rows_of_rank(L, nu, im, dim, rank, ime, w->exp_gu[i] + ime * dim);
-		dps_shard_load_cols_of_rank(L, nd, dim, im, rank, (int)ime, w->exp_dn[i], (int)ime, 0);
+		L->rc = dps_ckpt_load_range(&L->ck, n0, 2, shape, 0, s->e_lo + i, 1, b, L->err,
+					    L->errlen);
+		for (uint64_t r = 0; r < ime && !L->rc; r++)
+			for (int u = 0; u < 2; u++) {
+				const uint64_t col = 2 * ((uint64_t)i0 + r) + (uint64_t)u;
+
+				w->exp_gu_b[(size_t)i * 2 * ime + (uint64_t)u * ime + r] =
+					col < 2 * im ? b[col] : 0.0f;
+			}
+	}
+	free(b);
+	if (s->moe != DPS_MOE_TP || rank == 0) {
+		w->exp_dn_b = dps_shard_alloc_part(L, DPS_PART_EXPERTS, (size_t)s->e_n * dim);
+		if (w->exp_dn_b)
+			dps_shard_load_range(L, n1, E, dim, 0, s->e_lo, (uint64_t)s->e_n,
+					     w->exp_dn_b);
 	}
 }
 
@@ -226,6 +398,87 @@ static void lname(const struct dps_shard *s, char *buf, size_t len, int l, const
 		snprintf(buf, len, "midlayer.%s", suffix);
 	else
 		snprintf(buf, len, "model.layers.%d.%s", l, suffix);
+}
+
+/*
+ * The biases of q/k/v (sharded with their rows, in both layouts) and of o (on the rank of
+ * group rank 0), Qwen3's q/k norms, GPT-OSS's sinks of this TP position's heads, the window.
+ */
+static void load_attn_extras(struct dps_shard_loader *L, int l)
+{
+	struct dps_shard *s = L->s;
+	struct dps_shard_layer *w = &s->layers[l];
+	const struct dps_model_config *c = &s->cfg;
+	const uint64_t dim = (uint64_t)c->hidden_size, hd = (uint64_t)s->hd;
+	const uint64_t qd = (uint64_t)c->num_attention_heads * hd;
+	const uint64_t kvd = (uint64_t)c->num_key_value_heads * hd;
+	const int e = dps_shard_attn_rank(s), ca = s->c[DPS_COMP_ATTN];
+	char nq[96], nk[96], nv[96], no[96];
+
+	w->window = dps_cfg_layer_window(c, l) ? c->sliding_window : 0;
+	if (c->qkv_bias) {
+		const uint64_t hq = (uint64_t)s->hq_t * hd;
+
+		lname(s, nq, sizeof(nq), l, "self_attn.q_proj.bias");
+		lname(s, nk, sizeof(nk), l, "self_attn.k_proj.bias");
+		lname(s, nv, sizeof(nv), l, "self_attn.v_proj.bias");
+		w->bqkv_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL,
+						 (size_t)(s->hq_t + 2 * s->nkv_t) * hd);
+		if (w->bqkv_p) {
+			dps_shard_load_vec_range(L, nq, qd, (int64_t)s->t * (int64_t)hq, hq, w->bqkv_p);
+			for (int k = 0; k < s->nkv_t; k++) {
+				float *kb = w->bqkv_p + hq + (uint64_t)k * hd;
+
+				dps_shard_load_vec_range(L, nk, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
+							 hd, kb);
+				dps_shard_load_vec_range(L, nv, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
+							 hd, kb + (uint64_t)s->nkv_t * hd);
+			}
+		}
+		if (ca > 1) {
+			const uint64_t qe = (uint64_t)s->hq_e * hd, ke = (uint64_t)s->nkv_e * hd;
+
+			w->bq_d = dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE, qe + 2 * ke);
+			if (w->bq_d)
+				dps_shard_load_vec_range(L, nq, qd, (int64_t)e * (int64_t)qe, qe, w->bq_d);
+			if (w->bq_d && s->kv_by_eff) {
+				dps_shard_load_vec_range(L, nk, kvd, (int64_t)e * (int64_t)ke, ke,
+							 w->bq_d + qe);
+				dps_shard_load_vec_range(L, nv, kvd, (int64_t)e * (int64_t)ke, ke,
+							 w->bq_d + qe + ke);
+			}
+		}
+	}
+	if (c->o_bias) {
+		lname(s, no, sizeof(no), l, "self_attn.o_proj.bias");
+		if (s->t == 0) {
+			w->bo_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, dim);
+			if (w->bo_p)
+				dps_shard_load_whole(L, no, dim, w->bo_p);
+		}
+		if (ca > 1 && dps_shard_comp_rank(s, DPS_COMP_ATTN) == 0) {
+			w->bo_d = dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE, dim);
+			if (w->bo_d)
+				dps_shard_load_whole(L, no, dim, w->bo_d);
+		}
+	}
+	if (c->qk_norm) {
+		lname(s, nq, sizeof(nq), l, "self_attn.q_norm.weight");
+		lname(s, nk, sizeof(nk), l, "self_attn.k_norm.weight");
+		w->q_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, hd);
+		w->k_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, hd);
+		if (w->q_norm && w->k_norm) {
+			dps_shard_load_whole(L, nq, hd, w->q_norm);
+			dps_shard_load_whole(L, nk, hd, w->k_norm);
+		}
+	}
+	if (c->attn_sinks) {
+		lname(s, nq, sizeof(nq), l, "self_attn.sinks");
+		w->sinks = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, (size_t)s->hq_t);
+		if (w->sinks)
+			dps_shard_load_vec_range(L, nq, (uint64_t)c->num_attention_heads,
+						 (int64_t)s->t * s->hq_t, (uint64_t)s->hq_t, w->sinks);
+	}
 }
 
 static void load_layer(struct dps_shard_loader *L, int l)
@@ -296,6 +549,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 						    s->hq_e * hd, 0);
 		}
 	}
+	load_attn_extras(L, l);
 	if (dps_cfg_layer_moe(c, l)) {
 		load_experts(L, l);
 		return;
@@ -308,6 +562,23 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_rows_of_rank(L, nu, im, dim, gm, (uint64_t)s->im_sh,
 					    w->w_gate_up + (size_t)s->im_sh * dim);
 		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down, s->im_sh, 0);
+	}
+	if (c->mlp_bias) {
+		lname(s, ng, sizeof(ng), l, "mlp.gate_proj.bias");
+		lname(s, nu, sizeof(nu), l, "mlp.up_proj.bias");
+		lname(s, nd, sizeof(nd), l, "mlp.down_proj.bias");
+		w->b_gate_up = dps_shard_alloc_part(L, DPS_PART_MLP, 2 * (size_t)s->im_sh);
+		if (w->b_gate_up) {
+			dps_shard_load_vec_range(L, ng, im, (int64_t)gm * s->im_sh,
+						 (uint64_t)s->im_sh, w->b_gate_up);
+			dps_shard_load_vec_range(L, nu, im, (int64_t)gm * s->im_sh,
+						 (uint64_t)s->im_sh, w->b_gate_up + s->im_sh);
+		}
+		if (gm == 0) {
+			w->b_down = dps_shard_alloc_part(L, DPS_PART_MLP, dim);
+			if (w->b_down)
+				dps_shard_load_whole(L, nd, dim, w->b_down);
+		}
 	}
 }
 
@@ -344,6 +615,13 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (rc)
 		return rc;
 	*c = L.ck.cfg;
+	s->inv_freq = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
+	if (!s->inv_freq) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	dps_cfg_rope_freqs(c, s->inv_freq, &s->rope_attn);
 	if (T) {
 		/* The draft: its MLP over TP x --draft-mlp-dp-size, the rest over TP. */
 		rc = dps_shard_draft_config(s, T, dir, err, errlen);
@@ -389,6 +667,12 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->v_emb = (c->vocab_size + tp * s->c[DPS_COMP_EMB] - 1) / (tp * s->c[DPS_COMP_EMB]);
 	s->v_lm = (c->vocab_size + tp * s->c[DPS_COMP_LM_HEAD] - 1) / (tp * s->c[DPS_COMP_LM_HEAD]);
 	s->im_sh = (c->intermediate_size + tp * s->c[DPS_COMP_MLP] - 1) / (tp * s->c[DPS_COMP_MLP]);
+	if (c->mxfp4 && (c->hidden_size % 32 || c->intermediate_size % 32)) {
+		snprintf(err, errlen, "%s: MXFP4 experts need hidden_size and intermediate_size "
+			 "multiples of 32 (%d, %d)", dir, c->hidden_size, c->intermediate_size);
+		rc = -EINVAL;
+		goto out;
+	}
 	if (c->num_local_experts) {
 		s->ep_n = tp * par->dp;
 		s->ep_rank = s->d * tp + s->t;
@@ -401,7 +685,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 		} else {
 			s->moe = DPS_MOE_TP;
 			s->e_n = c->num_local_experts;
-			s->im_e = s->im_sh;
+			/* MXFP4 columns of down come in blocks of 32 */
+			s->im_e = c->mxfp4 ? round_up(s->im_sh, 32) : s->im_sh;
 		}
 	}
 
@@ -594,9 +879,30 @@ void dps_shard_free(struct dps_shard *s)
 					free(w->exp_gu[i]);
 				if (w->exp_dn)
 					free(w->exp_dn[i]);
+				if (w->exp_gu_q) {
+					free(w->exp_gu_q[i]);
+					free(w->exp_gu_s[i]);
+					free(w->exp_dn_q[i]);
+					free(w->exp_dn_s[i]);
+				}
 			}
 			free(w->exp_gu);
 			free(w->exp_dn);
+			free(w->exp_gu_q);
+			free(w->exp_gu_s);
+			free(w->exp_dn_q);
+			free(w->exp_dn_s);
+			free(w->exp_gu_b);
+			free(w->exp_dn_b);
+			free(w->bqkv_p);
+			free(w->bq_d);
+			free(w->bo_p);
+			free(w->bo_d);
+			free(w->q_norm);
+			free(w->k_norm);
+			free(w->sinks);
+			free(w->b_gate_up);
+			free(w->b_down);
 		}
 	free(s->layers);
 	if (s->emb_d != s->emb_p)
@@ -608,6 +914,7 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->final_norm);
 	free(s->kv_t);
 	free(s->q2kv);
+	free(s->inv_freq);
 	dps_kv_free(s->key_cache, s->cache_bytes / 2);
 	dps_kv_free(s->value_cache, s->cache_bytes / 2);
 	free(s->x);

@@ -14,6 +14,7 @@
 #include "common/dps.h"
 #include "engine/shard/shard_int.h"
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 
 
 int dps_shard_moe_layer(const struct dps_shard *s, int l)
@@ -72,10 +73,20 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			}
 		if (!cnt)
 			continue;
-		s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
-		dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
+		if (w->exp_gu_q && w->exp_gu_q[i]) {
+			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * 17 / 32;
+			dps_linear_mxfp4(s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt,
+					 2 * im, dim);
+		} else {
+			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
+			dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
+		}
 		for (int r = 0; r < cnt; r++) {
 			float *g = s->m_gu + (size_t)r * 2 * (size_t)im;
+
+			if (w->exp_gu_b)
+				for (int c = 0; c < 2 * im; c++)
+					g[c] += w->exp_gu_b[(size_t)i * 2 * (size_t)im + (size_t)c];
 
 			if (limit > 0)
 				dps_swiglu_clamped(g, g + im, im, limit);
@@ -83,7 +94,16 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 				dps_swiglu(g, g + im, im);
 			memmove(s->m_gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
 		}
-		dps_shard_linear(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
+		if (w->exp_dn_q && w->exp_dn_q[i])
+			dps_linear_mxfp4(s->m_eout, s->m_gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim,
+					 im);
+		else
+			dps_shard_linear(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
+		if (w->exp_dn_b) /* on the rank that adds it (moe.c's load) */
+			for (int r = 0; r < cnt; r++)
+				for (int d = 0; d < dim; d++)
+					s->m_eout[(size_t)r * (size_t)dim + (size_t)d] +=
+						w->exp_dn_b[(size_t)i * (size_t)dim + (size_t)d];
 		for (int r = 0; r < cnt; r++) {
 			const float *y = s->m_eout + (size_t)r * (size_t)dim;
 			float *o = out + (size_t)(s->m_ix[r] / k) * (size_t)dim;

@@ -112,6 +112,8 @@ struct dps_shard {
 	struct dps_comm *tp_c, *dp_c;
 	struct dps_comm *comp_c[DPS_COMP_COUNT], *col_c[DPS_COMP_COUNT];
 
+	float *inv_freq;             /* (hd / 2) the RoPE variant's frequencies */
+	float rope_attn;             /* and the factor of its cos and sin */
 	/* Attention geometry. */
 	int hd, heads_p;             /* query heads padded to a multiple of TP * c_attn */
 	int hq_t, hq_e;              /* query heads per TP position, per effective rank */

@@ -34,6 +34,27 @@ struct dps_shard_layer {
 	 * hidden) gate rows then up rows, exp_dn[i] (hidden, im_e). */
 	float *router, *router_bias;
 	float **exp_gu, **exp_dn;
+	/*
+	 * What the families add (NULL when the model has none). A bias of a row-sharded product
+	 * is sharded with its rows; the bias of a product whose partial sums are all-reduced is
+	 * held (and added before the reduction) by group rank 0 only, as vLLM's RowParallelLinear.
+	 */
+	float *bqkv_p;   /* (hq_t + 2 nkv_t) * hd: the biases of wqkv_p's rows */
+	float *bq_d;     /* (hq_e + 2 nkv_e) * hd: of wq_d's rows */
+	float *bo_p;     /* (hidden) o_proj's bias on TP rank 0 */
+	float *bo_d;     /* (hidden) on attention group rank 0 (decode, c_attn > 1) */
+	float *q_norm, *k_norm; /* (hd) Qwen3's per-head norms */
+	float *sinks;    /* (hq_t) this TP position's query heads' sink logits (both layouts hold
+			  * heads [t * hq_t, (t + 1) * hq_t) in that order) */
+	int window;      /* positions attended to (0: all) */
+	float *b_gate_up; /* (2 * im_sh) gate rows' then up rows' biases */
+	float *b_down;   /* (hidden) on MLP group rank 0 */
+	float *exp_gu_b; /* (e_n, 2 * im_e) the experts' gate then up biases */
+	float *exp_dn_b; /* (e_n, hidden) on the rank that adds them (an expert's owner with EP,
+			  * MLP group rank 0 without) */
+	/* MXFP4 experts (kernels/mxfp4.h), instead of exp_gu / exp_dn: */
+	uint8_t **exp_gu_q, **exp_gu_s; /* (e_n) each (2 * im_e, hidden) */
+	uint8_t **exp_dn_q, **exp_dn_s; /* (e_n) each (hidden, im_e) */
 };
 
 /* ---- load.c: reading a rank's shards --------------------------------------------------------- */
@@ -57,6 +78,10 @@ void dps_shard_load_range(struct dps_shard_loader *L, const char *name, uint64_t
 
 /* A 1-D tensor of n floats, whole. */
 void dps_shard_load_whole(struct dps_shard_loader *L, const char *name, uint64_t n, float *dst);
+
+/* Elements [first, first + count) of a 1-D tensor of n floats (zero past the end). */
+void dps_shard_load_vec_range(struct dps_shard_loader *L, const char *name, uint64_t n,
+			      int64_t first, uint64_t count, float *dst);
 
 /*
  * The reference's sharding_weight_loader(shard_dim, shard_size, num_shards) wrapped by
