@@ -278,6 +278,17 @@ int dps_gguf_export(const char *dir, const char *path, char *err, size_t errlen)
 		rc = -DPS_ECONFIG;
 		goto out;
 	}
+	/* The export writes a plain Llama; anything a plain Llama does not compute is refused. */
+	if (c->arch != DPS_ARCH_LLAMA || c->qkv_bias || c->o_bias || c->mlp_bias ||
+	    c->rope.kind != DPS_ROPE_DEFAULT || c->sliding_window) {
+		snprintf(err, errlen, "%s: only a plain Llama (no biases, windows or rope_scaling) "
+			 "has a GGUF export here; this is %s%s%s%s", dir, dps_arch_name(c->arch),
+			 c->qkv_bias || c->o_bias || c->mlp_bias ? " with biases" : "",
+			 c->rope.kind != DPS_ROPE_DEFAULT ? " with rope_scaling" : "",
+			 c->sliding_window ? " with a sliding window" : "");
+		rc = -DPS_ECONFIG;
+		goto out;
+	}
 	snprintf(tpath, sizeof(tpath), "%s/tokenizer.bin", dir);
 	if (!access(tpath, R_OK)) {
 		rc = dps_tok_llama2_load(&tok, tpath, c, err, errlen);
