@@ -211,8 +211,12 @@ int dps_model_config_parse(const char *buf, size_t len, struct dps_model_config 
 		goto out;
 	if (c->n_eos)
 		c->eos_token_id = c->eos_ids[0];
+	else if (c->arch == DPS_ARCH_LLAMA || c->arch == DPS_ARCH_MISTRAL ||
+		 c->arch == DPS_ARCH_EAGLE3)
+		c->eos_ids[c->n_eos++] = c->eos_token_id; /* their classes' default, 2 */
 	else
-		c->eos_ids[c->n_eos++] = c->eos_token_id;
+		c->eos_token_id = -1; /* Qwen's and GPT-OSS's classes have none: the end ids
+				       * come from generation_config.json then */
 	for (int i = 0; i < c->n_eos; i++)
 		if (c->eos_ids[i] >= c->vocab_size)
 			c->bos_token_id = c->vocab_size; /* reported below */

@@ -64,8 +64,9 @@ struct dps_model_config {
 	double rope_theta;         /* default 10000 */
 	int max_position_embeddings; /* default 2048 */
 	int tie_word_embeddings;   /* default 0 */
-	int bos_token_id, eos_token_id; /* default 1 and 2; eos_token_id is eos_ids[0] */
-	int eos_ids[DPS_CFG_MAX_EOS], n_eos; /* eos_token_id as one id or a list (n_eos >= 1 once parsed) */
+	int bos_token_id, eos_token_id; /* default 1 and 2 (eos -1: none, Qwen and GPT-OSS);
+					 * eos_token_id is eos_ids[0] */
+	int eos_ids[DPS_CFG_MAX_EOS], n_eos; /* eos_token_id as one id or a list (n_eos 0: none) */
 	/*
 	 * Mixture of experts (GPT-OSS): num_local_experts experts of intermediate_size each in
 	 * every layer, num_experts_per_tok of them per token chosen by a router with bias (top k,
