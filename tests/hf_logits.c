@@ -90,8 +90,10 @@ static int read_ids(const char *path, struct seqs *q)
 
 				have = have ? 2 * have : 1024;
 				grown = realloc(q->ids, have * sizeof(int));
-				if (!grown)
+				if (!grown) {
+					fprintf(stderr, "hf_logits: %s: out of memory\n", path);
 					goto out;
+				}
 				q->ids = grown;
 			}
 			q->ids[(size_t)q->n_lines * (size_t)q->n + (size_t)n++] = (int)v;
@@ -290,11 +292,93 @@ static int write_out(const char *path, const float *x, size_t n)
 	return ok ? 0 : -1;
 }
 
+/* Checks the ids against the model, runs them and writes the logits: an exit status. */
+static int run_all(const char *model, const struct seqs *q, const struct dps_par_cfg *par,
+		   int prefill, int one_rank, int reference, int fault, const char *ids_path,
+		   const char *out_path)
+{
+	struct dps_model_config cfg;
+	size_t floats, one;
+	char err[512];
+	int status = 1;
+	float *out;
+
+	if (!prefill)
+		prefill = q->n / 2 ? q->n / 2 : 1;
+	if (prefill > q->n) {
+		fprintf(stderr, "hf_logits: --prefill %d is longer than the %d ids of a line\n",
+			prefill, q->n);
+		return 2;
+	}
+	if (!one_rank && q->n_lines < par->dp) {
+		fprintf(stderr, "hf_logits: %s has %d lines for %d replicas\n", ids_path,
+			q->n_lines, par->dp);
+		return 2;
+	}
+	if (dps_model_config_load(model, &cfg, err, sizeof(err))) {
+		fprintf(stderr, "hf_logits: %s\n", err);
+		return 1;
+	}
+	for (size_t i = 0; i < (size_t)q->n_lines * (size_t)q->n; i++)
+		if (q->ids[i] >= cfg.vocab_size) {
+			fprintf(stderr, "hf_logits: id %d is outside the vocabulary of %d\n", q->ids[i],
+				cfg.vocab_size);
+			return 2;
+		}
+	one = (size_t)q->n * (size_t)cfg.vocab_size; /* the logits of one sequence */
+	floats = (size_t)(one_rank ? q->n_lines : par->tp * par->dp) * one;
+	out = mmap(NULL, floats * sizeof(float), PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (out == MAP_FAILED) {
+		fprintf(stderr, "hf_logits: mmap of %zu logits: %s\n", floats, strerror(errno));
+		return 1;
+	}
+	if (one_rank) {
+		if (!run_one_rank(model, q, prefill, reference, out, cfg.vocab_size))
+			status = write_out(out_path, out, floats) ? 1 : 0;
+		goto unmap;
+	}
+	{
+		struct run a = { model, q, prefill, cfg.vocab_size, out };
+		struct dps_sup_opts o = { .par = *par, .rank_fn = rank_main, .rank_arg = &a,
+					  .cpu_bind = "off" };
+		struct dps_sup_result res;
+
+		if (dps_sup_run(&o, &res, err, sizeof(err))) {
+			fprintf(stderr, "hf_logits: %s\n", err);
+			goto unmap;
+		}
+	}
+	if (fault && par->tp > 1) /* the last byte of replica 0's last TP rank's logits */
+		((unsigned char *)(out + (size_t)par->tp * one))[-1] ^= 1;
+	/* The TP ranks of a replica hold the same rows: their logits must be the same bits. */
+	for (int d = 0; d < par->dp; d++)
+		for (int t = 1; t < par->tp; t++) {
+			const int p = first_difference(out + (size_t)(d * par->tp) * one,
+						       out + (size_t)(d * par->tp + t) * one, q->n,
+						       cfg.vocab_size);
+
+			if (p >= 0) {
+				fprintf(stderr, "hf_logits: replica %d: TP rank %d's logits differ from "
+					"TP rank 0's at position %d\n", d, t, p);
+				goto unmap;
+			}
+		}
+	/* TP rank 0 of each replica, in replica order. */
+	for (int d = 1; d < par->dp; d++)
+		memmove(out + (size_t)d * one, out + (size_t)(d * par->tp) * one,
+			sizeof(float) * one);
+	status = write_out(out_path, out, (size_t)par->dp * one) ? 1 : 0;
+unmap:
+	munmap(out, floats * sizeof(float));
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	const char *model = NULL, *ids_path = NULL, *out_path = NULL;
-	int prefill = 0, one_rank = 0, reference = 0, fault = 0, rc, npos, world, lines;
+	int prefill = 0, one_rank = 0, reference = 0, fault = 0, rc, npos, status;
 	struct dps_flag flags[] = {
 		{ "model", DPS_FLAG_STR, &model, "DIR", "checkpoint directory", 0, 0, 0 },
 		{ "ids", DPS_FLAG_STR, &ids_path, "FILE", "one line of token ids per replica", 0, 0,
@@ -327,11 +411,7 @@ int main(int argc, char **argv)
 		  "the deliberate fault: one bit of the last TP rank's logits flipped", 0, 0, 0 },
 		DPS_FLAGS_END
 	};
-	struct dps_model_config cfg;
 	struct seqs q;
-	struct run a;
-	float *out;
-	size_t floats;
 	char err[512];
 
 	rc = dps_flags_parse(flags, argc - 1, argv + 1, "hf_logits",
@@ -350,82 +430,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "hf_logits: %s\n", err);
 		return 2;
 	}
-	if (read_ids(ids_path, &q))
-		return 1;
-	if (!prefill)
-		prefill = q.n / 2 ? q.n / 2 : 1;
-	if (prefill > q.n) {
-		fprintf(stderr, "hf_logits: --prefill %d is longer than the %d ids of a line\n",
-			prefill, q.n);
-		return 2;
-	}
-	if (!one_rank && q.n_lines < par.dp) {
-		fprintf(stderr, "hf_logits: %s has %d lines for %d replicas\n", ids_path, q.n_lines,
-			par.dp);
-		return 2;
-	}
-	if (dps_model_config_load(model, &cfg, err, sizeof(err))) {
-		fprintf(stderr, "hf_logits: %s\n", err);
+	if (read_ids(ids_path, &q)) {
+		free(q.ids);
 		return 1;
 	}
-	for (size_t i = 0; i < (size_t)q.n_lines * (size_t)q.n; i++)
-		if (q.ids[i] >= cfg.vocab_size) {
-			fprintf(stderr, "hf_logits: id %d is outside the vocabulary of %d\n", q.ids[i],
-				cfg.vocab_size);
-			return 2;
-		}
-	world = one_rank ? 1 : par.tp * par.dp;
-	lines = one_rank ? q.n_lines : par.dp;
-	floats = (size_t)(one_rank ? lines : world) * (size_t)q.n * (size_t)cfg.vocab_size;
-	out = mmap(NULL, floats * sizeof(float), PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (out == MAP_FAILED) {
-		fprintf(stderr, "hf_logits: mmap of %zu logits: %s\n", floats, strerror(errno));
-		return 1;
-	}
-	if (one_rank) {
-		rc = run_one_rank(model, &q, prefill, reference, out, cfg.vocab_size);
-		if (!rc)
-			rc = write_out(out_path, out, floats);
-		return rc ? 1 : 0;
-	}
-	a = (struct run){ model, &q, prefill, cfg.vocab_size, out };
-	{
-		struct dps_sup_opts o = { .par = par, .rank_fn = rank_main, .rank_arg = &a,
-					  .cpu_bind = "off" };
-		struct dps_sup_result res;
-
-		rc = dps_sup_run(&o, &res, err, sizeof(err));
-		if (rc) {
-			fprintf(stderr, "hf_logits: %s\n", err);
-			return 1;
-		}
-	}
-	if (fault && par.tp > 1) {
-		unsigned char *b = (unsigned char *)(out + (size_t)par.tp * (size_t)q.n *
-							       (size_t)cfg.vocab_size) - 1;
-
-		*b ^= 1; /* the last float of replica 0's last TP rank */
-	}
-	/* The TP ranks of a replica hold the same rows: their logits must be the same bits. */
-	for (int d = 0; d < par.dp; d++)
-		for (int t = 1; t < par.tp; t++) {
-			const size_t one = (size_t)q.n * (size_t)cfg.vocab_size;
-			const int p = first_difference(out + (size_t)(d * par.tp) * one,
-						       out + (size_t)(d * par.tp + t) * one, q.n,
-						       cfg.vocab_size);
-
-			if (p >= 0) {
-				fprintf(stderr, "hf_logits: replica %d: TP rank %d's logits differ from "
-					"TP rank 0's at position %d\n", d, t, p);
-				return 1;
-			}
-		}
-	/* TP rank 0 of each replica, in replica order. */
-	for (int d = 1; d < par.dp; d++)
-		memmove(out + (size_t)d * (size_t)q.n * (size_t)cfg.vocab_size,
-			out + (size_t)(d * par.tp) * (size_t)q.n * (size_t)cfg.vocab_size,
-			sizeof(float) * (size_t)q.n * (size_t)cfg.vocab_size);
-	return write_out(out_path, out, (size_t)par.dp * (size_t)q.n * (size_t)cfg.vocab_size)
-		       ? 1 : 0;
+	status = run_all(model, &q, &par, prefill, one_rank, reference, fault, ids_path, out_path);
+	free(q.ids);
+	return status;
 }
