@@ -145,6 +145,7 @@ __attribute__((target("avx2,fma"), always_inline)) static inline __m256 scale_av
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 decode_avx2(const uint8_t *p, __m256 s, __m256 *w0, __m256 *w1, __m256 *w2, __m256 *w3)
 {
+	/* hi8[c], lo8[c]: the bytes of the bfloat16 of dps_mxfp4_values[c] (1.5: 0x3f, 0xc0). */
 	const __m256i hi8 = _mm256_setr_epi8(
 		0x00, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40, -0x80, -0x41, -0x41, -0x41, -0x40,
 		-0x40, -0x40, -0x40, 0x00, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40, -0x80, -0x41,
@@ -190,8 +191,7 @@ __attribute__((target("avx2,fma"))) static void panel_avx2(float *restrict panel
 			__m256 w0, w1, w2, w3;
 
 			decode_avx2(blocks + (row + (size_t)b) * 16,
-				    scale_avx2(scales[row + (size_t)b]), &w0, &w1, &w2,
-				    &w3);
+				    scale_avx2(scales[row + (size_t)b]), &w0, &w1, &w2, &w3);
 			_mm256_storeu_ps(dst, w0);
 			_mm256_storeu_ps(dst + 8, w1);
 			_mm256_storeu_ps(dst + 16, w2);
