@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/fast.c - the fast twins of the reference kernels (see kernels.h): AVX-512 where the
- * CPU has it, the reference otherwise. Sums run in a different order from the references
- * (sixteen lanes, then a tree), and exp is a polynomial accurate to about 2 ulp, so results
- * are equal within rounding, not bit for bit; on one CPU they are deterministic.
+ * CPU has it, the reference otherwise (attention also has an AVX2 path, for the machines
+ * without AVX-512). Sums run in a different order from the references (sixteen or eight
+ * lanes, then a tree), and exp is a polynomial accurate to about 2 ulp, so results are equal
+ * within rounding, not bit for bit; on one CPU they are deterministic.
  */
 #include <math.h>
 #include <string.h>
@@ -19,6 +20,17 @@ static int have_avx512(void)
 	if (known < 0) {
 		__builtin_cpu_init();
 		known = __builtin_cpu_supports("avx512f") ? 1 : 0;
+	}
+	return known;
+}
+
+static int have_avx2(void)
+{
+	static int known = -1;
+
+	if (known < 0) {
+		__builtin_cpu_init();
+		known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
 	}
 	return known;
 }
@@ -49,6 +61,41 @@ __attribute__((target("avx512f"))) static __m512 exp16(__m512 x)
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
 	return _mm512_scalef_ps(p, n);
+}
+
+/*
+ * exp16's twin for eight floats, the same arithmetic: without scalef, 2^n (n in [-150, 128])
+ * is two normal powers of two, 2^(n >> 1) and 2^(n - (n >> 1)); the first product is exact and
+ * the second rounds once, to a subnormal, zero or infinity where scalef would, so both give
+ * the same bits.
+ */
+/* Assumptions: eight independent lanes; no memory. */
+__attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x)
+{
+	const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(88.8f);
+	const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+	const __m256 ln2hi = _mm256_set1_ps(0.693359375f), ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+	const __m256i bias = _mm256_set1_epi32(127);
+	__m256 n, r, p;
+	__m256i ni, n1;
+
+	x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+	n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(n, ln2hi, x);
+	r = _mm256_fnmadd_ps(n, ln2lo, r);
+	p = _mm256_set1_ps(1.0f / 5040.0f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	ni = _mm256_cvtps_epi32(n);
+	n1 = _mm256_srai_epi32(ni, 1);
+	p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(
+					 _mm256_add_epi32(_mm256_sub_epi32(ni, n1), bias), 23)));
 }
 
 static inline __mmask16 tail_mask(int left)
@@ -111,18 +158,22 @@ void dps_rope(float *restrict x, int n_heads, int head_dim, const float *restric
 }
 
 /*
+ * In-place softmax of x[0..n) and, when sink is not NULL, of one more logit *sink that joins
+ * the max and the sum (and is not stored).
  * Assumptions: n >= 1, any alignment; three passes (max, exponentials and their 16-lane sum,
  * scale), masked loads for the tail, masked-out lanes -inf for the max and 0 for the sum.
  */
-__attribute__((target("avx512f"))) static void softmax512(float *x, int n)
+__attribute__((target("avx512f"))) static void softmax512(float *x, int n, const float *sink)
 {
 	__m512 vmax = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), inv;
-	float max;
+	float max, total;
 
 	for (int i = 0; i < n; i += 16)
 		vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
 								tail_mask(n - i), x + i));
 	max = _mm512_reduce_max_ps(vmax);
+	if (sink && *sink > max)
+		max = *sink;
 	vmax = _mm512_set1_ps(max);
 	for (int i = 0; i < n; i += 16) {
 		const __mmask16 m = tail_mask(n - i);
@@ -131,7 +182,10 @@ __attribute__((target("avx512f"))) static void softmax512(float *x, int n)
 		sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
 		_mm512_mask_storeu_ps(x + i, m, e);
 	}
-	inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+	total = _mm512_reduce_add_ps(sum);
+	if (sink)
+		total += _mm512_cvtss_f32(exp16(_mm512_set1_ps(*sink - max)));
+	inv = _mm512_set1_ps(1.0f / total);
 	for (int i = 0; i < n; i += 16) {
 		const __mmask16 m = tail_mask(n - i);
 
@@ -142,7 +196,7 @@ __attribute__((target("avx512f"))) static void softmax512(float *x, int n)
 void dps_softmax(float *x, int n)
 {
 	if (have_avx512())
-		softmax512(x, n);
+		softmax512(x, n, NULL);
 	else
 		dps_softmax_ref(x, n);
 }
@@ -218,20 +272,28 @@ void dps_attention(float *restrict out, const float *restrict q, const float *re
 			    head_dim, kv_stride, sink, scratch);
 }
 
+/* Position t's row of a paged cache (k or v), as dps_attention_paged_ref finds it. */
+static inline const float *paged_row(const float *base, const int *restrict table, int bs,
+				     size_t block_stride, size_t kv_stride, int t)
+{
+	return base + (size_t)table[t / bs] * block_stride + (size_t)(t % bs) * kv_stride;
+}
+
 /*
- * Assumptions: head_dim >= 1 (any value; a multiple of 16 is fastest); positions found through
- * the block table as dps_attention_paged_ref says; scratch holds n_pos floats; out does not
- * alias q, k or v.
+ * Assumptions: head_dim >= 1 (any value; a multiple of 16 is fastest); 0 <= first < n_pos;
+ * positions found through the block table as dps_attention_paged_ref says, only those of
+ * [first, n_pos) read; scratch holds n_pos floats (the window's at scratch + first); out does
+ * not alias q, k or v.
  */
-__attribute__((target("avx512f"))) static void attention_paged512(
+__attribute__((target("avx512f"))) void dps_attention_paged_avx512(
 	float *restrict out, const float *restrict q, const float *restrict k,
-	const float *restrict v, const int *restrict table, int bs, size_t block_stride, int n_pos,
-	int head_dim, size_t kv_stride, float *restrict scratch)
+	const float *restrict v, const int *restrict table, int bs, size_t block_stride, int first,
+	int n_pos, int head_dim, size_t kv_stride, const float *sink, float *restrict scratch)
 {
 	const float scale = 1.0f / sqrtf((float)head_dim);
 
-	for (int t = 0; t < n_pos; t++) {
-		const float *kt = k + (size_t)table[t / bs] * block_stride + (size_t)(t % bs) * kv_stride;
+	for (int t = first; t < n_pos; t++) {
+		const float *kt = paged_row(k, table, bs, block_stride, kv_stride, t);
 		__m512 acc = _mm512_setzero_ps();
 
 		for (int i = 0; i < head_dim; i += 16) {
@@ -242,14 +304,13 @@ __attribute__((target("avx512f"))) static void attention_paged512(
 		}
 		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
 	}
-	softmax512(scratch, n_pos);
+	softmax512(scratch + first, n_pos - first, sink);
 	for (int i = 0; i < head_dim; i += 16) {
 		const __mmask16 m = tail_mask(head_dim - i);
 		__m512 acc = _mm512_setzero_ps();
 
-		for (int t = 0; t < n_pos; t++) {
-			const float *vt = v + (size_t)table[t / bs] * block_stride +
-					  (size_t)(t % bs) * kv_stride;
+		for (int t = first; t < n_pos; t++) {
+			const float *vt = paged_row(v, table, bs, block_stride, kv_stride, t);
 
 			acc = _mm512_fmadd_ps(_mm512_set1_ps(scratch[t]),
 					      _mm512_maskz_loadu_ps(m, vt + i), acc);
@@ -258,15 +319,119 @@ __attribute__((target("avx512f"))) static void attention_paged512(
 	}
 }
 
+/* ---- AVX2 ---------------------------------------------------------------------------- */
+
+/* Lanes below left (all eight when left >= 8) set, for the masked loads and stores. */
+__attribute__((target("avx2,fma"))) static inline __m256i tail_mask8(int left)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The sum of the eight lanes, by a fixed tree. */
+__attribute__((target("avx2,fma"))) static inline float sum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* The largest of the eight lanes. */
+__attribute__((target("avx2,fma"))) static inline float max8(__m256 v)
+{
+	__m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_max_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/*
+ * softmax512's twin in eight lanes. Assumptions: as softmax512; maskload/maskstore for the
+ * tail (masked-out lanes read as 0, so the max blends -inf into them).
+ */
+__attribute__((target("avx2,fma"))) static void softmax256(float *x, int n, const float *sink)
+{
+	const __m256 ninf = _mm256_set1_ps(-INFINITY);
+	__m256 vmax = ninf, sum = _mm256_setzero_ps(), inv;
+	float max, total;
+
+	for (int i = 0; i < n; i += 8) {
+		const __m256i m = tail_mask8(n - i);
+
+		vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, m),
+							     _mm256_castsi256_ps(m)));
+	}
+	max = max8(vmax);
+	if (sink && *sink > max)
+		max = *sink;
+	vmax = _mm256_set1_ps(max);
+	for (int i = 0; i < n; i += 8) {
+		const __m256i m = tail_mask8(n - i);
+		const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmax)),
+					       _mm256_castsi256_ps(m));
+
+		sum = _mm256_add_ps(sum, e);
+		_mm256_maskstore_ps(x + i, m, e);
+	}
+	total = sum8(sum);
+	if (sink)
+		total += _mm256_cvtss_f32(exp8(_mm256_set1_ps(*sink - max)));
+	inv = _mm256_set1_ps(1.0f / total);
+	for (int i = 0; i < n; i += 8) {
+		const __m256i m = tail_mask8(n - i);
+
+		_mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+	}
+}
+
+/* Assumptions: as dps_attention_paged_avx512, in eight lanes with masked tails. */
+__attribute__((target("avx2,fma"))) void dps_attention_paged_avx2(
+	float *restrict out, const float *restrict q, const float *restrict k,
+	const float *restrict v, const int *restrict table, int bs, size_t block_stride, int first,
+	int n_pos, int head_dim, size_t kv_stride, const float *sink, float *restrict scratch)
+{
+	const float scale = 1.0f / sqrtf((float)head_dim);
+
+	for (int t = first; t < n_pos; t++) {
+		const float *kt = paged_row(k, table, bs, block_stride, kv_stride, t);
+		__m256 acc = _mm256_setzero_ps();
+
+		for (int i = 0; i < head_dim; i += 8) {
+			const __m256i m = tail_mask8(head_dim - i);
+
+			acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + i, m),
+					      _mm256_maskload_ps(kt + i, m), acc);
+		}
+		scratch[t] = sum8(acc) * scale;
+	}
+	softmax256(scratch + first, n_pos - first, sink);
+	for (int i = 0; i < head_dim; i += 8) {
+		const __m256i m = tail_mask8(head_dim - i);
+		__m256 acc = _mm256_setzero_ps();
+
+		for (int t = first; t < n_pos; t++) {
+			const float *vt = paged_row(v, table, bs, block_stride, kv_stride, t);
+
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(scratch[t]), _mm256_maskload_ps(vt + i, m),
+					      acc);
+		}
+		_mm256_maskstore_ps(out + i, m, acc);
+	}
+}
+
 void dps_attention_paged(float *restrict out, const float *restrict q, const float *restrict k,
 			 const float *restrict v, const int *restrict table, int block_size,
 			 size_t block_stride, int first, int n_pos, int head_dim, size_t kv_stride,
 			 const float *sink, float *restrict scratch)
 {
-	/* TODO(window, sink): the AVX-512 path covers the plain case only for now. */
-	if (have_avx512() && !first && !sink)
-		attention_paged512(out, q, k, v, table, block_size, block_stride, n_pos, head_dim,
-				   kv_stride, scratch);
+	if (have_avx512())
+		dps_attention_paged_avx512(out, q, k, v, table, block_size, block_stride, first,
+					   n_pos, head_dim, kv_stride, sink, scratch);
+	else if (have_avx2())
+		dps_attention_paged_avx2(out, q, k, v, table, block_size, block_stride, first, n_pos,
+					 head_dim, kv_stride, sink, scratch);
 	else
 		dps_attention_paged_ref(out, q, k, v, table, block_size, block_stride, first, n_pos,
 					head_dim, kv_stride, sink, scratch);

@@ -101,4 +101,19 @@ void dps_attention_paged(float *restrict out, const float *restrict q, const flo
 			 size_t block_stride, int first, int n_pos, int head_dim, size_t kv_stride,
 			 const float *sink, float *restrict scratch);
 
+/*
+ * The two paths dps_attention_paged chooses between at run time, for the tests to reach
+ * both: the first requires AVX-512F, the second AVX2 and FMA; the caller checks.
+ */
+void dps_attention_paged_avx512(float *restrict out, const float *restrict q,
+				const float *restrict k, const float *restrict v,
+				const int *restrict table, int block_size, size_t block_stride,
+				int first, int n_pos, int head_dim, size_t kv_stride,
+				const float *sink, float *restrict scratch);
+void dps_attention_paged_avx2(float *restrict out, const float *restrict q,
+			      const float *restrict k, const float *restrict v,
+			      const int *restrict table, int block_size, size_t block_stride,
+			      int first, int n_pos, int head_dim, size_t kv_stride,
+			      const float *sink, float *restrict scratch);
+
 #endif

@@ -7,8 +7,10 @@
  * multiple of 32, row r holds k / 32 blocks. Block b of row r is 16 bytes at
  * blocks + (r * (k / 32) + b) * 16: byte i holds element 32 b + 2 i in its low nibble and
  * element 32 b + 2 i + 1 in its high nibble, each a code of dps_mxfp4_values; the block's
- * scale byte e = scales[r * (k / 32) + b] multiplies it by 2^(e - 127). Every value is exact
- * in f32, so W is a set of f32 numbers and the products are ordinary f32 products of them.
+ * scale byte e = scales[r * (k / 32) + b] multiplies it by 2^(e - 127) (e = 255, the format's
+ * NaN, makes the block NaN). Every value is exact in f32 (up to e = 252; above, the largest
+ * codes round to infinity), so W is a set of f32 numbers and the products are ordinary f32
+ * products of them.
  */
 #ifndef DPS_KERNELS_MXFP4_H
 #define DPS_KERNELS_MXFP4_H
@@ -47,5 +49,15 @@ void dps_linear_mxfp4_ref(float *out, const float *x, const uint8_t *blocks,
  */
 void dps_linear_mxfp4(float *out, const float *x, const uint8_t *blocks, const uint8_t *scales,
 		      int m, int n, int k);
+
+/*
+ * Its two halves, which it chooses between at run time (kernels/mxfp4.c says how each
+ * works), for the tests to reach both: the first requires AVX2 and FMA, the second
+ * AVX-512F; the caller checks.
+ */
+void dps_linear_mxfp4_avx2(float *out, const float *x, const uint8_t *blocks,
+			   const uint8_t *scales, int m, int n, int k);
+void dps_linear_mxfp4_avx512(float *out, const float *x, const uint8_t *blocks,
+			     const uint8_t *scales, int m, int n, int k);
 
 #endif

@@ -2,9 +2,11 @@
 /*
  * tests/check_kernels.c - every fast kernel (kernels/fast.c) against its plain-C twin on
  * awkward sizes (tails that are not multiples of 16, head_dim 8 to 128, one position to
- * several hundred), with a relative tolerance; a case showing the comparison catches a
- * perturbed result; and the thread pool: every item run exactly once for any split, and a
- * product split over 1..5 threads bit-identical to one thread.
+ * several hundred), with a relative tolerance; attention with sliding windows and sinks by
+ * each path this CPU runs, and the reference's against the formula in double precision; a
+ * case showing the comparison catches a perturbed result; and the thread pool: every item
+ * run exactly once for any split, and a product split over 1..5 threads bit-identical to one
+ * thread.
  */
 #include <check.h>
 #include <math.h>
@@ -270,6 +272,132 @@ START_TEST(test_attention_paged)
 }
 END_TEST
 
+/* The paths of dps_attention_paged under test: the dispatcher, then each this CPU runs. */
+typedef void (*attention_paged_fn)(float *restrict, const float *restrict, const float *restrict,
+				   const float *restrict, const int *restrict, int, size_t, int, int,
+				   int, size_t, const float *, float *restrict);
+static attention_paged_fn attn_paths[3] = { dps_attention_paged };
+static const char *attn_names[3] = { "dps_attention_paged" };
+static int n_attn_paths = 1;
+
+/* One head's attention over [first, n_pos) with the sink, in double, from the definition. */
+static void attention_direct(float *out, const float *q, const float *k, const float *v,
+			     int first, int n_pos, int hd, size_t stride, const float *sink)
+{
+	double *p = malloc(sizeof(double) * (size_t)n_pos), max = sink ? *sink : -INFINITY;
+	double sum = 0;
+
+	for (int t = first; t < n_pos; t++) {
+		double d = 0;
+
+		for (int i = 0; i < hd; i++)
+			d += (double)q[i] * k[(size_t)t * stride + (size_t)i];
+		p[t] = d / sqrt((double)hd);
+		max = p[t] > max ? p[t] : max;
+	}
+	for (int t = first; t < n_pos; t++)
+		sum += p[t] = exp(p[t] - max);
+	if (sink)
+		sum += exp(*sink - max);
+	for (int i = 0; i < hd; i++) {
+		double o = 0;
+
+		for (int t = first; t < n_pos; t++)
+			o += p[t] / sum * v[(size_t)t * stride + (size_t)i];
+		out[i] = (float)o;
+	}
+	free(p);
+}
+
+START_TEST(test_attention_window_sink)
+{
+	/*
+	 * Windows from the start, the middle and the last position, with no sink, sinks that take
+	 * some of the mass, one that takes all of it (1e4) and ones that take none: the
+	 * reference against the formula, and every path (contiguous and over a shuffled paged
+	 * cache) against the reference. Keys and values before the window are NaN, so reading
+	 * one shows.
+	 */
+	static const int dims[] = { 8, 20, 64, 128 };
+	static const int npos[] = { 1, 2, 17, 300 };
+	static const float sinks[] = { 0.5f, 3.0f, 1e4f, -1e4f, -INFINITY };
+	enum { BS = 5 };
+	const int hd = dims[_i];
+
+	for (size_t p = 0; p < sizeof(npos) / sizeof(npos[0]); p++) {
+		const int n = npos[p], nb = (n + BS - 1) / BS;
+		const size_t stride = (size_t)hd * 2 + 3, bstride = (size_t)BS * stride;
+		float *k = malloc(sizeof(float) * stride * n), *v = malloc(sizeof(float) * stride * n);
+		float *kp = malloc(sizeof(float) * bstride * nb), *vp = malloc(sizeof(float) * bstride * nb);
+		float *kc = malloc(sizeof(float) * stride * n), *vc = malloc(sizeof(float) * stride * n);
+		float q[128], a[128], b[128], d[128], nosink[128], *s = malloc(sizeof(float) * n);
+		int *table = malloc(sizeof(int) * nb);
+		const int firsts[] = { 0, n / 3, n - 1 };
+
+		fill(q, hd, 60, 1.0f);
+		fill(k, (int)stride * n, 61, 1.0f);
+		fill(v, (int)stride * n, 62, 1.0f);
+		for (int j = 0; j < nb; j++)
+			table[j] = nb - 1 - j;
+		for (int f = 0; f < 3; f++) {
+			const int first = firsts[f];
+
+			/* Copies with NaN before the window: contiguous, and paged with position t
+			 * in block table[t / BS], slot t % BS. */
+			for (size_t i = 0; i < bstride * nb; i++)
+				kp[i] = vp[i] = NAN;
+			for (int t = 0; t < n; t++)
+				for (int i = 0; i < (int)stride; i++) {
+					const float nan_before = t < first ? NAN : 0.0f;
+					const size_t c = (size_t)t * stride + (size_t)i;
+					const size_t at = (size_t)table[t / BS] * bstride +
+							  (size_t)(t % BS) * stride + (size_t)i;
+
+					kc[c] = kp[at] = k[c] + nan_before;
+					vc[c] = vp[at] = v[c] + nan_before;
+				}
+			for (int si = -1; si < (int)(sizeof(sinks) / sizeof(sinks[0])); si++) {
+				const float *sink = si < 0 ? NULL : &sinks[si];
+
+				attention_direct(d, q, kc, vc, first, n, hd, stride, sink);
+				dps_attention_ref(b, q, kc, vc, first, n, hd, stride, sink, s);
+				ck_assert_msg(rel_err(b, d, hd, 0.1) < 2e-5, "ref hd=%d n=%d first=%d sink %d: %g",
+					      hd, n, first, si, rel_err(b, d, hd, 0.1));
+				if (si < 0)
+					memcpy(nosink, d, sizeof(d));
+				else if (si == 1) /* the sink matters: ignoring it would be seen */
+					ck_assert(rel_err(nosink, d, hd, 0.1) > 1e-3);
+				dps_attention(a, q, kc, vc, first, n, hd, stride, sink, s);
+				ck_assert_msg(rel_err(a, b, hd, 1e-2) < 2e-5,
+					      "dps_attention hd=%d n=%d first=%d sink %d: %g", hd, n,
+					      first, si, rel_err(a, b, hd, 1e-2));
+				for (int pi = 0; pi < n_attn_paths; pi++) {
+					attn_paths[pi](a, q, kp, vp, table, BS, bstride, first, n, hd,
+						       stride, sink, s);
+					ck_assert_msg(rel_err(a, b, hd, 1e-2) < 2e-5,
+						      "%s hd=%d n=%d first=%d sink %d: %g", attn_names[pi],
+						      hd, n, first, si, rel_err(a, b, hd, 1e-2));
+				}
+			}
+		}
+		/* The window matters: a path that started at 0 would be seen. */
+		if (n > 2) {
+			attention_direct(a, q, k, v, 0, n, hd, stride, NULL);
+			attention_direct(d, q, k, v, n - 1, n, hd, stride, NULL);
+			ck_assert(rel_err(a, d, hd, 0.1) > 1e-3);
+		}
+		free(k);
+		free(v);
+		free(kp);
+		free(vp);
+		free(kc);
+		free(vc);
+		free(s);
+		free(table);
+	}
+}
+END_TEST
+
 START_TEST(test_check_can_fail)
 {
 	/* The tolerance used above does catch a result that is wrong in one element. */
@@ -459,6 +587,23 @@ int main(void)
 	tcase_add_test(tc, test_embedding);
 	tcase_add_loop_test(tc, test_attention, 0, 5);
 	tcase_add_test(tc, test_attention_paged);
+	/* A path the CPU cannot run is not registered (so not counted as a pass). */
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f")) {
+		attn_paths[n_attn_paths] = dps_attention_paged_avx512;
+		attn_names[n_attn_paths++] = "dps_attention_paged_avx512";
+	} else {
+		printf("skipped: the window and sink tests of dps_attention_paged_avx512 need "
+		       "AVX-512F, which this CPU lacks\n");
+	}
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+		attn_paths[n_attn_paths] = dps_attention_paged_avx2;
+		attn_names[n_attn_paths++] = "dps_attention_paged_avx2";
+	} else {
+		printf("skipped: the window and sink tests of dps_attention_paged_avx2 need AVX2 "
+		       "and FMA, which this CPU lacks\n");
+	}
+	tcase_add_loop_test(tc, test_attention_window_sink, 0, 4);
 	tcase_add_test(tc, test_check_can_fail);
 	tcase_add_test(tc, test_limits_sum);
 	suite_add_tcase(s, tc);
