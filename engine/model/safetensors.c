@@ -22,13 +22,21 @@ const char *dps_st_dtype_name(enum dps_st_dtype t)
 	case DPS_ST_BF16: return "BF16";
 	case DPS_ST_F16: return "F16";
 	case DPS_ST_I64: return "I64";
+	case DPS_ST_U8: return "U8";
 	}
 	return "?";
 }
 
 size_t dps_st_dtype_size(enum dps_st_dtype t)
 {
-	return t == DPS_ST_I64 ? 8 : t == DPS_ST_F32 ? 4 : 2;
+	switch (t) {
+	case DPS_ST_I64: return 8;
+	case DPS_ST_F32: return 4;
+	case DPS_ST_BF16:
+	case DPS_ST_F16: return 2;
+	case DPS_ST_U8: return 1;
+	}
+	return 0;
 }
 
 static int parse_dtype(const char *s, enum dps_st_dtype *t)
@@ -41,6 +49,8 @@ static int parse_dtype(const char *s, enum dps_st_dtype *t)
 		*t = DPS_ST_F16;
 	else if (!strcmp(s, "I64"))
 		*t = DPS_ST_I64;
+	else if (!strcmp(s, "U8"))
+		*t = DPS_ST_U8;
 	else
 		return -EINVAL;
 	return 0;
@@ -94,7 +104,8 @@ static int parse_tensor(const char *name, const json_t *v, uint64_t data_off, ui
 		return -EINVAL;
 	}
 	if (parse_dtype(json_string_value(dt), &t->dtype)) {
-		snprintf(err, errlen, "tensor '%s': unsupported dtype '%.16s' (F32, BF16, F16 and I64 are)",
+		snprintf(err, errlen, "tensor '%s': unsupported dtype '%.16s' (F32, BF16, F16, I64 and "
+			 "U8 are)",
 			 name, json_string_value(dt));
 		return -EINVAL;
 	}
@@ -404,6 +415,12 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 
 	if (!root)
 		return -ENOMEM;
+	/* Every tensor has its source before anything is written. */
+	for (int i = 0; i < n; i++)
+		if (t[i].dtype == DPS_ST_U8 ? !t[i].bytes && !t[i].gen_u8 : !t[i].data && !t[i].gen) {
+			rc = -EINVAL;
+			goto out;
+		}
 	for (int i = 0; i < n; i++) {
 		uint64_t numel = 1, bytes;
 		json_t *shape = json_array(), *e;
@@ -448,10 +465,12 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 		enum { CHUNK = 1 << 16 };
 		float *fbuf = malloc(CHUNK * sizeof(float));
 		uint16_t *hbuf = malloc(CHUNK * sizeof(uint16_t));
+		uint8_t *bbuf = malloc(CHUNK);
 
-		if (!fbuf || !hbuf) {
+		if (!fbuf || !hbuf || !bbuf) {
 			free(fbuf);
 			free(hbuf);
+			free(bbuf);
 			rc = -ENOMEM;
 			goto out;
 		}
@@ -464,6 +483,17 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 				const uint64_t m = numel - j < CHUNK ? numel - j : CHUNK;
 				const float *src = t[i].data ? t[i].data + j : fbuf;
 
+				if (t[i].dtype == DPS_ST_U8) {
+					const uint8_t *b = t[i].bytes ? t[i].bytes + j : bbuf;
+
+					if (!t[i].bytes)
+						t[i].gen_u8(bbuf, j, m, t[i].gen_arg);
+					if (fwrite(b, 1, m, f) != m) {
+						rc = -EIO;
+						break;
+					}
+					continue;
+				}
 				if (!t[i].data)
 					t[i].gen(fbuf, j, m, t[i].gen_arg);
 				if (t[i].dtype == DPS_ST_F32) {
@@ -495,6 +525,7 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 		}
 		free(fbuf);
 		free(hbuf);
+		free(bbuf);
 	}
 	if (ferror(f))
 		rc = -EIO;

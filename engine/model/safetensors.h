@@ -20,7 +20,8 @@
 #define DPS_ST_MAX_DIMS 8
 
 enum dps_st_dtype { DPS_ST_F32, DPS_ST_BF16, DPS_ST_F16,
-		   DPS_ST_I64 /* integer tensors (an Eagle3 draft's d2t), read as F32 */ };
+		   DPS_ST_I64, /* integer tensors (an Eagle3 draft's d2t), read as F32 */
+		   DPS_ST_U8   /* bytes kept as stored (GPT-OSS's MXFP4 *_blocks and *_scales) */ };
 
 struct dps_st_tensor {
 	char *name;
@@ -40,7 +41,7 @@ struct dps_st_file {
 	struct dps_st_tensor *t;      /* (n), sorted by name */
 };
 
-/* "F32", "BF16", "F16"; bytes per element. */
+/* "F32", "BF16", "F16", "I64", "U8"; bytes per element. */
 const char *dps_st_dtype_name(enum dps_st_dtype t);
 size_t dps_st_dtype_size(enum dps_st_dtype t);
 
@@ -74,11 +75,19 @@ struct dps_st_writer_tensor {
 	/* then gen fills dst with elements [start, start + count) of the tensor, in chunks */
 	void (*gen)(float *dst, uint64_t start, uint64_t count, void *arg);
 	void *gen_arg;
+	/*
+	 * A U8 tensor is written as bytes, not from floats: its numel bytes, or NULL: then
+	 * gen_u8 fills dst with bytes [start, start + count) of it (with gen_arg), in chunks.
+	 */
+	const uint8_t *bytes;
+	void (*gen_u8)(uint8_t *dst, uint64_t start, uint64_t count, void *arg);
 };
 
 /*
  * Writes tensors t[0..n-1] to path as one safetensors file (F32 input converted to each
- * tensor's dtype, round to nearest even). Returns 0 or -errno / -ENOMEM.
+ * tensor's dtype, round to nearest even; U8 tensors from bytes or gen_u8). Returns 0,
+ * -EINVAL (a U8 tensor without bytes or gen_u8, or another tensor without data or gen; no
+ * file is written then), or -errno / -ENOMEM.
  */
 int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
 
