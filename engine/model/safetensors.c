@@ -415,12 +415,18 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 
 	if (!root)
 		return -ENOMEM;
-	/* Every tensor has its source before anything is written. */
-	for (int i = 0; i < n; i++)
-		if (t[i].dtype == DPS_ST_U8 ? !t[i].bytes && !t[i].gen_u8 : !t[i].data && !t[i].gen) {
+	/* Every tensor with elements has its source before anything is written. */
+	for (int i = 0; i < n; i++) {
+		uint64_t numel = 1;
+
+		for (int k = 0; k < t[i].ndim; k++)
+			numel *= t[i].shape[k];
+		if (numel && (t[i].dtype == DPS_ST_U8 ? !t[i].bytes && !t[i].gen_u8
+						      : !t[i].data && !t[i].gen)) {
 			rc = -EINVAL;
 			goto out;
 		}
+	}
 	for (int i = 0; i < n; i++) {
 		uint64_t numel = 1, bytes;
 		json_t *shape = json_array(), *e;

@@ -86,8 +86,8 @@ struct dps_st_writer_tensor {
 /*
  * Writes tensors t[0..n-1] to path as one safetensors file (F32 input converted to each
  * tensor's dtype, round to nearest even; U8 tensors from bytes or gen_u8). Returns 0,
- * -EINVAL (a U8 tensor without bytes or gen_u8, or another tensor without data or gen; no
- * file is written then), or -errno / -ENOMEM.
+ * -EINVAL (a U8 tensor with elements but neither bytes nor gen_u8, another one without data
+ * or gen; no file is written then), or -errno / -ENOMEM.
  */
 int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
 
