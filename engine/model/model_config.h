@@ -183,7 +183,20 @@ void dps_arch_shape_defaults(struct dps_model_config *c);
 int dps_arch_read(const struct json_t *root, struct dps_model_config *c, char *err,
 		  size_t errlen);
 
-/* Writes c as a config.json (LlamaForCausalLM) to path. Returns 0 or -errno. */
+/*
+ * Writes c as a config.json to path as the Hugging Face config class of its family writes
+ * one (model_config_save.c): that class's architectures and model_type, and only the fields
+ * it has (an Eagle3 draft: LlamaForCausalLMEagle3 with its draft fields). Returns 0, -EINVAL
+ * when dps_model_config_check_save refuses c, or -ENOMEM / -EIO.
+ */
 int dps_model_config_save(const struct dps_model_config *c, const char *path);
+
+/*
+ * Whether c can be written as its family's config.json: what the family's class cannot
+ * express (a Llama with q/k/v biases but none on o_proj, a Mistral window on some layers
+ * only, a GPT-OSS layer without experts, a Qwen3 without q/k norms, an unnamed RoPE
+ * variant, ...) is refused. Returns 0 or -EINVAL with a message naming the rule in err.
+ */
+int dps_model_config_check_save(const struct dps_model_config *c, char *err, size_t errlen);
 
 #endif
