@@ -1,16 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/check_mkmodel.c - seeded random models: the same seed gives the same bytes, another
- * seed other bytes; the shape on disk is the preset's; and one model written as F32, BF16
- * and F16 gives the same greedy tokens through the reference decoder. Eagle3 drafts of a
- * target (random and self-distilled): a config that loads as a draft of the asked vocabulary,
- * every tensor of the right shape and dtype (d2t I64), a random draft's ids a strictly
- * increasing subset of the target's, a self-distilled draft's LM head the target's (or its
- * embedding when tied), the same seed the same bytes, and a missing target refused.
+ * seed other bytes, in every family; every preset's tensors by Hugging Face's name, shape
+ * and dtype against a list written here from the families' layouts (nothing more on disk,
+ * and their elements the parameter count); MXFP4 experts that decode to the magnitude of
+ * the F32 ones, and MXFP4 shapes that are not blocks of 32 refused; and one model written as
+ * F32, BF16 and F16 gives the same greedy tokens through the reference decoder (each
+ * family's config.json: tests/check_config_save.c). Eagle3 drafts of a target (random and
+ * self-distilled, of Llama, Qwen3 and GPT-OSS targets, MXFP4 included): a config that loads
+ * as a draft of the asked vocabulary, every tensor of the right shape and dtype (d2t I64), a
+ * random draft's ids a strictly increasing subset of the target's, a self-distilled draft's
+ * LM head the target's (or its embedding when tied), the same seed the same bytes, and a
+ * missing target refused.
  */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/dps.h"
@@ -136,16 +143,281 @@ START_TEST(test_params)
 }
 END_TEST
 
-/* ---- Eagle3 drafts ---------------------------------------------------------------------- */
+/* ---- every family: tensors, MXFP4, config.json -------------------------------------------- */
 
-static void make_preset(const char *sub, const char *preset, uint64_t seed, enum dps_st_dtype dt)
+static void make_cfg(const char *sub, const struct dps_model_config *c, uint64_t seed,
+		     enum dps_st_dtype dt)
 {
 	char out[128], err[256];
 
 	snprintf(out, sizeof(out), "%s/%s", dir, sub);
-	ck_assert_msg(!dps_mkmodel(&dps_mkmodel_preset(preset)->cfg, seed, dt, out, err,
-				   sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_mkmodel(c, seed, dt, out, err, sizeof(err)), "%s: %s", sub, err);
 }
+
+static void make_preset(const char *sub, const char *preset, uint64_t seed, enum dps_st_dtype dt)
+{
+	make_cfg(sub, &dps_mkmodel_preset(preset)->cfg, seed, dt);
+}
+
+/* A preset small enough to write in a test: the benchmarks with one layer and 64 ids. */
+static struct dps_model_config test_shape(int i)
+{
+	struct dps_model_config c = dps_mkmodel_presets[i].cfg;
+
+	if (!strncmp(dps_mkmodel_presets[i].name, "bench", 5)) {
+		c.num_hidden_layers = 1;
+		c.vocab_size = 64;
+	}
+	return c;
+}
+
+struct want {
+	char name[128];
+	int ndim, u8;
+	uint64_t shape[4];
+};
+
+/* Appends [model.layers.l.]what (l < 0: no prefix) of shape d[0..nd-1] to w[*n]. */
+static void want(struct want *w, int *n, int l, const char *what, int u8, int nd, uint64_t d0,
+		 uint64_t d1, uint64_t d2, uint64_t d3)
+{
+	struct want *x = &w[(*n)++];
+
+	*x = (struct want){ .ndim = nd, .u8 = u8, .shape = { d0, d1, d2, d3 } };
+	if (l >= 0)
+		snprintf(x->name, sizeof(x->name), "model.layers.%d.%s", l, what);
+	else
+		snprintf(x->name, sizeof(x->name), "%s", what);
+}
+
+/* The tensors a checkpoint of c has, as Hugging Face names and lays them out. */
+static int expected(const struct dps_model_config *c, struct want *w)
+{
+	const uint64_t h = (uint64_t)c->hidden_size, I = (uint64_t)c->intermediate_size;
+	const uint64_t hd = (uint64_t)c->head_dim, q = (uint64_t)c->num_attention_heads * hd;
+	const uint64_t kv = (uint64_t)c->num_key_value_heads * hd, V = (uint64_t)c->vocab_size;
+	const uint64_t E = (uint64_t)c->num_local_experts;
+	int n = 0;
+
+	want(w, &n, -1, "model.embed_tokens.weight", 0, 2, V, h, 0, 0);
+	want(w, &n, -1, "model.norm.weight", 0, 1, h, 0, 0, 0);
+	if (!c->tie_word_embeddings)
+		want(w, &n, -1, "lm_head.weight", 0, 2, V, h, 0, 0);
+	for (int l = 0; l < c->num_hidden_layers; l++) {
+		want(w, &n, l, "input_layernorm.weight", 0, 1, h, 0, 0, 0);
+		want(w, &n, l, "post_attention_layernorm.weight", 0, 1, h, 0, 0, 0);
+		want(w, &n, l, "self_attn.q_proj.weight", 0, 2, q, h, 0, 0);
+		want(w, &n, l, "self_attn.k_proj.weight", 0, 2, kv, h, 0, 0);
+		want(w, &n, l, "self_attn.v_proj.weight", 0, 2, kv, h, 0, 0);
+		want(w, &n, l, "self_attn.o_proj.weight", 0, 2, h, q, 0, 0);
+		if (c->qkv_bias) {
+			want(w, &n, l, "self_attn.q_proj.bias", 0, 1, q, 0, 0, 0);
+			want(w, &n, l, "self_attn.k_proj.bias", 0, 1, kv, 0, 0, 0);
+			want(w, &n, l, "self_attn.v_proj.bias", 0, 1, kv, 0, 0, 0);
+		}
+		if (c->o_bias)
+			want(w, &n, l, "self_attn.o_proj.bias", 0, 1, h, 0, 0, 0);
+		if (c->qk_norm) {
+			want(w, &n, l, "self_attn.q_norm.weight", 0, 1, hd, 0, 0, 0);
+			want(w, &n, l, "self_attn.k_norm.weight", 0, 1, hd, 0, 0, 0);
+		}
+		if (c->attn_sinks)
+			want(w, &n, l, "self_attn.sinks", 0, 1, (uint64_t)c->num_attention_heads, 0, 0,
+			     0);
+		if (!E) {
+			want(w, &n, l, "mlp.gate_proj.weight", 0, 2, I, h, 0, 0);
+			want(w, &n, l, "mlp.up_proj.weight", 0, 2, I, h, 0, 0);
+			want(w, &n, l, "mlp.down_proj.weight", 0, 2, h, I, 0, 0);
+			if (c->mlp_bias) {
+				want(w, &n, l, "mlp.gate_proj.bias", 0, 1, I, 0, 0, 0);
+				want(w, &n, l, "mlp.up_proj.bias", 0, 1, I, 0, 0, 0);
+				want(w, &n, l, "mlp.down_proj.bias", 0, 1, h, 0, 0, 0);
+			}
+			continue;
+		}
+		want(w, &n, l, "mlp.router.weight", 0, 2, E, h, 0, 0);
+		want(w, &n, l, "mlp.router.bias", 0, 1, E, 0, 0, 0);
+		want(w, &n, l, "mlp.experts.gate_up_proj_bias", 0, 2, E, 2 * I, 0, 0);
+		want(w, &n, l, "mlp.experts.down_proj_bias", 0, 2, E, h, 0, 0);
+		if (c->mxfp4) {
+			want(w, &n, l, "mlp.experts.gate_up_proj_blocks", 1, 4, E, 2 * I, h / 32, 16);
+			want(w, &n, l, "mlp.experts.gate_up_proj_scales", 1, 3, E, 2 * I, h / 32, 0);
+			want(w, &n, l, "mlp.experts.down_proj_blocks", 1, 4, E, h, I / 32, 16);
+			want(w, &n, l, "mlp.experts.down_proj_scales", 1, 3, E, h, I / 32, 0);
+		} else {
+			want(w, &n, l, "mlp.experts.gate_up_proj", 0, 3, E, h, 2 * I, 0);
+			want(w, &n, l, "mlp.experts.down_proj", 0, 3, E, I, h, 0);
+		}
+	}
+	return n;
+}
+
+static void open_st(struct dps_st_file *f, const char *sub)
+{
+	char path[160], err[512];
+
+	snprintf(path, sizeof(path), "%s/%s/model.safetensors", dir, sub);
+	ck_assert_msg(!dps_st_open(path, f, err, sizeof(err)), "%s", err);
+}
+
+START_TEST(test_preset_tensors)
+{
+	const struct dps_mkmodel_preset *p = &dps_mkmodel_presets[_i];
+	const struct dps_model_config c = test_shape(_i);
+	const enum dps_st_dtype dt = c.hidden_size > 256 ? DPS_ST_BF16 : DPS_ST_F32;
+	struct want *w = calloc(64 * (size_t)c.num_hidden_layers + 4, sizeof(*w));
+	struct dps_st_file f;
+	uint64_t elements = 0;
+	int n;
+
+	ck_assert_ptr_nonnull(p->what);
+	make_cfg("m", &c, 1, dt);
+	open_st(&f, "m");
+	n = expected(&c, w);
+	for (int i = 0; i < n; i++) {
+		const struct dps_st_tensor *t = dps_st_find(&f, w[i].name);
+
+		ck_assert_msg(t, "%s: no tensor %s", p->name, w[i].name);
+		ck_assert_msg(t->ndim == w[i].ndim, "%s: %s has %d dimensions, want %d", p->name,
+			      w[i].name, t->ndim, w[i].ndim);
+		for (int k = 0; k < t->ndim; k++)
+			ck_assert_msg(t->shape[k] == w[i].shape[k], "%s: %s dimension %d is %llu, "
+				      "want %llu", p->name, w[i].name, k,
+				      (unsigned long long)t->shape[k],
+				      (unsigned long long)w[i].shape[k]);
+		ck_assert_msg(t->dtype == (w[i].u8 ? DPS_ST_U8 : dt), "%s: %s is %s", p->name,
+			      w[i].name, dps_st_dtype_name(t->dtype));
+		/* Parameters: MXFP4 blocks hold two a byte, scales none. */
+		if (!strstr(w[i].name, "_scales"))
+			elements += t->numel * (w[i].u8 ? 2 : 1);
+	}
+	ck_assert_msg(f.n == n, "%s: %d tensors on disk, %d expected", p->name, f.n, n);
+	ck_assert_uint_eq(elements, dps_model_config_params(&c));
+	/* The old per-expert layout is gone. */
+	ck_assert_ptr_null(dps_st_find(&f, "model.layers.0.mlp.experts.0.gate_proj.weight"));
+	dps_st_free(&f);
+	free(w);
+}
+END_TEST
+
+START_TEST(test_families_deterministic)
+{
+	static const char *const presets[] = { "tiny-moe", "tiny-gpt-oss", "tiny-qwen2",
+					       "tiny-qwen3" };
+	char a[128], b[128], c[128];
+
+	for (int i = 0; i < 4; i++) {
+		make_preset("a", presets[i], 7, DPS_ST_F32);
+		make_preset("b", presets[i], 7, DPS_ST_F32);
+		make_preset("c", presets[i], 8, DPS_ST_F32);
+		snprintf(a, sizeof(a), "%s/a/model.safetensors", dir);
+		snprintf(b, sizeof(b), "%s/b/model.safetensors", dir);
+		snprintf(c, sizeof(c), "%s/c/model.safetensors", dir);
+		ck_assert_msg(same_file(a, b), "%s: the same seed gave other bytes", presets[i]);
+		ck_assert_msg(!same_file(a, c), "%s: another seed gave the same bytes", presets[i]);
+	}
+}
+END_TEST
+
+/* The E2M1 values of kernels/mxfp4.h, written out here as the test's own decoder. */
+static const float e2m1[16] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3,
+				-4, -6 };
+
+/* RMS of an MXFP4 weight (rows x k a matrix, E of them), decoded; codes seen in *codes. */
+static double fp4_rms(const struct dps_st_file *f, const char *stem, unsigned *codes)
+{
+	char nm[160];
+	const struct dps_st_tensor *bt, *st;
+	uint8_t *blk, *sc;
+	double ss = 0;
+
+	snprintf(nm, sizeof(nm), "%s_blocks", stem);
+	bt = dps_st_find(f, nm);
+	snprintf(nm, sizeof(nm), "%s_scales", stem);
+	st = dps_st_find(f, nm);
+	ck_assert(bt && st && bt->numel == st->numel * 16);
+	blk = malloc(bt->numel);
+	sc = malloc(st->numel);
+	ck_assert_int_eq(pread(f->fd, blk, bt->numel, (off_t)bt->begin), (ssize_t)bt->numel);
+	ck_assert_int_eq(pread(f->fd, sc, st->numel, (off_t)st->begin), (ssize_t)st->numel);
+	for (uint64_t i = 0; i < bt->numel; i++) {
+		/* Byte i of block i / 16: two elements, low nibble first, times 2^(scale - 127). */
+		const double s = ldexp(1.0, (int)sc[i / 16] - 127);
+		const double lo = e2m1[blk[i] & 15] * s, hi = e2m1[blk[i] >> 4] * s;
+
+		*codes |= 1u << (blk[i] & 15) | 1u << (blk[i] >> 4);
+		ss += lo * lo + hi * hi;
+	}
+	free(blk);
+	free(sc);
+	return sqrt(ss / (double)(2 * bt->numel));
+}
+
+/* RMS of F32 tensor name of f. */
+static double f32_rms(const struct dps_st_file *f, const char *name)
+{
+	const struct dps_st_tensor *t = dps_st_find(f, name);
+	float *v;
+	double ss = 0;
+
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(t->dtype, DPS_ST_F32);
+	v = malloc(t->numel * 4);
+	ck_assert_int_eq(pread(f->fd, v, t->numel * 4, (off_t)t->begin), (ssize_t)(t->numel * 4));
+	for (uint64_t i = 0; i < t->numel; i++)
+		ss += (double)v[i] * v[i];
+	free(v);
+	return sqrt(ss / (double)t->numel);
+}
+
+START_TEST(test_mxfp4_magnitudes)
+{
+	/* tiny-gpt-oss as MXFP4 and the same shape in F32: the experts of each, layer by layer. */
+	struct dps_model_config c = dps_mkmodel_preset("tiny-gpt-oss")->cfg;
+	struct dps_st_file q, d;
+	char stem[128], name[160];
+	unsigned codes = 0;
+
+	make_cfg("q", &c, 3, DPS_ST_F32);
+	c.mxfp4 = 0;
+	make_cfg("d", &c, 3, DPS_ST_F32);
+	open_st(&q, "q");
+	open_st(&d, "d");
+	for (int l = 0; l < c.num_hidden_layers; l++)
+		for (int k = 0; k < 2; k++) {
+			const char *what = k ? "down_proj" : "gate_up_proj";
+			double rq, rd;
+
+			snprintf(stem, sizeof(stem), "model.layers.%d.mlp.experts.%s", l, what);
+			rq = fp4_rms(&q, stem, &codes);
+			rd = f32_rms(&d, stem);
+			ck_assert_msg(rq > 0.6 * rd && rq < 1.6 * rd, "%s: MXFP4 RMS %g, F32 %g", stem,
+				      rq, rd);
+			/* The biases stay float, as in the F32 model. */
+			snprintf(name, sizeof(name), "%s_bias", stem);
+			ck_assert_int_eq(dps_st_find(&q, name)->dtype, DPS_ST_F32);
+		}
+	ck_assert_uint_eq(codes, 0xffffu); /* every code drawn */
+	/* The check can fail: the F32 model has no blocks, and its scale of RMS is not 10x. */
+	ck_assert_ptr_null(dps_st_find(&d, "model.layers.0.mlp.experts.down_proj_blocks"));
+	ck_assert(fp4_rms(&q, "model.layers.0.mlp.experts.gate_up_proj", &codes) <
+		  10 * f32_rms(&d, "model.layers.0.mlp.experts.down_proj"));
+	dps_st_free(&q);
+	dps_st_free(&d);
+	/* Blocks of 32 along each row: other sizes are refused, naming the rule. */
+	{
+		char out[128], err[256] = "";
+
+		c = dps_mkmodel_preset("tiny-gpt-oss")->cfg;
+		c.intermediate_size = 48;
+		snprintf(out, sizeof(out), "%s/bad", dir);
+		ck_assert_int_eq(dps_mkmodel(&c, 1, DPS_ST_F32, out, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "multiples of 32"), "%s", err);
+	}
+}
+END_TEST
+
+/* ---- Eagle3 drafts ---------------------------------------------------------------------- */
 
 static void make_draft(const char *target, enum dps_draft_kind kind, int dv, uint64_t seed,
 		       enum dps_st_dtype dt, const char *sub)
@@ -387,6 +659,84 @@ START_TEST(test_draft_self_head)
 }
 END_TEST
 
+/*
+ * Drafts of the other families' targets: GPT-OSS (experts in every layer; F32, and MXFP4
+ * whose U8 tensors the draft maker must leave alone), Qwen3 (heads x head_dim is not
+ * hidden) and Llama 3.1. Each draft is a plain layer of hidden / head_dim heads with every
+ * tensor in place; a self-distilled one has the target's head, and for GPT-OSS, with no
+ * dense MLP to copy, a zero MLP.
+ */
+START_TEST(test_draft_families)
+{
+	static const char *const targets[] = { "tiny-moe", "tiny-gpt-oss", "tiny-qwen3",
+					       "tiny-llama3" };
+
+	for (int i = 0; i < 4; i++) {
+		const struct dps_model_config *tc = &dps_mkmodel_preset(targets[i])->cfg;
+		const uint64_t H = (uint64_t)tc->hidden_size, I = (uint64_t)tc->intermediate_size;
+		const uint64_t V = (uint64_t)tc->vocab_size, hd = (uint64_t)tc->head_dim;
+		const uint64_t Q = H / hd * hd;
+
+		make_preset("t", targets[i], 2, DPS_ST_F32);
+		make_draft("t", DPS_DRAFT_SELF, 0, 0, DPS_ST_F32, "s");
+		make_draft("t", DPS_DRAFT_RANDOM, 100, 1, DPS_ST_BF16, "r");
+		for (int k = 0; k < 2; k++) {
+			const char *sub = k ? "r" : "s";
+			const enum dps_st_dtype dt = k ? DPS_ST_BF16 : DPS_ST_F32;
+			const uint64_t dv = k ? 100 : V;
+			struct dps_model_config c;
+			struct dps_ckpt ck;
+			char path[128], err[512];
+
+			snprintf(path, sizeof(path), "%s/%s", dir, sub);
+			ck_assert_msg(!dps_model_config_load(path, &c, err, sizeof(err)), "%s: %s",
+				      targets[i], err);
+			ck_assert_msg(c.arch == DPS_ARCH_EAGLE3 && c.eagle3 &&
+				      c.num_hidden_layers == 1 && c.hidden_size == (int)H &&
+				      c.intermediate_size == (int)I && c.head_dim == (int)hd &&
+				      c.num_attention_heads == (int)(H / hd) &&
+				      c.num_key_value_heads == (int)(H / hd) &&
+				      c.draft_vocab_size == (int)dv, "%s: draft config", targets[i]);
+			open_sub(&ck, sub);
+			want_tensor(&ck, "fc.weight", H, 3 * H, dt);
+			want_tensor(&ck, "midlayer.hidden_norm.weight", H, 0, dt);
+			want_tensor(&ck, "midlayer.input_layernorm.weight", H, 0, dt);
+			want_tensor(&ck, "midlayer.self_attn.q_proj.weight", Q, 2 * H, dt);
+			want_tensor(&ck, "midlayer.self_attn.k_proj.weight", Q, 2 * H, dt);
+			want_tensor(&ck, "midlayer.self_attn.v_proj.weight", Q, 2 * H, dt);
+			want_tensor(&ck, "midlayer.self_attn.o_proj.weight", H, Q, dt);
+			want_tensor(&ck, "midlayer.post_attention_layernorm.weight", H, 0, dt);
+			want_tensor(&ck, "midlayer.mlp.gate_proj.weight", I, H, dt);
+			want_tensor(&ck, "midlayer.mlp.up_proj.weight", I, H, dt);
+			want_tensor(&ck, "midlayer.mlp.down_proj.weight", H, I, dt);
+			want_tensor(&ck, "norm.weight", H, 0, dt);
+			want_tensor(&ck, "lm_head.weight", dv, H, dt);
+			want_tensor(&ck, "d2t", dv, 0, DPS_ST_I64);
+			ck_assert_int_eq(ck.n_files, 1);
+			ck_assert_int_eq(ck.files[0].n, 14);
+			dps_ckpt_close(&ck);
+		}
+		check_self_head("t", "s", tc->tie_word_embeddings ? "model.embed_tokens.weight"
+								  : "lm_head.weight",
+				(int)V, (int)V, (int)H);
+		{
+			struct dps_ckpt ck;
+			float *down;
+			int zero = 1;
+
+			open_sub(&ck, "s");
+			down = read_all(&ck, "midlayer.mlp.down_proj.weight", (size_t)(H * I));
+			for (uint64_t e = 0; e < H * I; e++)
+				zero &= down[e] == 0;
+			ck_assert_msg(zero == !!tc->num_local_experts, "%s: the draft's MLP is %szero",
+				      targets[i], zero ? "" : "not ");
+			free(down);
+			dps_ckpt_close(&ck);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_draft_errors)
 {
 	char tdir[128], out[128], err[512] = "";
@@ -418,6 +768,10 @@ int main(void)
 {
 	Suite *s = suite_create("mkmodel");
 	TCase *tc = tcase_create("mkmodel");
+	int n_presets = 0;
+
+	while (dps_mkmodel_presets[n_presets].name)
+		n_presets++;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -425,9 +779,13 @@ int main(void)
 	tcase_add_test(tc, test_dtypes_same_tokens);
 	tcase_add_test(tc, test_params);
 	tcase_add_test(tc, test_config_lies);
+	tcase_add_loop_test(tc, test_preset_tensors, 0, n_presets);
+	tcase_add_test(tc, test_families_deterministic);
+	tcase_add_test(tc, test_mxfp4_magnitudes);
 	tcase_add_test(tc, test_draft_shapes);
 	tcase_add_test(tc, test_draft_deterministic);
 	tcase_add_test(tc, test_draft_self_head);
+	tcase_add_test(tc, test_draft_families);
 	tcase_add_test(tc, test_draft_errors);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);

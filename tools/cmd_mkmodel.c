@@ -15,6 +15,14 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 
+/* One line a preset: its name, its parameters and what it is. */
+static void print_presets(FILE *out)
+{
+	for (const struct dps_mkmodel_preset *p = dps_mkmodel_presets; p->name; p++)
+		fprintf(out, "  %-14s %7.1fM parameters  %s\n", p->name,
+			(double)dps_model_config_params(&p->cfg) / 1e6, p->what);
+}
+
 int dps_cmd_mkmodel(int argc, char **argv)
 {
 	const char *preset = NULL, *out = NULL, *dtype = "f32", *draft_for = NULL;
@@ -52,12 +60,15 @@ int dps_cmd_mkmodel(int argc, char **argv)
 
 	rc = dps_flags_parse(flags, argc, argv, "mkmodel",
 			     "(--preset NAME | --hidden-size N ... | --draft-for DIR) --out DIR [--seed S]", pos, 0, &npos);
+	if (rc > 0) { /* --help: the presets too */
+		printf("\npresets (--preset NAME):\n");
+		print_presets(stdout);
+		return 0;
+	}
 	if (rc)
-		return rc > 0 ? 0 : 2;
+		return 2;
 	if (list) {
-		for (const struct dps_mkmodel_preset *p = dps_mkmodel_presets; p->name; p++)
-			printf("%-12s %6.1fM parameters  %s\n", p->name,
-			       (double)dps_model_config_params(&p->cfg) / 1e6, p->what);
+		print_presets(stdout);
 		return 0;
 	}
 	if (!out) {
@@ -117,7 +128,8 @@ int dps_cmd_mkmodel(int argc, char **argv)
 		return 1;
 	}
 	snprintf(path, sizeof(path), "%s/config.json", out);
-	if (dps_model_config_save(&c, path) ||
+	if (dps_model_config_check_save(&c, err, sizeof(err)) ||
+	    dps_model_config_save(&c, path) ||
 	    dps_model_config_load(out, &check, err, sizeof(err))) {
 		fprintf(stderr, "dpshard mkmodel: invalid shape: %s\n", err);
 		unlink(path);
@@ -128,7 +140,7 @@ int dps_cmd_mkmodel(int argc, char **argv)
 	rc = dps_mkmodel(&c, (uint64_t)seed, dt, out, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard mkmodel: %s\n", err);
-		return 1;
+		return rc == -EINVAL ? 2 : 1; /* a shape mkmodel cannot write (MXFP4 blocks) */
 	}
 	printf("wrote %s\n", out);
 	return 0;
