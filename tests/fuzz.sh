@@ -22,6 +22,7 @@ for target in safetensors config tokenizer llama2c conf request http jinja tok_h
 	   echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' |
 	   clang -x c -fsanitize=fuzzer -o "$work/probe" - >/dev/null 2>&1; then
 		srcs="$src/tests/fuzz/fuzz_$target.c $src/engine/model/safetensors.c $src/engine/model/model_config.c"
+		srcs="$srcs $src/engine/model/model_arch.c $src/engine/model/model_config_save.c"
 		srcs="$srcs $src/engine/model/convert.c $src/engine/model/ckpt.c"
 		srcs="$srcs $(ls "$src"/engine/model/tok*.c) $src/common/utf8.c"
 		srcs="$srcs $src/engine/api/request.c $src/engine/api/http_parse.c $src/common/json.c"
