@@ -140,7 +140,10 @@ int dps_cmd_mkmodel(int argc, char **argv)
 	rc = dps_mkmodel(&c, (uint64_t)seed, dt, out, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard mkmodel: %s\n", err);
-		return rc == -EINVAL ? 2 : 1; /* a shape mkmodel cannot write (MXFP4 blocks) */
+		if (rc != -EINVAL)
+			return 1;
+		unlink(path); /* a shape mkmodel cannot write (MXFP4 blocks): no model left */
+		return 2;
 	}
 	printf("wrote %s\n", out);
 	return 0;

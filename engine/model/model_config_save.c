@@ -141,7 +141,10 @@ int dps_model_config_check_save(const struct dps_model_config *c, char *err, siz
 	if (c->arch == DPS_ARCH_MISTRAL && win && win != 1)
 		return refuse(err, errlen, "%s's sliding window covers every layer or none", fam);
 	if (c->arch == DPS_ARCH_GPT_OSS) {
-		if (c->num_local_experts < 1 || c->num_local_experts > DPS_CFG_MAX_EXPERTS ||
+		if (c->num_local_experts < 1)
+			return refuse(err, errlen, "%s has experts in every layer: num_local_experts "
+				      "must be at least 1", fam);
+		if (c->num_local_experts > DPS_CFG_MAX_EXPERTS ||
 		    c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_local_experts)
 			return refuse(err, errlen, "%s needs 1 <= num_experts_per_tok <= "
 				      "num_local_experts", fam);
