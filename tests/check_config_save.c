@@ -6,8 +6,9 @@
  * jansson, values included: windows, layer_types, rope_scaling, the MXFP4
  * quantization_config); every preset read back by the families' parser as the model it was
  * written from; the shapes no preset shows (windows that are not a suffix, several EOS ids,
- * each RoPE variant, a plain RoPE on GPT-OSS); and what a family cannot say refused with
- * the rule, writing nothing, while every preset passes.
+ * each RoPE variant, a plain RoPE on GPT-OSS, no end ids; a draft of a target without end
+ * ids); and what a family cannot say refused with the rule, writing nothing, while every
+ * preset passes.
  */
 #include <check.h>
 #include <jansson.h>
@@ -286,7 +287,8 @@ static struct dps_model_config roundtrip(const struct dps_model_config *c, json_
 START_TEST(test_config_shapes)
 {
 	/* What the presets do not show: windows that are not a suffix, several EOS ids, the
-	 * RoPE variants, a plain RoPE on GPT-OSS, a non-default alpha. */
+	 * RoPE variants, a plain RoPE on GPT-OSS; a non-default alpha is written, and refused
+	 * by the parser (the engine computes 1.702 only) rather than read as another. */
 	struct dps_model_config c = dps_mkmodel_preset("tiny-qwen2")->cfg, d;
 	json_t *j;
 
@@ -319,15 +321,43 @@ START_TEST(test_config_shapes)
 	d = roundtrip(&c, &j);
 	json_decref(j);
 	same_model("dynamic", &c, &d);
+	/* No end id: null for a family whose class has none, refused for Llama's (default 2). */
+	c = dps_mkmodel_preset("tiny-qwen2")->cfg;
+	c.eos_token_id = -1;
+	d = roundtrip(&c, &j);
+	ck_assert(json_is_null(json_object_get(j, "eos_token_id")));
+	json_decref(j);
+	same_model("qwen2 without eos", &c, &d);
+	ck_assert_int_eq(d.n_eos, 0);
+	c = dps_mkmodel_preset("tiny")->cfg;
+	c.eos_token_id = -1;
+	{
+		char err[256] = "";
+
+		ck_assert_int_eq(dps_model_config_check_save(&c, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "defaults to 2"), "%s", err);
+	}
 	c = dps_mkmodel_preset("tiny-moe")->cfg;
 	memset(&c.rope, 0, sizeof(c.rope));
-	c.swiglu_alpha = 1.5;
 	d = roundtrip(&c, &j);
 	want_str(json_object_get(j, "rope_scaling"), "rope_type", "default");
-	want_num(j, "swiglu_alpha", 1.5);
+	keys(j, "gpt-oss", "swiglu_alpha", 0);
 	json_decref(j);
 	same_model("gpt-oss default rope", &c, &d);
-	ck_assert(d.swiglu_alpha == 1.5);
+	ck_assert(d.swiglu_alpha == 1.702);
+	{
+		char path[128], err[512] = "";
+
+		c.swiglu_alpha = 1.5;
+		snprintf(path, sizeof(path), "%s/rt/config.json", dir);
+		ck_assert_int_eq(dps_model_config_save(&c, path), 0);
+		j = config_json("rt");
+		want_num(j, "swiglu_alpha", 1.5);
+		json_decref(j);
+		snprintf(path, sizeof(path), "%s/rt", dir);
+		ck_assert_int_eq(dps_model_config_load(path, &d, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "swiglu_alpha"), "%s", err);
+	}
 }
 END_TEST
 
@@ -384,6 +414,29 @@ START_TEST(test_config_refused)
 }
 END_TEST
 
+START_TEST(test_draft_eos)
+{
+	/* A target without end ids (GPT-OSS, eos_token_id null): its draft's config says its
+	 * class's default (2), which the writer can say, where the target's -1 it cannot. */
+	struct dps_model_config c = dps_mkmodel_preset("tiny-moe")->cfg, d;
+	char t[128], out[128], err[512];
+	json_t *j;
+
+	c.eos_token_id = -1;
+	snprintf(t, sizeof(t), "%s/t", dir);
+	snprintf(out, sizeof(out), "%s/rt", dir);
+	ck_assert_msg(!dps_mkmodel(&c, 1, DPS_ST_F32, t, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_mkmodel_draft(t, DPS_DRAFT_SELF, 0, 1, DPS_ST_F32, out, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_model_config_load(out, &d, err, sizeof(err)), "%s", err);
+	ck_assert_int_eq(d.arch, DPS_ARCH_EAGLE3);
+	ck_assert_int_eq(d.eos_token_id, 2);
+	j = config_json("t");
+	ck_assert(json_is_null(json_object_get(j, "eos_token_id")));
+	json_decref(j);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("config_save");
@@ -397,6 +450,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_config_roundtrip, 0, n);
 	tcase_add_test(tc, test_config_shapes);
 	tcase_add_test(tc, test_config_refused);
+	tcase_add_test(tc, test_draft_eos);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

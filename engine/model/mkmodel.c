@@ -454,7 +454,9 @@ int dps_mkmodel_draft(const char *target, enum dps_draft_kind kind, int draft_vo
 	c.rope_theta = tc.rope_theta;
 	c.max_position_embeddings = tc.max_position_embeddings;
 	c.bos_token_id = tc.bos_token_id;
-	c.eos_token_id = tc.eos_token_id;
+	/* The target's end ids; a target without any (Qwen, GPT-OSS) leaves the draft's class
+	 * default, 2 (the engine ends sequences by the target's ids). */
+	c.eos_token_id = tc.n_eos ? tc.eos_token_id : 2;
 	c.n_eos = tc.n_eos;
 	memcpy(c.eos_ids, tc.eos_ids, sizeof(c.eos_ids));
 	c.arch = DPS_ARCH_EAGLE3;

@@ -95,6 +95,11 @@ int dps_model_config_check_save(const struct dps_model_config *c, char *err, siz
 	}
 	if (check_rope(c, err, errlen))
 		return -EINVAL;
+	/* No end id is said with null, which Llama's class reads as its default, 2. */
+	if (!c->n_eos && c->eos_token_id < 0 &&
+	    (is_eagle3(c) || c->arch == DPS_ARCH_LLAMA || c->arch == DPS_ARCH_MISTRAL))
+		return refuse(err, errlen, "%s's eos_token_id defaults to 2: a model without one "
+			      "cannot be written", is_eagle3(c) ? dps_arch_name(DPS_ARCH_EAGLE3) : fam);
 	win = window_shape(c, &from);
 	if (is_eagle3(c)) {
 		fam = dps_arch_name(DPS_ARCH_EAGLE3);
@@ -327,7 +332,9 @@ int dps_model_config_save(const struct dps_model_config *c, const char *path)
 			}
 		if (put(root, "eos_token_id", eos))
 			goto out;
-	} else if (put(root, "eos_token_id", json_integer(c->eos_token_id))) {
+	} else if (put(root, "eos_token_id", !c->n_eos && c->eos_token_id < 0
+						      ? json_null() /* none (Qwen, GPT-OSS) */
+						      : json_integer(c->eos_token_id))) {
 		goto out;
 	}
 	rope = rope_json(c, &none);
