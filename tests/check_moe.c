@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_moe.c - the mixture-of-experts decoder on one rank.
+ * tests/check_moe.c - the mixture-of-experts decoder (GPT-OSS) on one rank.
  *
- * Independent oracle: a dense model D, and an MoE checkpoint M built from D's tensors whose
- * every expert is a copy of D's MLP (with a random router and plain SwiGLU). Whatever the
- * router picks, the routing weights sum to 1, so M must give D's logits; a perturbed expert
- * must not. Also: the reference step over many rows equals the one-row reference bit for bit
- * (routing is per row), the fast step is within rounding of it on the tiny-moe preset (clamped
- * SwiGLU), the router really spreads rows over experts, and config.json round-trips the MoE
- * fields and refuses bad ones.
+ * Independent oracle: a GPT-OSS model D with a single expert that every token takes, and M
+ * built from D's tensors with that expert copied into each of E experts and a random router.
+ * Whatever the router picks, the routing weights sum to 1, so M must give D's logits; a
+ * perturbed expert must not. (Against Hugging Face's own maths, tests/hf_oracle.sh.) Also: the
+ * reference step over many rows equals the one-row reference bit for bit (routing is per row),
+ * the fast step is within rounding of it on the tiny-moe preset, the router really spreads
+ * rows over experts, and config.json round-trips the MoE fields and refuses bad ones.
  */
 #include <check.h>
 #include <math.h>
@@ -42,10 +42,14 @@ static struct dps_model_config moe_cfg(double limit)
 	return c;
 }
 
-/* Writes D (dense) and M (its MLPs copied into every expert), perturb added to one weight. */
+/*
+ * Writes D, a GPT-OSS model with one expert per layer chosen by every token (top 1), and M:
+ * D's tensors with that expert copied into all E experts (perturb added to expert 3's down
+ * projection) and a random router with bias.
+ */
 static void build_pair(float perturb)
 {
-	struct dps_model_config dc = moe_cfg(0), mc = moe_cfg(0);
+	struct dps_model_config dc = moe_cfg(7.0), mc = moe_cfg(7.0);
 	struct dps_st_writer_tensor *t;
 	struct dps_ckpt ck;
 	char d[128], m[128], path[192], err[256];
@@ -53,8 +57,7 @@ static void build_pair(float perturb)
 	int n = 0, nb = 0;
 	const int E = mc.num_local_experts, h = dc.hidden_size;
 
-	dc.num_local_experts = dc.num_experts_per_tok = 0;
-	memset(dc.dense_layers, 0, sizeof(dc.dense_layers));
+	dc.num_local_experts = dc.num_experts_per_tok = 1;
 	snprintf(d, sizeof(d), "%s/dense", dir);
 	snprintf(m, sizeof(m), "%s/moe", dir);
 	ck_assert_msg(!dps_mkmodel(&dc, 6, DPS_ST_F32, d, err, sizeof(err)), "%s", err);
@@ -64,46 +67,29 @@ static void build_pair(float perturb)
 	for (int f = 0; f < ck.n_files; f++)
 		for (int i = 0; i < ck.files[f].n; i++) {
 			const struct dps_st_tensor *src = &ck.files[f].t[i];
-			uint64_t numel = src->shape[0] * (src->ndim == 2 ? src->shape[1] : 1);
-			int layer = -1;
-			char what[64] = "";
-			float *b = malloc(sizeof(float) * numel);
+			const int expert = strstr(src->name, ".mlp.experts.") != NULL;
+			float *b;
 
+			if (strstr(src->name, ".mlp.router."))
+				continue; /* M's own, below */
+			b = malloc(sizeof(float) * src->numel * (expert ? (size_t)E : 1));
 			bufs[nb++] = b;
 			ck_assert_int_eq(dps_ckpt_load_range(&ck, src->name, 0, NULL, 0, 0, src->shape[0],
 							     b, err, sizeof(err)), 0);
-			sscanf(src->name, "model.layers.%d.mlp.%63s", &layer, what);
-			if (layer >= 0 && what[0] && dps_cfg_layer_moe(&mc, layer)) {
-				/* Every expert gets this projection. */
-				const char *proj = strstr(what, "gate") ? "gate_proj"
-						 : strstr(what, "up") ? "up_proj" : "down_proj";
-
-				for (int e = 0; e < E; e++) {
-					struct dps_st_writer_tensor *x = &t[n++];
-
-					snprintf(x->name, sizeof(x->name),
-						 "model.layers.%d.mlp.experts.%d.%s.weight", layer, e, proj);
-					x->dtype = DPS_ST_F32;
-					x->ndim = 2;
-					memcpy(x->shape, src->shape, sizeof(x->shape));
-					if (e == 3 && perturb != 0 && !strcmp(proj, "down_proj")) {
-						float *p = malloc(sizeof(float) * numel);
-
-						memcpy(p, b, sizeof(float) * numel);
-						for (uint64_t q = 0; q < numel; q++)
-							p[q] += perturb;
-						bufs[nb++] = p;
-						x->data = p;
-					} else {
-						x->data = b;
-					}
-				}
-				continue;
-			}
 			snprintf(t[n].name, sizeof(t[n].name), "%s", src->name);
 			t[n].dtype = DPS_ST_F32;
 			t[n].ndim = src->ndim;
 			memcpy(t[n].shape, src->shape, sizeof(t[n].shape));
+			if (expert) { /* (1, ...) -> (E, ...): every expert a copy of the one */
+				ck_assert_int_eq(src->shape[0], 1);
+				t[n].shape[0] = (uint64_t)E;
+				for (int e = 1; e < E; e++)
+					memcpy(b + (size_t)e * src->numel, b, sizeof(float) * src->numel);
+				if (perturb != 0 && strstr(src->name, "down_proj") &&
+				    !strstr(src->name, "bias"))
+					for (uint64_t q = 0; q < src->numel; q++)
+						b[3 * src->numel + q] += perturb;
+			}
 			t[n++].data = b;
 		}
 	/* Random routers with bias, so rows spread over the experts. */
@@ -181,17 +167,17 @@ static double compare_pair(int fast, int *spread)
 	return worst;
 }
 
-START_TEST(test_identical_experts_equal_dense)
+START_TEST(test_identical_experts_equal_one)
 {
 	int spread;
 	double e;
 
 	build_pair(0);
 	e = compare_pair(0, &spread);
-	ck_assert_msg(e < 2e-5, "reference: MoE of copies differs from dense by %g", e);
+	ck_assert_msg(e < 2e-5, "reference: MoE of copies differs from one expert by %g", e);
 	ck_assert_int_ge(spread, 4); /* the router did spread the rows */
 	e = compare_pair(1, &spread);
-	ck_assert_msg(e < 2e-5, "fast: MoE of copies differs from dense by %g", e);
+	ck_assert_msg(e < 2e-5, "fast: MoE of copies differs from one expert by %g", e);
 }
 END_TEST
 
@@ -250,12 +236,10 @@ START_TEST(test_config)
 {
 	static const struct { const char *json, *msg; } bad[] = {
 		{ "\"num_local_experts\": 4, \"num_experts_per_tok\": 5", "num_experts_per_tok 5" },
-		{ "\"num_local_experts\": 4", "num_experts_per_tok 0" },
-		{ "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [9]",
-		  "mlp_only_layers" },
-		{ "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": 1",
-		  "mlp_only_layers" },
+		{ "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [1]",
+		  "'mlp_only_layers' is not read" },
 		{ "\"num_local_experts\": -1", "num_local_experts" },
+		{ "\"num_local_experts\": 4, \"swiglu_limit\": 0", "swiglu_limit" },
 	};
 	struct dps_model_config c = moe_cfg(7.0), d;
 	char path[128], err[256], json[512];
@@ -263,13 +247,19 @@ START_TEST(test_config)
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	ck_assert_int_eq(dps_model_config_save(&c, path), 0);
 	ck_assert_msg(!dps_model_config_load(dir, &d, err, sizeof(err)), "%s", err);
+	ck_assert_int_eq(d.arch, DPS_ARCH_GPT_OSS);
 	ck_assert_int_eq(d.num_local_experts, 8);
 	ck_assert_int_eq(d.num_experts_per_tok, 2);
 	ck_assert(d.swiglu_limit == 7.0);
-	ck_assert(!dps_cfg_layer_moe(&d, 0) && dps_cfg_layer_moe(&d, 1) && dps_cfg_layer_moe(&d, 2));
+	for (int l = 0; l < d.num_hidden_layers; l++)
+		ck_assert(dps_cfg_layer_moe(&d, l));
+	ck_assert_int_eq(d.sliding_window, c.sliding_window);
+	ck_assert_int_eq(d.rope.kind, c.rope.kind);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		snprintf(json, sizeof(json), "{\"hidden_size\": 64, \"intermediate_size\": 96, "
-			 "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"vocab_size\": 256, "
+		snprintf(json, sizeof(json), "{\"architectures\": [\"GptOssForCausalLM\"], "
+			 "\"hidden_size\": 64, \"intermediate_size\": 96, "
+			 "\"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
+			 "\"vocab_size\": 256, "
 			 "%s}", bad[i].json);
 		ck_assert_int_eq(dps_model_config_parse(json, strlen(json), &d, err, sizeof(err)),
 				 -EINVAL);
@@ -285,7 +275,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_identical_experts_equal_dense);
+	tcase_add_test(tc, test_identical_experts_equal_one);
 	tcase_add_test(tc, test_perturbed_expert_caught);
 	tcase_add_test(tc, test_batched_and_fast);
 	tcase_add_test(tc, test_config);

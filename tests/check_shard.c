@@ -502,7 +502,7 @@ END_TEST
 START_TEST(test_moe_dispatch_counts)
 {
 	/*
-	 * TP=2 x DP=2, 2 MoE layers of 3: all-gather + reduce-scatter moves each MoE layer's rows
+	 * TP=2 x DP=2, 3 MoE layers (GPT-OSS: every layer): all-gather + reduce-scatter moves each MoE layer's rows
 	 * with one all-gather and one reduce-scatter over the DP column (plus the row counts in
 	 * prefill) and reduces over TP; all-to-all-v sends the counts, the items and the outputs
 	 * over the EP group and gathers the rows over TP. Experts held per rank fall by 4.
@@ -510,7 +510,7 @@ START_TEST(test_moe_dispatch_counts)
 	char err[512];
 	uint64_t steps;
 	size_t tp_bytes;
-	const uint64_t M = 2;
+	const uint64_t M = 3;
 
 	build_oracle(model_path("moe"));
 	ck_assert_int_eq(run_config(model_path("moe"), moe_par((int[]){ 2, 2, 1, 1, 1, 1, 0, 0 }),

@@ -5,6 +5,7 @@
  * the pieces of the forward pass each file lends the others. The public face is shard.h.
  *
  *   load.c   geometry, the rank-override loaders, dps_shard_load and dps_shard_free
+ *   load_moe.c  a MoE layer's router and experts (GPT-OSS's layout, MXFP4 kept)
  *   kv.c     the paged KV cache: layout, budget, blocks (kv.h, also used by engine/serve/)
  *   coll.c   the counted collectives and _dp_transition
  *   attn.c   attention, prefill and decode forms
@@ -97,6 +98,9 @@ void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, u
  * into dst (rows x ld) at column off. */
 void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, uint64_t rows,
 				 uint64_t cols, int rank, int per, float *dst, int ld, int off);
+
+/* load_moe.c: layer l's router and the experts this rank holds (shard.h says which). */
+void dps_shard_load_experts(struct dps_shard_loader *L, int l);
 
 /* The rank component k shards its weights by: j*TP + t in its component TP group. */
 static inline int dps_shard_comp_rank(const struct dps_shard *s, enum dps_comp k)
