@@ -33,7 +33,8 @@ int dps_tool_parse_dtype(const char *cmd, const char *s, enum dps_st_dtype *dt)
 
 /*
  * A preset model with seed 0 (random weights, no tokenizer), written on first use to
- * $XDG_CACHE_HOME/dpshard/PRESET-seed0 (or ~/.cache/dpshard/...), so a generation or a
+ * $XDG_CACHE_HOME/dpshard/vN/PRESET-seed0 (or ~/.cache/dpshard/...; N is DPS_MKMODEL_FORMAT,
+ * so a cache of an older layout is never read), so a generation or a
  * benchmark runs on a fresh machine with nothing downloaded.
  */
 int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len)
@@ -53,12 +54,17 @@ int dps_cached_preset(const char *preset, const char *who, char *dir, size_t len
 		snprintf(base, sizeof(base), "%s", xdg);
 	else
 		snprintf(base, sizeof(base), "%s/.cache", home && *home ? home : "/tmp");
-	snprintf(dir, len, "%s/dpshard/%s-seed0", base, preset);
+	snprintf(dir, len, "%s/dpshard/v%d/%s-seed0", base, DPS_MKMODEL_FORMAT, preset);
 	snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
 	if (access(cfg, R_OK) == 0)
 		return 0;
 	snprintf(cfg, sizeof(cfg), "%s/dpshard", base);
 	if ((mkdir(base, 0755) && errno != EEXIST) || (mkdir(cfg, 0755) && errno != EEXIST)) {
+		fprintf(stderr, "dpshard %s: cannot create %s: %s\n", who, cfg, strerror(errno));
+		return -errno;
+	}
+	snprintf(cfg, sizeof(cfg), "%s/dpshard/v%d", base, DPS_MKMODEL_FORMAT);
+	if (mkdir(cfg, 0755) && errno != EEXIST) {
 		fprintf(stderr, "dpshard %s: cannot create %s: %s\n", who, cfg, strerror(errno));
 		return -errno;
 	}

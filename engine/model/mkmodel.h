@@ -17,6 +17,13 @@
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 
+/*
+ * The version of what mkmodel writes for a (preset, seed): raised whenever the tensors or the
+ * config of a preset change (2: the Hugging Face families, GPT-OSS's expert layout), so that
+ * caches of preset models (tools/models.c) never serve an older layout.
+ */
+#define DPS_MKMODEL_FORMAT 2
+
 struct dps_mkmodel_preset {
 	const char *name;
 	const char *what;
