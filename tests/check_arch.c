@@ -160,6 +160,9 @@ START_TEST(test_refusals)
 		       "'rope_scaling.factor' is missing");
 	expect_refused("LlamaForCausalLM", ",\"rope_scaling\":{\"factor\":2}", "no rope_type");
 	/* windows and experts */
+	expect_refused("Qwen2ForCausalLM", ",\"layer_types\":[\"sliding_attention\","
+		       "\"full_attention\",\"full_attention\",\"full_attention\"]",
+		       "sliding_attention but use_sliding_window is false");
 	expect_refused("Qwen2ForCausalLM", ",\"layer_types\":[\"full_attention\"]",
 		       "'layer_types' must list one type for each of the 4 layers");
 	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"layer_types\":"
@@ -172,6 +175,14 @@ START_TEST(test_refusals)
 	expect_refused("GptOssForCausalLM", "", "missing field 'num_local_experts'");
 	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"swiglu_alpha\":1.5",
 		       "swiglu_alpha");
+	/* HF's eager experts clamp at 7 whatever the file says; its MXFP4 kernel reads it. */
+	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"swiglu_limit\":2.0",
+		       "swiglu_limit 2 is not supported");
+	/* A null rope_scaling: transformers 4.x computes plain RoPE, the class default is YaRN. */
+	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"rope_scaling\":null",
+		       "null rope_scaling");
+	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"rope_parameters\":null",
+		       "null rope_scaling");
 }
 END_TEST
 

@@ -133,6 +133,17 @@ START_TEST(test_shards)
 	ck_assert_msg(strstr(err, "has shape 10x6, expected 6x10"), "%s", err);
 	ck_assert_int_eq(dps_ckpt_load_shard(&ck, "w", 0, NULL, 2, 0, 1, buf, err, sizeof(err)),
 			 -EINVAL);
+	/* Raw bytes are read from U8 tensors only: the caller sized for one byte an element. */
+	{
+		unsigned char bytes[64 + 16];
+
+		memset(bytes, 0xa5, sizeof(bytes));
+		ck_assert_int_eq(dps_ckpt_load_range_raw(&ck, "w", 2, (uint64_t[]){ 10, 6 }, 0, 0,
+							 10, bytes, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "'w' is F32"), "%s", err);
+		for (size_t i = 0; i < sizeof(bytes); i++)
+			ck_assert_uint_eq(bytes[i], 0xa5);
+	}
 	dps_ckpt_close(&ck);
 }
 END_TEST

@@ -417,7 +417,7 @@ FAMILY_CFG = {
                 "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0,
                                  "beta_slow": 1.0, "truncate": False,
                                  "original_max_position_embeddings": 64},
-                "attention_bias": True, "swiglu_limit": 2.0, "router_aux_loss_coef": 0.9,
+                "attention_bias": True, "swiglu_limit": 7.0, "router_aux_loss_coef": 0.9,
                 "output_router_logits": False},
 }
 GPT_OSS_LAYERS = ["sliding_attention", "full_attention", "sliding_attention"]
@@ -462,6 +462,11 @@ CASES = {
                   "F32", 1, ["qkv_bias", "window", "window_all_layers"]),
     "qwen3": ("qwen3", "q_norm/k_norm per head before RoPE, head_dim 32", {"head_dim": 32},
               "F32", 1, ["qk_norm"]),
+    # 4 KV heads: TP=2 x attention size 2 projects K/V by effective rank (kv_by_eff) with
+    # their biases and norms, the layout no other case reaches.
+    "qwen3_kv4": ("qwen3", "q/k norms and attention_bias, 8 heads over 4 KV heads of 16",
+                  {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16,
+                   "attention_bias": True}, "F32", 1, ["qk_norm", "attn_bias"]),
     "gpt_oss": ("gpt_oss", "experts (BF16), sinks, layer_types, window 40, attention biases, "
                 "yarn without truncation, clamped SwiGLU",
                 {"layer_types": GPT_OSS_LAYERS, "torch_dtype": "bfloat16"}, "BF16", 1,
@@ -545,7 +550,11 @@ def make_tensors(s, rng, dtype):
         else:
             add(x + "gate_up_proj", normal(E, H, 2 * I, scale=1.5 / math.sqrt(H)))
             add(x + "down_proj", normal(E, I, H, scale=1.0 / math.sqrt(I)))
-        add(x + "gate_up_proj_bias", normal(E, 2 * I, scale=0.3))
+        # The gates' biases spread wide enough that some gates pass swiglu_limit 7 (the only
+        # limit Hugging Face's eager experts compute), so the clamp matters.
+        gub = normal(E, 2 * I, scale=0.3)
+        gub[:, 0::2] = normal(E, I, scale=5.0)
+        add(x + "gate_up_proj_bias", gub)
         add(x + "down_proj_bias", normal(E, H, scale=0.3))
     add("model.norm.weight", 1 + normal(H, scale=0.1))
     if not s["tie"]:

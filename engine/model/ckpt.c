@@ -342,6 +342,12 @@ static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			 ck->files[file].path, name, dps_st_dtype_name(t->dtype));
 		return -EINVAL;
 	}
+	/* The callers size dst for one byte an element: anything wider would overrun it. */
+	if (raw && t->dtype != DPS_ST_U8) {
+		snprintf(err, errlen, "%s: tensor '%s' is %s; its raw bytes are read as U8 only",
+			 ck->files[file].path, name, dps_st_dtype_name(t->dtype));
+		return -EINVAL;
+	}
 
 	/* Padding first: rows past the end of the dimension are zero. */
 	if (valid < per)

@@ -63,8 +63,9 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			char *err, size_t errlen);
 
 /*
- * The same without conversion: the tensor's own bytes (its dtype's size per element; zero
- * bytes past the end), for tensors kept as stored (MXFP4 blocks and scales, U8).
+ * The same without conversion: the tensor's own bytes, one per element (zero bytes past the
+ * end), for tensors kept as stored (MXFP4 blocks and scales). A tensor that is not U8 is
+ * refused with -EINVAL: dst holds one byte an element.
  */
 int dps_ckpt_load_range_raw(struct dps_ckpt *ck, const char *name, int want_ndim,
 			    const uint64_t *want_shape, int dim, int64_t first, uint64_t per,

@@ -464,12 +464,15 @@ void dps_model_free(struct dps_model *m)
 					free(w->exp_gate_up[e]);
 				if (w->exp_down)
 					free(w->exp_down[e]);
-				if (w->exp_gu_q) {
+				/* any of the four may be missing after a failed load */
+				if (w->exp_gu_q)
 					free(w->exp_gu_q[e]);
+				if (w->exp_gu_s)
 					free(w->exp_gu_s[e]);
+				if (w->exp_dn_q)
 					free(w->exp_dn_q[e]);
+				if (w->exp_dn_s)
 					free(w->exp_dn_s[e]);
-				}
 			}
 			free(w->exp_gate_up);
 			free(w->exp_down);

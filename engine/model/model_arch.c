@@ -312,6 +312,17 @@ static int read_rope(const json_t *root, struct dps_model_config *c, char *err, 
 	memset(p, 0, sizeof(*p));
 	p->truncate = 1;
 	p->attention_factor = -1.0;
+	if (c->arch == DPS_ARCH_GPT_OSS && (!r || json_is_null(r)) &&
+	    (json_object_get(root, "rope_scaling") || json_object_get(root, "rope_parameters"))) {
+		/*
+		 * Written out as null, transformers 4.x's GptOssRotaryEmbedding computes the
+		 * default RoPE, not the class's YaRN: no single answer, so say it.
+		 */
+		snprintf(err, errlen, "config.json: a null rope_scaling for GptOssForCausalLM "
+			 "(Hugging Face versions disagree between its YaRN default and plain "
+			 "RoPE): give it, or leave it out for YaRN");
+		return -EINVAL;
+	}
 	if (c->arch == DPS_ARCH_GPT_OSS && (!r || json_is_null(r))) {
 		/* GptOssConfig's default rope: YaRN. */
 		*p = (struct dps_rope_cfg){ DPS_ROPE_YARN, 32.0, 0, 0, 4096, 32.0, 1.0, -1.0, 0, 0,
@@ -516,6 +527,14 @@ static int read_windows(const json_t *root, struct dps_model_config *c, char *er
 			return -EINVAL;
 		if (!use) /* Qwen2Config: sliding_window = None unless use_sliding_window */
 			c->sliding_window = 0;
+		if (!use && typed)
+			for (int l = 0; l < L; l++)
+				if (c->window_layers[l / 64] >> (l % 64) & 1) {
+					/* Hugging Face's sliding mask then has no window: it raises */
+					snprintf(err, errlen, "config.json: 'layer_types'[%d] is "
+						 "sliding_attention but use_sliding_window is false", l);
+					return -EINVAL;
+				}
 		if (!typed)
 			window_all(c, max_window_layers);
 		break;
@@ -550,6 +569,17 @@ static int read_experts(const json_t *root, struct dps_model_config *c, char *er
 		/* the kernels' clamped SwiGLU has GPT-OSS's published gain built in */
 		snprintf(err, errlen, "config.json: swiglu_alpha %g is not supported (1.702 is)",
 			 c->swiglu_alpha);
+		return -EINVAL;
+	}
+	if (c->swiglu_limit != 7.0) {
+		/*
+		 * transformers' eager GptOssExperts (the CPU path, MXFP4 dequantized included)
+		 * clamps at 7.0 whatever the config says; only its MXFP4 GPU kernel reads
+		 * swiglu_limit. Another value has no single Hugging Face result.
+		 */
+		snprintf(err, errlen, "config.json: swiglu_limit %g is not supported (7.0 is: "
+			 "Hugging Face's eager experts clamp at 7.0 whatever the file says)",
+			 c->swiglu_limit);
 		return -EINVAL;
 	}
 	if (e2 > 0 && c->num_local_experts && e2 != c->num_local_experts) {

@@ -73,8 +73,16 @@ int dps_shard_draft_config(struct dps_shard *s, const struct dps_shard *T, const
 			c->aux_layers[k] = c->aux_layers[k - 1];
 			c->aux_layers[k - 1] = x;
 		}
-	if (c->max_position_embeddings < tc->max_position_embeddings)
+	if (c->max_position_embeddings < tc->max_position_embeddings) {
+		if (c->rope.kind == DPS_ROPE_DYNAMIC) {
+			/* NTK would rescale past the draft's own context: no fixed frequencies */
+			snprintf(err, errlen, "%s: the draft's dynamic rope_scaling holds for %d "
+				 "positions, the target's context is %d", dir,
+				 c->max_position_embeddings, tc->max_position_embeddings);
+			return -DPS_ECONFIG;
+		}
 		c->max_position_embeddings = tc->max_position_embeddings;
+	}
 	s->draft = 1;
 	s->target_vocab = tc->vocab_size;
 	memcpy(s->aux_l, c->aux_layers, sizeof(s->aux_l));

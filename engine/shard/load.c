@@ -670,12 +670,15 @@ void dps_shard_free(struct dps_shard *s)
 					free(w->exp_gu[i]);
 				if (w->exp_dn)
 					free(w->exp_dn[i]);
-				if (w->exp_gu_q) {
+				/* any of the four may be missing after a failed load */
+				if (w->exp_gu_q)
 					free(w->exp_gu_q[i]);
+				if (w->exp_gu_s)
 					free(w->exp_gu_s[i]);
+				if (w->exp_dn_q)
 					free(w->exp_dn_q[i]);
+				if (w->exp_dn_s)
 					free(w->exp_dn_s[i]);
-				}
 			}
 			free(w->exp_gu);
 			free(w->exp_dn);

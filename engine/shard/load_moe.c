@@ -66,7 +66,7 @@ static void *expert_slice(struct dps_shard_loader *L, const char *name, int ndim
  * scales (E, 2I, hidden/32, 16) and (E, hidden, I/32, 16), whose rows are already out-major
  * (i0 and ime then multiples of 32).
  */
-static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t i0)
+static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t i0, int q4)
 {
 	struct dps_shard *s = L->s;
 	struct dps_shard_layer *w = &s->layers[l];
@@ -76,10 +76,10 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 	char gu[112], dn[112];
 
 	snprintf(gu, sizeof(gu), "model.layers.%d.mlp.experts.gate_up_proj%s", l,
-		 c->mxfp4 ? "_blocks" : "");
+		 q4 ? "_blocks" : "");
 	snprintf(dn, sizeof(dn), "model.layers.%d.mlp.experts.down_proj%s", l,
-		 c->mxfp4 ? "_blocks" : "");
-	if (c->mxfp4) {
+		 q4 ? "_blocks" : "");
+	if (q4) {
 		const uint64_t G = dim / 32, Gi = im / 32, Ge = ime / 32;
 		const uint64_t gq[4] = { E, 2 * im, G, 16 }, gs[3] = { E, 2 * im, G };
 		const uint64_t dq[4] = { E, dim, Gi, 16 }, ds[3] = { E, dim, Gi };
@@ -174,6 +174,7 @@ void dps_shard_load_experts(struct dps_shard_loader *L, int l)
 	const int64_t i0 = (int64_t)rank * (int64_t)ime;
 	char n0[112], n1[112];
 	float *b;
+	int q4;
 
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
 	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.router.bias", l);
@@ -194,13 +195,25 @@ void dps_shard_load_experts(struct dps_shard_loader *L, int l)
 		L->rc = -ENOMEM;
 		snprintf(L->err, L->errlen, "out of memory");
 	}
+	/* MXFP4 or not, as the checkpoint stores this layer (the one-rank model decides alike) */
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.experts.gate_up_proj_blocks", l);
+	q4 = dps_ckpt_find(&L->ck, n0, NULL) != NULL;
+	if (q4 && !c->mxfp4 && !L->rc) {
+		snprintf(L->err, L->errlen, "%s: tensor '%s' is MXFP4 but config.json has no "
+			 "quantization_config", L->ck.dir, n0);
+		L->rc = -EINVAL;
+	}
 	for (int i = 0; i < s->e_n && !L->rc; i++)
-		load_expert(L, l, i, s->e_lo + i, i0);
+		load_expert(L, l, i, s->e_lo + i, i0, q4);
 	/* Biases: gate_up_proj_bias (E, 2I) interleaved like its weight, down_proj_bias (E, hidden). */
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
 	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.experts.down_proj_bias", l);
 	w->exp_gu_b = dps_shard_alloc_part(L, DPS_PART_EXPERTS, (size_t)s->e_n * 2 * ime);
 	b = L->rc ? NULL : malloc(sizeof(float) * (size_t)(2 * im));
+	if (!b && !L->rc) { /* never zero biases in silence */
+		L->rc = -ENOMEM;
+		snprintf(L->err, L->errlen, "out of memory loading '%s'", n0);
+	}
 	for (int i = 0; i < s->e_n && b && w->exp_gu_b && !L->rc; i++) {
 		const uint64_t shape[2] = { E, 2 * im };
 
