@@ -6,13 +6,19 @@
  * One io_uring in the supervisor carries everything: the HTTP server's accepts, receives and
  * sends, and the supervisor's polls of the ranks' eventfd (their token rings), pidfds and the
  * signalfd; timers are the loop's wait timeout. Life cycle:
+ *   checking   before any rank starts: config.json and the safetensors headers of the model
+ *              (and of a draft) are read once here; a bad one ends the service, exit 2
  *   loading    the ranks load the model; /health answers 503, requests 503
- *   ready      READY=1 to systemd; requests served
+ *   ready      "listening" logged, READY=1 to systemd; requests served. A first start that
+ *              never becomes ready (a rank refused the checkpoint, or died loading it) ends
+ *              the service with one message: exit 2 when the rank exited with an error
+ *              (what a load refuses is the checkpoint's or the options' fault), 1 when it
+ *              was killed; it is not retried
  *   draining   SIGTERM/SIGINT: STOPPING=1; new requests 503; running ones finish, for at
  *              most --shutdown-timeout s; then the ranks stop, the segments go, exit 0
  *   recovering a rank died: its requests end with an error, /health 503, the ranks are started
  *              again and reload the model (after 1 s, then longer after repeated failures);
- *              a start that never becomes ready, repeated, ends the service (exit 1)
+ *              a restart that never becomes ready, repeated, ends the service (exit 1)
  * A second SIGTERM/SIGINT stops at once. SIGHUP reopens --log-file. WATCHDOG=1 is sent from
  * the loop when systemd asks for it.
  */
@@ -34,6 +40,7 @@
 #include "engine/serve/engine.h"
 #include "engine/api/frontend.h"
 #include "engine/api/http.h"
+#include "engine/model/ckpt.h"
 #include "engine/model/model_config.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
@@ -50,6 +57,8 @@ struct serve {
 	int shutdown_timeout;
 	uint64_t drain_deadline, hard_deadline, watchdog_ns, watchdog_last;
 	int draining, stop_now, ready_sent, closing_sent;
+	int ever_ready;               /* the ranks have loaded the model once: failures restart */
+	char listening[4352];         /* the line logged when the service is first ready */
 	int sigfd;                    /* TERM, INT and HUP, blocked for the whole service */
 	enum dps_fe_state told;       /* the state last announced (STATUS=) */
 };
@@ -122,11 +131,12 @@ static int on_signal(int signo, void *arg)
 	return 1;
 }
 
-/* A rank failed: from this moment the service answers 503 and its requests end. */
+/* A rank failed: from this moment the service answers 503 and its requests end. (Before
+ * the first start succeeded there is nothing to recover: the service ends.) */
 static void on_fail(const char *why, void *arg)
 {
 	(void)arg;
-	if (S->draining)
+	if (S->draining || !S->ever_ready)
 		return;
 	dps_frontend_set_state(S->fe, DPS_FE_RECOVERING);
 	dps_frontend_fail_all(S->fe, why, 1);
@@ -151,8 +161,11 @@ static void announce(void)
 	S->told = st;
 	switch (st) {
 	case DPS_FE_READY:
+		if (!S->ready_sent)
+			dps_info("%s", S->listening);
 		snprintf(msg, sizeof(msg), "%sSTATUS=serving", S->ready_sent ? "" : "READY=1\n");
 		S->ready_sent = 1;
+		S->ever_ready = 1;
 		break;
 	case DPS_FE_LOADING:
 		snprintf(msg, sizeof(msg), "STATUS=loading the model on every rank");
@@ -164,6 +177,18 @@ static void announce(void)
 		return;
 	}
 	sd_notify(0, msg);
+}
+
+/* Reads dir's config.json and the headers of its safetensors files (dps_ckpt_open checks that
+ * each file holds the bytes its header names). Returns 0 or a negative code with err. */
+static int check_ckpt(const char *dir, char *err, size_t errlen)
+{
+	struct dps_ckpt ck;
+	int rc = dps_ckpt_open(&ck, dir, err, errlen);
+
+	if (!rc)
+		dps_ckpt_close(&ck);
+	return rc;
 }
 
 static int tick(void *arg)
@@ -358,19 +383,27 @@ int dps_cmd_serve(int argc, char **argv)
 			return 1;
 		model_dir = defdir;
 	}
+	/* What every rank would refuse is refused here, once, before a rank starts: a missing
+	 * directory, a bad config.json, a layout that does not fit it, safetensors files whose
+	 * headers do not parse or that are shorter than their headers say. (Each rank would
+	 * print the same message, and the service would start them in vain.) */
 	rc = dps_model_config_load(model_dir, &cfg, err, sizeof(err));
 	if (!rc)
 		rc = dps_par_cfg_check(&par, err, sizeof(err));
 	if (!rc)
 		rc = dps_shard_check(&cfg, &par, err, sizeof(err));
+	if (!rc)
+		rc = check_ckpt(model_dir, err, sizeof(err));
+	if (!rc && spec_model)
+		rc = check_ckpt(spec_model, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard serve: %s\n", err);
-		return rc == -DPS_ECONFIG ? 2 : 1;
+		return 2;
 	}
 	if (!max_model_len || max_model_len > cfg.max_position_embeddings)
 		max_model_len = cfg.max_position_embeddings;
 	if (dps_tool_text_open(&tt, "serve", model_dir, &cfg))
-		return 1;
+		return 2;
 	have_text = 1;
 	if (!name) {
 		snprintf(nm, sizeof(nm), "%s", model_dir);
@@ -477,12 +510,16 @@ int dps_cmd_serve(int argc, char **argv)
 			goto out;
 		}
 	}
+	/* Logged when the ranks have loaded the model (announce): not before it is true. */
 	if (unix_path)
-		dps_info("listening on unix:%s, model '%s' on %d rank(s)", unix_path, name,
+		snprintf(s.listening, sizeof(s.listening),
+			 "listening on unix:%s, model '%s' on %d rank(s)", unix_path, name,
 			 par.tp * par.dp);
 	else
-		dps_info("listening on http://%s:%d, model '%s' on %d rank(s)", host,
+		snprintf(s.listening, sizeof(s.listening),
+			 "listening on http://%s:%d, model '%s' on %d rank(s)", host,
 			 dps_http_port(s.http), name, par.tp * par.dp);
+	dps_info("loading the model on %d rank(s)", par.tp * par.dp);
 	for (;;) {
 		struct dps_engine_cb cb = dps_frontend_engine_cb;
 		struct dps_engine_opts eo = { .model = model_dir, .blis_arch = blis_arch,
@@ -535,6 +572,12 @@ int dps_cmd_serve(int argc, char **argv)
 		if (!rc) { /* the ranks ended on their own: not expected of a service */
 			snprintf(err, sizeof(err), "the ranks stopped");
 			rc = -DPS_ERANK;
+		}
+		if (!s.ever_ready && !was_ready) {
+			/* The first start failed: the ranks said why (above); no restart. */
+			dps_error("the model could not be loaded (%s): giving up", err);
+			status = rc == -DPS_ERANK && !res.failed_signal ? 2 : 1;
+			break;
 		}
 		dps_error("%s", err);
 		dps_frontend_set_state(s.fe, DPS_FE_RECOVERING);
