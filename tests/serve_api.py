@@ -5,12 +5,15 @@
 - a start-up that fails fails once: a bad config.json, a missing model directory, a truncated
   safetensors file and a checkpoint without a tensor each end `serve` with exit status 2
   within a few seconds, their message once, no restart and no "listening" line (and the
-  check rejects the old behaviour: a restart loop, exit 1, "listening" first).
+  check rejects the old behaviour: a restart loop, exit 1, "listening" first);
+- back-pressure: at --max-connections a new client gets 503 with Retry-After and a JSON
+  error, then the connection closes; once a slot is free it is served again.
 Exit status: 0 pass, 1 fail, 77 skip.
 """
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -97,6 +100,54 @@ def test_startup(tmp, model):
     start_fails(tmp, lacking, "tensor '%s' is missing" % name, "a checkpoint without a tensor")
 
 
+def read_all(s):
+    got = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    except OSError as e:
+        got += ("<%s>" % e).encode()
+    return got
+
+
+def test_connection_cap(tmp, model):
+    srv = Server(tmp, model, "--max-connections", "4", "--kv-cache-memory", "16M", name="cap")
+    check(srv.wait_ready(), "the capped server did not become ready")
+    held = [socket.create_connection(("127.0.0.1", srv.port), timeout=5) for _ in range(4)]
+    # The fourth is surely accepted once one request on it is answered.
+    held[-1].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    held[-1].recv(4096)
+    extra = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    extra.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 33\r\n\r\n{\"prompt\": \"Hi\", \"max_tokens\": 2}")
+    t0 = time.time()
+    got = read_all(extra)
+    extra.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    lines = head.decode(errors="replace").split("\r\n")
+    headers = dict(l.split(": ", 1) for l in lines[1:] if ": " in l)
+    try:
+        err = json.loads(body)["error"]
+    except ValueError:
+        err = {}
+    check(lines[0] == "HTTP/1.1 503 Service Unavailable" and headers.get("Retry-After") == "1" and
+          headers.get("Connection") == "close" and err.get("code") == 503 and
+          "max-connections" in err.get("message", "") and time.time() - t0 < 3,
+          "a client past --max-connections: %r" % got[:400])
+    # The held connections are still served, and a freed slot serves a new client.
+    held[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    check(held[0].recv(4096).startswith(b"HTTP/1.1 200"), "a held connection was not served")
+    for s in held:
+        s.close()
+    time.sleep(0.3)
+    st, _ = srv.get("/health")
+    check(st == 200, "after the cap: /health %d" % st)
+    check(srv.stop() == 0, "the capped server did not exit 0")
+
+
 def main():
     if not DPSHARD or not os.access(DPSHARD, os.X_OK):
         print("SKIP: DPSHARD must name the built binary")
@@ -109,6 +160,7 @@ def main():
                         os.path.join(serve.ST260, "tok512.bin"), model],
                        check=True, capture_output=True)
         test_startup(tmp, model)
+        test_connection_cap(tmp, model)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if serve.failures:

@@ -31,6 +31,11 @@ enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
 #define IN_MAX (256u << 10)   /* unparsed bytes kept while a request is served */
 #define OUT_MAX (16u << 20)   /* response bytes a slow reader may let queue up */
 #define LINGER_MS 2000
+/* Slots beyond --max-connections, for the clients that come when all are taken: each gets a
+ * 503 with Retry-After and the lingering close of any response (a bare close would read as a
+ * crash). Only when these are taken too is a client closed without an answer. */
+#define SPARE_CONNS 64
+#define RETRY_AFTER_S 1
 
 struct conn {
 	int used, fd;
@@ -46,6 +51,7 @@ struct conn {
 	int head;                  /* the request is HEAD: headers only */
 	int http10;                /* an HTTP/1.0 client: no chunked encoding */
 	int closing, lingering, gone_told;
+	int refused;               /* a spare slot: answered 503 at once, nothing parsed */
 	uint64_t t_first, t_active, t_progress, t_linger;
 };
 
@@ -54,9 +60,9 @@ struct dps_http {
 	struct dps_http_opts o;
 	int lfd, port, accept_armed;
 	uint64_t accept_retry;     /* accepting failed (descriptors out): try again then */
-	uint64_t accept_warned;
-	struct conn *c;
-	int n_used;
+	uint64_t accept_warned, refuse_warned;
+	struct conn *c;            /* (n_slots): max_conns, then SPARE_CONNS */
+	int n_slots, n_used, n_refused;
 	char unix_path[108];
 };
 
@@ -78,7 +84,7 @@ static struct conn *conn_of(struct dps_http *h, uint64_t handle)
 	const uint32_t slot = (uint32_t)handle;
 	struct conn *c;
 
-	if (slot >= (uint32_t)h->o.max_conns)
+	if (slot >= (uint32_t)h->n_slots)
 		return NULL;
 	c = &h->c[slot];
 	return c->used && !c->closing && c->gen == (uint32_t)(handle >> 32) ? c : NULL;
@@ -163,6 +169,7 @@ static void conn_reap(struct dps_http *h, struct conn *c)
 	c->fd = -1;
 	c->gen = (c->gen + 1) & 0x7fffffffu;
 	h->n_used--;
+	h->n_refused -= c->refused;
 }
 
 /* The connection ends now (client gone, error, or done): tell the frontend once. */
@@ -212,10 +219,16 @@ static int queue_head(struct conn *c, int status, const char *ctype, const char 
 		      const char *extra, int close)
 {
 	char head[512];
-	int n = snprintf(head, sizeof(head),
-			 "HTTP/1.1 %d %s\r\nServer: dpshard\r\nContent-Type: %s\r\n%s"
-			 "Connection: %s\r\n", status, dps_http_reason(status), ctype,
-			 len_or_chunked, close ? "close" : "keep-alive");
+	/* Every 503 says when to come back (a client's back-off, and what vLLM's proxies read). */
+	char retry[32] = "";
+	int n;
+
+	if (status == 503 && !(extra && strcasestr(extra, "Retry-After:")))
+		snprintf(retry, sizeof(retry), "Retry-After: %d\r\n", RETRY_AFTER_S);
+	n = snprintf(head, sizeof(head),
+		     "HTTP/1.1 %d %s\r\nServer: dpshard\r\nContent-Type: %s\r\n%s%s"
+		     "Connection: %s\r\n", status, dps_http_reason(status), ctype, len_or_chunked,
+		     retry, close ? "close" : "keep-alive");
 
 	if (n < 0 || (size_t)n >= sizeof(head))
 		return -EINVAL;
@@ -254,13 +267,15 @@ static void sent_all(struct dps_http *h, struct conn *c)
 	arm_recv(h, c);
 }
 
-/* Answers an error before any handler ran, and closes the connection after it. */
-static void fail_request(struct dps_http *h, struct conn *c, int status)
+/* Answers an error before any handler ran (why: its message, NULL: the status's reason), and
+ * closes the connection after it. */
+static void fail_request(struct dps_http *h, struct conn *c, int status, const char *why)
 {
-	char body[160], cl[48];
+	char body[256], cl[48];
 	const int n = snprintf(body, sizeof(body),
-			       "{\"error\": {\"message\": \"%s\", \"type\": \"invalid_request_error\", "
-			       "\"code\": %d}}\n", dps_http_reason(status), status);
+			       "{\"error\": {\"message\": \"%s\", \"type\": \"%s\", "
+			       "\"code\": %d}}\n", why ? why : dps_http_reason(status),
+			       status == 503 ? "service_unavailable" : "invalid_request_error", status);
 
 	c->serving = 1;
 	c->close_after = 1;
@@ -285,7 +300,7 @@ static void process(struct dps_http *h, struct conn *c)
 		memmove(c->in.p, c->in.p + n, c->in.len - n);
 		c->in.len -= n;
 		if (status) {
-			fail_request(h, c, status);
+			fail_request(h, c, status, NULL);
 			return;
 		}
 		if (c->q.want_continue) {
@@ -342,11 +357,19 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 		h->accept_retry = now + 100000000ull;
 		return;
 	}
-	for (int i = 0; i < h->o.max_conns && !c; i++)
-		if (!h->c[i].used)
+	/* A slot of the first max_conns while fewer are taken, else a spare one to refuse in. */
+	for (int i = 0; i < h->n_slots && !c; i++)
+		if (!h->c[i].used && (i >= h->o.max_conns) == (h->n_used - h->n_refused >=
+								 h->o.max_conns))
 			c = &h->c[i];
 	if (!c) {
-		dps_warn("%d connections open: refusing another", h->o.max_conns);
+		const uint64_t now = dps_now_ns();
+
+		if (now - h->refuse_warned > 10000000000ull) {
+			dps_warn("%d connections open and %d refusals in flight: closing another",
+				 h->o.max_conns, SPARE_CONNS);
+			h->refuse_warned = now;
+		}
 		close(fd);
 		arm_accept(h);
 		return;
@@ -364,8 +387,25 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	dps_http_preq_init(&c->q, h->o.max_body);
 	c->t_active = dps_now_ns();
 	h->n_used++;
+	if (c >= h->c + h->o.max_conns) {
+		c->refused = 1;
+		h->n_refused++;
+	}
 	if (!c->rbuf) {
 		conn_gone(h, c);
+	} else if (c->refused) {
+		char why[96];
+		const uint64_t now = dps_now_ns();
+
+		if (now - h->refuse_warned > 10000000000ull) {
+			dps_warn("%d connections open (--max-connections): new clients get 503",
+				 h->o.max_conns);
+			h->refuse_warned = now;
+		}
+
+		snprintf(why, sizeof(why), "%d connections open (--max-connections): try again later",
+			 h->o.max_conns);
+		fail_request(h, c, 503, why); /* its lingering close drops what the client sends */
 	} else {
 		arm_recv(h, c);
 	}
@@ -383,7 +423,7 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 		on_accept(h, cqe);
 		return;
 	}
-	if (slot >= h->o.max_conns)
+	if (slot >= h->n_slots)
 		return;
 	c = &h->c[slot];
 	if (!c->used || (c->gen & 0x3fffffffu) != gen)
@@ -445,7 +485,7 @@ int dps_http_tick(struct dps_http *h)
 		else
 			next = h->accept_retry;
 	}
-	for (int i = 0; i < h->o.max_conns; i++) {
+	for (int i = 0; i < h->n_slots; i++) {
 		struct conn *c = &h->c[i];
 		uint64_t due;
 
@@ -483,7 +523,7 @@ int dps_http_tick(struct dps_http *h)
 		if (c->t_first) {
 			due = c->t_first + hdr;
 			if (now >= due) {
-				fail_request(h, c, 408);
+				fail_request(h, c, 408, NULL);
 				continue;
 			}
 		} else {
@@ -575,99 +615,6 @@ int dps_http_stream_end(struct dps_http *h, uint64_t conn)
 	return 0;
 }
 
-/* ---- the listener ---------------------------------------------------------------------------------- */
-
-static int listen_tcp(struct dps_http *h, char *err, size_t errlen)
-{
-	const char *host = h->o.host ? h->o.host : "127.0.0.1";
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	struct addrinfo *ai, *a;
-	char port[16];
-	int rc, fd = -1, one = 1, saved = 0;
-
-	snprintf(port, sizeof(port), "%d", h->o.port);
-	rc = getaddrinfo(host, port, &hints, &ai);
-	if (rc) {
-		snprintf(err, errlen, "--host %s: %s", host, gai_strerror(rc));
-		return -EINVAL;
-	}
-	for (a = ai; a; a = a->ai_next) {
-		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-		if (fd < 0) {
-			saved = errno;
-			continue;
-		}
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (!bind(fd, a->ai_addr, a->ai_addrlen) && !listen(fd, 1024))
-			break;
-		saved = errno;
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(ai);
-	if (fd < 0) {
-		snprintf(err, errlen, "cannot listen on %s:%d: %s", host, h->o.port,
-			 strerror(saved ? saved : EADDRNOTAVAIL));
-		return -(saved ? saved : EADDRNOTAVAIL);
-	}
-	{
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-
-		if (!getsockname(fd, (struct sockaddr *)&ss, &sl))
-			h->port = ss.ss_family == AF_INET6
-					  ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-					  : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-	}
-	h->lfd = fd;
-	return 0;
-}
-
-static int listen_unix(struct dps_http *h, char *err, size_t errlen)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd;
-
-	if (strlen(h->o.unix_path) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "--unix-socket %s: the path is too long (at most %zu bytes)",
-			 h->o.unix_path, sizeof(sa.sun_path) - 1);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, h->o.unix_path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		snprintf(err, errlen, "socket: %s", strerror(errno));
-		return -errno;
-	}
-	/* A socket file left by an earlier run is replaced, unless something still answers. */
-	if (!lstat(sa.sun_path, &st) && S_ISSOCK(st.st_mode)) {
-		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
-			close(fd);
-			snprintf(err, errlen, "--unix-socket %s: another server is listening there",
-				 sa.sun_path);
-			return -EADDRINUSE;
-		}
-		if (probe >= 0)
-			close(probe);
-		unlink(sa.sun_path);
-	}
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
-		const int e = errno;
-
-		snprintf(err, errlen, "cannot listen on %s: %s", sa.sun_path, strerror(e));
-		close(fd);
-		return -e;
-	}
-	snprintf(h->unix_path, sizeof(h->unix_path), "%s", sa.sun_path);
-	h->lfd = fd;
-	return 0;
-}
-
 int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dps_http_opts *o,
 		   char *err, size_t errlen)
 {
@@ -682,7 +629,7 @@ int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dp
 	h->lfd = -1;
 	if (!h->o.max_body)
 		h->o.max_body = 1u << 20;
-	if (h->o.max_conns <= 0 || h->o.max_conns > 0xffffff)
+	if (h->o.max_conns <= 0 || h->o.max_conns > 0xffffff - SPARE_CONNS)
 		h->o.max_conns = 1024;
 	if (!h->o.header_timeout_ms)
 		h->o.header_timeout_ms = 30000;
@@ -690,14 +637,18 @@ int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dp
 		h->o.idle_timeout_ms = 75000;
 	if (!h->o.send_timeout_ms)
 		h->o.send_timeout_ms = 60000;
-	h->c = calloc((size_t)h->o.max_conns, sizeof(*h->c));
+	h->n_slots = h->o.max_conns + SPARE_CONNS;
+	h->c = calloc((size_t)h->n_slots, sizeof(*h->c));
 	if (!h->c) {
 		free(h);
 		return -ENOMEM;
 	}
-	for (int i = 0; i < h->o.max_conns; i++)
+	for (int i = 0; i < h->n_slots; i++)
 		h->c[i].fd = -1;
-	rc = h->o.unix_path ? listen_unix(h, err, errlen) : listen_tcp(h, err, errlen);
+	rc = h->o.unix_path ? dps_http_listen_unix(h->o.unix_path, &h->lfd, h->unix_path,
+						    sizeof(h->unix_path), err, errlen)
+			     : dps_http_listen_tcp(h->o.host ? h->o.host : "127.0.0.1", h->o.port,
+						   &h->lfd, &h->port, err, errlen);
 	if (rc) {
 		free(h->c);
 		free(h);
@@ -716,14 +667,14 @@ int dps_http_port(const struct dps_http *h)
 
 int dps_http_conns(const struct dps_http *h)
 {
-	return h->n_used;
+	return h->n_used - h->n_refused;
 }
 
 int dps_http_unsent(const struct dps_http *h)
 {
 	int n = 0;
 
-	for (int i = 0; i < h->o.max_conns; i++) {
+	for (int i = 0; i < h->n_slots; i++) {
 		const struct conn *c = &h->c[i];
 
 		n += c->used && !c->closing && (c->send_inflight || c->out.len ||
@@ -747,7 +698,7 @@ void dps_http_close_fds(struct dps_http *h)
 		return;
 	if (h->lfd >= 0)
 		close(h->lfd);
-	for (int i = 0; i < h->o.max_conns; i++)
+	for (int i = 0; i < h->n_slots; i++)
 		if (h->c[i].used && h->c[i].fd >= 0)
 			close(h->c[i].fd);
 }
@@ -760,7 +711,7 @@ void dps_http_free(struct dps_http *h)
 		close(h->lfd);
 	if (h->unix_path[0])
 		unlink(h->unix_path);
-	for (int i = 0; i < h->o.max_conns; i++) {
+	for (int i = 0; i < h->n_slots; i++) {
 		struct conn *c = &h->c[i];
 
 		if (!c->used)

@@ -44,7 +44,7 @@ struct dps_http_opts {
 	int port;                 /* ... and port (0: any free one; dps_http_port says which) */
 	const char *unix_path;    /* or a Unix socket (then host and port are not used) */
 	size_t max_body;          /* bytes (0: 1 MiB) */
-	int max_conns;            /* at once (0: 1024); more are closed at once */
+	int max_conns;            /* at once (0: 1024); more get 503 (64 at a time), then close */
 	unsigned header_timeout_ms, idle_timeout_ms, send_timeout_ms; /* 0: 30 s, 75 s, 60 s */
 	void (*on_request)(void *arg, const struct dps_http_req *r);
 	void (*on_close)(void *arg, uint64_t conn); /* the connection is gone (any reason) */

@@ -44,4 +44,14 @@ void dps_http_preq_free(struct preq *q);
  */
 size_t dps_http_preq_feed(struct preq *q, const char *data, size_t len, int *status);
 
+/*
+ * The listener (http_listen.c): a TCP socket bound to host:port (0: any free port, *bound
+ * says which), or a Unix socket at path (its path copied to bound). Each returns 0 with *lfd
+ * listening, or -errno with err naming the address.
+ */
+int dps_http_listen_tcp(const char *host, int port, int *lfd, int *bound, char *err,
+			size_t errlen);
+int dps_http_listen_unix(const char *path, int *lfd, char *bound, size_t bound_len, char *err,
+			 size_t errlen);
+
 #endif
