@@ -605,6 +605,28 @@ assert rows[0]["text"].startswith(", there was a little girl"), rows[0]
 ' "$tmp/out" "$golden/once_upon_a_time.ids.txt" >"$tmp/py.err" 2>&1 ||
 		{ fail "$desc: wrong results"; sed 's/^/    /' "$tmp/py.err"; show stdout "$tmp/out"; }
 fi
+# Each request its own max_tokens, not -n's 256, within --max-model-len; finish reasons true:
+# "length" at max_tokens or at the context, "stop" only at a stop id.
+stop_id=$(sed -n 's/^generated_ids: //p' "$golden/once_upon_a_time.ids.txt" | cut -d' ' -f6)
+cat >"$tmp/long.jsonl" <<EOF
+{"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": true}
+{"prompt": "Lily", "max_tokens": 600, "ignore_eos": true}
+{"prompt": "Once upon a time", "max_tokens": 300, "stop_ids": [$stop_id]}
+EOF
+run generate --model "$tmp/st260" --requests "$tmp/long.jsonl" --max-model-len 512
+if expect_rc 0; then
+	python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+got = [(r["finish_reason"], r["completion_tokens"], len(r["token_ids"])) for r in rows]
+rest = 512 - rows[1]["prompt_tokens"]
+assert got[0] == ("length", 300, 300), got
+assert got[1] == ("length", rest, rest), got
+assert got[2][0] == "stop" and got[2][1] == got[2][2] and got[2][1] < 6, got
+assert rows[2]["token_ids"] == rows[0]["token_ids"][:got[2][1]], rows[2]
+' "$tmp/out" >"$tmp/py.err" 2>&1 ||
+		{ fail "$desc: max_tokens or finish reasons wrong"; sed 's/^/    /' "$tmp/py.err"; }
+fi
 printf '{"prompt": "ok"}\n{"prompt": 5}\n{"bogus": 1}\n' >"$tmp/bad.jsonl"
 run generate --model "$tmp/st260" --requests "$tmp/bad.jsonl"
 expect_rc 2

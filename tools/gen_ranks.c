@@ -22,8 +22,8 @@
 
 struct run {
 	const struct dps_gen_ranks_opts *o;
-	int **out;      /* (n_prompts) generated tokens */
-	int *n_out;
+	int **out;      /* (n_prompts) generated tokens, (cap[k]) each */
+	int *n_out, *cap;
 	enum dps_finish *why;
 	uint64_t t_start;
 };
@@ -33,7 +33,7 @@ static void on_token(void *arg, void *user, int token)
 	struct run *r = arg;
 	const int k = (int)(intptr_t)user;
 
-	if (r->n_out[k] < r->o->steps)
+	if (r->n_out[k] < r->cap[k])
 		r->out[k][r->n_out[k]++] = token;
 }
 
@@ -99,11 +99,13 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 
 	r.out = calloc((size_t)o->n_prompts, sizeof(int *));
 	r.n_out = calloc((size_t)o->n_prompts, sizeof(int));
+	r.cap = calloc((size_t)o->n_prompts, sizeof(int));
 	r.why = calloc((size_t)o->n_prompts, sizeof(*r.why));
-	if (!r.out || !r.n_out || !r.why ||
+	if (!r.out || !r.n_out || !r.cap || !r.why ||
 	    dps_engine_client_new(&client, o->par.dp, o->par.tp, &cb)) {
 		free(r.out);
 		free(r.n_out);
+		free(r.cap);
 		free(r.why);
 		return -ENOMEM;
 	}
@@ -118,17 +120,25 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 			q.p.stop[q.p.n_stop++] = o->end[i];
 
 		if (o->params) {
-			/* --requests: the request's own parameters; the deadline counts from now. */
+			/* --requests: the request's own parameters (its max_tokens, not -n; the
+			 * engine ends it at the context too); the deadline counts from now. */
 			q.p = o->params[k];
 			q.replica = o->replica[k];
 		} else {
 			/* Each prompt its own seed: seed + its index, as on one rank with that seed. */
 			q.p.sampling.seed = o->sampling.seed + (uint64_t)k;
 		}
+		/* The tokens it may get: its max_tokens within the context. */
+		r.cap[k] = eo.max_model_len - o->n_prompt[k];
+		if (q.p.max_tokens < r.cap[k])
+			r.cap[k] = q.p.max_tokens;
+		if (r.cap[k] < 0)
+			r.cap[k] = 0;
 		if (dps_engine_submit(client, &q) < 0) {
 			dps_engine_client_free(client);
 			free(r.out);
 			free(r.n_out);
+			free(r.cap);
 			free(r.why);
 			return -ENOMEM;
 		}
@@ -138,7 +148,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	if (!eo.max_batched_tokens)
 		eo.max_batched_tokens = 512 > eo.max_num_seqs ? 512 : eo.max_num_seqs;
 	for (int k = 0; k < o->n_prompts; k++) {
-		r.out[k] = calloc((size_t)o->steps + 1, sizeof(int));
+		r.out[k] = calloc((size_t)r.cap[k] + 1, sizeof(int));
 		if (!r.out[k]) {
 			rc = -ENOMEM;
 			goto out;
@@ -224,6 +234,7 @@ out:
 		free(r.out[k]);
 	free(r.out);
 	free(r.n_out);
+	free(r.cap);
 	free(r.why);
 	dps_engine_client_free(client);
 	return rc;
