@@ -7,12 +7,19 @@
   within a few seconds, their message once, no restart and no "listening" line (and the
   check rejects the old behaviour: a restart loop, exit 1, "listening" first);
 - back-pressure: at --max-connections a new client gets 503 with Retry-After and a JSON
-  error, then the connection closes; once a slot is free it is served again.
+  error, then the connection closes; once a slot is free it is served again;
+- the small things of the OpenAI/vLLM surface: system_fingerprint in completion and chat
+  responses and chunks, "usage": null on every chunk but the usage one under include_usage,
+  HEAD on every GET route (GET's headers, no body), GET /version, GET /v1/models/{id} (404
+  with an error for another id), vllm:request_success_total by stop, length and abort only;
+  and, with a rank killed mid-stream, an "error" object in the finish chunk before [DONE],
+  the failure not counted as a success, and Retry-After on the 503s that follow.
 Exit status: 0 pass, 1 fail, 77 skip.
 """
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -148,6 +155,136 @@ def test_connection_cap(tmp, model):
     check(srv.stop() == 0, "the capped server did not exit 0")
 
 
+def http(srv, method, path, body=None):
+    """(status, headers, body bytes) of one request on a fresh connection."""
+    c = srv.conn()
+    c.request(method, path, body=None if body is None else json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = r.read()
+    hdrs = {k.lower(): v for k, v in r.getheaders()}
+    c.close()
+    return r.status, hdrs, out
+
+
+def events(srv, path, req, on_first=None):
+    """The JSON events of a stream, and whether it ended in [DONE]."""
+    c = srv.conn()
+    c.request("POST", path, body=json.dumps(dict(req, stream=True)),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    got, done, buf = [], False, b""
+    while r.status == 200:
+        chunk = r.read1(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if ev == b"data: [DONE]":
+                done = True
+            elif ev.startswith(b"data: "):
+                got.append(json.loads(ev[6:]))
+                if len(got) == 1 and on_first:
+                    on_first()
+    c.close()
+    return r.status, got, done
+
+
+def success_counts(srv):
+    m = srv.get("/metrics")[1].decode()
+    return {l.split('finished_reason="')[1].split('"')[0]: float(l.split()[-1])
+            for l in m.splitlines() if l.startswith("vllm:request_success_total{")}
+
+
+def test_surface(tmp, model):
+    chat = os.path.join(tmp, "st260chat")
+    shutil.copytree(model, chat)
+    with open(os.path.join(chat, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}, f)
+    srv = Server(tmp, chat, "--kv-cache-memory", "16M", "--served-model-name", "org/st 260",
+                 name="surface")
+    check(srv.wait_ready(), "the surface server did not become ready")
+    version = subprocess.run([DPSHARD, "--version"], capture_output=True,
+                             text=True).stdout.split()[-1]
+    st, _, b = http(srv, "GET", "/version")
+    check(st == 200 and json.loads(b) == {"version": version}, "GET /version: %d %r" % (st, b))
+    # HEAD: GET's status and headers, no body, on every GET route.
+    for path in ["/health", "/metrics", "/v1/models", "/v1/models/org%2Fst%20260", "/version"]:
+        gs, gh, gb = http(srv, "GET", path)
+        hs, hh, hb = http(srv, "HEAD", path)
+        check(gs == 200 and hs == 200 and hb == b"" and
+              hh.get("content-type") == gh.get("content-type") and
+              (path == "/metrics" or hh.get("content-length") == gh.get("content-length")),
+              "HEAD %s: %d %s %r (GET: %d %s)" % (path, hs, hh, hb[:80], gs, gh))
+    st, _, b = http(srv, "GET", "/v1/models/org%2Fst%20260")
+    j = json.loads(b)
+    check(st == 200 and j["id"] == "org/st 260" and j["object"] == "model",
+          "GET /v1/models/{id}: %d %r" % (st, b))
+    st, _, b = http(srv, "GET", "/v1/models/other")
+    check(st == 404 and "other" in json.loads(b)["error"]["message"],
+          "GET /v1/models/other: %d %r" % (st, b))
+
+    req = {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0}
+    msgs = {"messages": [{"role": "user", "content": "Lily"}], "max_tokens": 4}
+    fps = []
+    for path, body in [("/v1/completions", req), ("/v1/chat/completions", msgs)]:
+        st, _, b = http(srv, "POST", path, body)
+        fps.append(json.loads(b).get("system_fingerprint") if st == 200 else None)
+        st, evs, done = events(srv, path, dict(body, stream_options={"include_usage": True}))
+        check(st == 200 and done and len(evs) >= 3, "%s stream: %d %d events" % (path, st, len(evs)))
+        fps += [e.get("system_fingerprint") for e in evs]
+        check(all("usage" in e and e["usage"] is None for e in evs[:-1]) and
+              evs[-1]["usage"]["completion_tokens"] == body["max_tokens"] and evs[-1]["choices"] == [],
+              "%s stream: usage null on every chunk but the last: %s" % (path, evs))
+        st, evs, done = events(srv, path, body)
+        check(all("usage" not in e for e in evs), "%s: usage without include_usage" % path)
+    def stable(fps):
+        return bool(fps) and str(fps[0]).startswith("dpshard-%s-" % version) and len(set(fps)) == 1
+    check(stable(fps), "system_fingerprint missing or unstable: %s" % sorted(set(map(str, fps))))
+    # The check can fail: one chunk without the fingerprint is seen.
+    check(not stable(fps + [None]), "self-check: a missing fingerprint was not seen")
+
+    # vLLM's reasons only: stop, length, abort; dpshard's counter keeps them all.
+    http(srv, "POST", "/v1/completions", dict(req, stop_token_ids=[383]))
+    n = success_counts(srv)
+    check(sorted(n) == ["abort", "length", "stop"] and n["length"] >= 4 and n["stop"] == 1,
+          "vllm:request_success_total: %s" % n)
+    check(srv.stop() == 0, "the surface server did not exit 0")
+
+
+def test_failed_stream(tmp):
+    slow = os.path.join(tmp, "slow")
+    subprocess.run([DPSHARD, "mkmodel", "--preset", "small", "--max-position-embeddings", "4096",
+                    "--out", slow], check=True, capture_output=True)
+    srv = Server(tmp, slow, "--kv-cache-memory", "64M", name="failed")
+    check(srv.wait_ready(), "the failing server did not become ready")
+    before = success_counts(srv)
+
+    def kill_rank():
+        for pid in srv.children():
+            os.kill(pid, signal.SIGKILL)
+
+    st, evs, done = events(srv, "/v1/completions",
+                           {"prompt": [1, 2, 3], "max_tokens": 4000, "ignore_eos": True,
+                            "stream_options": {"include_usage": True}}, on_first=kill_rank)
+    last = [e for e in evs if e.get("choices")][-1] if evs else {}
+    err = last.get("error") or {}
+    check(st == 200 and done and last["choices"][0]["finish_reason"] == "error" and
+          err.get("code") == 500 and err.get("type") and "failed" in err.get("message", ""),
+          "a stream whose rank died: %d done=%s last=%s" % (st, done, last))
+    st, hdrs, _ = http(srv, "GET", "/health")
+    check(st == 503 and hdrs.get("retry-after") == "1", "/health recovering: %d %s" % (st, hdrs))
+    st, hdrs, b = http(srv, "POST", "/v1/completions", {"prompt": [1, 2], "max_tokens": 1})
+    check(st == 503 and hdrs.get("retry-after") == "1", "a request recovering: %d %s" % (st, hdrs))
+    check(srv.wait_ready(60), "the failing server did not recover")
+    m = srv.get("/metrics")[1].decode()
+    check(success_counts(srv) == before and
+          'dpshard:requests_finished_total{model_name="slow",finished_reason="error"} 1' in m,
+          "the failed request counted as a success: %s -> %s" % (before, success_counts(srv)))
+    check(srv.stop() == 0, "the failing server did not exit 0")
+
+
 def main():
     if not DPSHARD or not os.access(DPSHARD, os.X_OK):
         print("SKIP: DPSHARD must name the built binary")
@@ -161,6 +298,8 @@ def main():
                        check=True, capture_output=True)
         test_startup(tmp, model)
         test_connection_cap(tmp, model)
+        test_surface(tmp, model)
+        test_failed_stream(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if serve.failures:

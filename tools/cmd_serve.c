@@ -179,16 +179,47 @@ static void announce(void)
 	sd_notify(0, msg);
 }
 
-/* Reads dir's config.json and the headers of its safetensors files (dps_ckpt_open checks that
- * each file holds the bytes its header names). Returns 0 or a negative code with err. */
-static int check_ckpt(const char *dir, char *err, size_t errlen)
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/*
+ * Reads dir's config.json and the headers of its safetensors files (dps_ckpt_open checks that
+ * each file holds the bytes its header names). Returns 0 or a negative code with err. When
+ * hash is given, folds into it what names the model: config.json's bytes, each file's name
+ * and size (not the weights: reading them is the ranks' work).
+ */
+static int check_ckpt(const char *dir, uint64_t *hash, char *err, size_t errlen)
 {
 	struct dps_ckpt ck;
 	int rc = dps_ckpt_open(&ck, dir, err, errlen);
 
-	if (!rc)
-		dps_ckpt_close(&ck);
-	return rc;
+	if (rc)
+		return rc;
+	if (hash) {
+		char path[4096], buf[4096];
+		FILE *f;
+		size_t n;
+
+		snprintf(path, sizeof(path), "%s/config.json", dir);
+		if ((f = fopen(path, "rb"))) {
+			while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+				*hash = fnv1a(*hash, buf, n);
+			fclose(f);
+		}
+		for (int i = 0; i < ck.n_files; i++) {
+			const char *base = strrchr(ck.files[i].path, '/');
+
+			base = base ? base + 1 : ck.files[i].path;
+			*hash = fnv1a(*hash, base, strlen(base) + 1);
+			*hash = fnv1a(*hash, &ck.files[i].size, sizeof(ck.files[i].size));
+		}
+	}
+	dps_ckpt_close(&ck);
+	return 0;
 }
 
 static int tick(void *arg)
@@ -303,6 +334,8 @@ int dps_cmd_serve(int argc, char **argv)
 	struct serve s = { 0 };
 	char *pos[1], err[512], defdir[4096], nm[4096], *base, *name_buf = NULL;
 	int npos, rc, have_text = 0, failures = 0, status = 0;
+	uint64_t model_hash = 0xcbf29ce484222325ull; /* FNV-1a's offset basis */
+	char fingerprint[64];
 	struct dps_flag flags[64];
 	const struct dps_flag fl[] = {
 		{ "model", DPS_FLAG_STR, &model_dir, "DIR",
@@ -393,9 +426,9 @@ int dps_cmd_serve(int argc, char **argv)
 	if (!rc)
 		rc = dps_shard_check(&cfg, &par, err, sizeof(err));
 	if (!rc)
-		rc = check_ckpt(model_dir, err, sizeof(err));
+		rc = check_ckpt(model_dir, &model_hash, err, sizeof(err));
 	if (!rc && spec_model)
-		rc = check_ckpt(spec_model, err, sizeof(err));
+		rc = check_ckpt(spec_model, NULL, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "dpshard serve: %s\n", err);
 		return 2;
@@ -414,6 +447,9 @@ int dps_cmd_serve(int argc, char **argv)
 		if (!name)
 			return 1;
 	}
+	/* Stable while the version and the checkpoint are: OpenAI's "backend configuration". */
+	snprintf(fingerprint, sizeof(fingerprint), "dpshard-%s-%012llx", PACKAGE_VERSION,
+		 (unsigned long long)(model_hash & 0xffffffffffffull));
 	signal(SIGPIPE, SIG_IGN);
 	S = &s;
 	s.sigfd = -1;
@@ -471,7 +507,8 @@ int dps_cmd_serve(int argc, char **argv)
 	}
 	{
 		const struct dps_frontend_opts fo = {
-			.model_name = name, .api_key = api_key,
+			.model_name = name, .api_key = api_key, .version = PACKAGE_VERSION,
+			.fingerprint = fingerprint,
 			.lim = { .vocab = cfg.vocab_size,
 				 .max_model_len = max_model_len, .default_max_tokens = max_tokens,
 				 .default_temperature = 1.0f, /* as OpenAI */

@@ -3,6 +3,7 @@
  * engine/api/frontend.c - the OpenAI-compatible API of frontend.h, on the HTTP server and the
  * engine client, in the supervisor's loop.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,9 +158,7 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	if (r->conn_gone)
 		return;
 	if (!r->stream && why == DPS_FINISH_ERROR) {
-		dps_fe_send_error(f, r->conn, 500, "internal_error",
-			   "the engine failed while running this request (a rank died); it was not "
-			   "completed: send it again");
+		dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_FAILED_MSG);
 		return;
 	}
 	dps_fe_respond_final(f, r, fin);
@@ -486,7 +485,8 @@ static void submit_job(struct dps_frontend *f, const struct dps_http_req *hr,
 	arm_poll(f);
 }
 
-static void models(struct dps_frontend *f, uint64_t conn)
+/* GET /v1/models (one: 0, the list) and /v1/models/{id} (one: 1, the model object). */
+static void models(struct dps_frontend *f, uint64_t conn, int one)
 {
 	char *body = NULL;
 	size_t n = 0;
@@ -494,15 +494,43 @@ static void models(struct dps_frontend *f, uint64_t conn)
 
 	if (!o)
 		return;
-	fprintf(o, "{\"object\": \"list\", \"data\": [{\"id\": ");
+	fprintf(o, one ? "{\"id\": " : "{\"object\": \"list\", \"data\": [{\"id\": ");
 	dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
 	fprintf(o, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"dpshard\", "
 		   "\"root\": ", f->started);
 	dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
-	fprintf(o, ", \"max_model_len\": %d}]}\n", f->o.lim.max_model_len);
+	fprintf(o, ", \"max_model_len\": %d}%s\n", f->o.lim.max_model_len, one ? "" : "]}");
 	fclose(o);
 	dps_http_respond(f->http, conn, 200, "application/json", body, n, NULL, 0);
 	free(body);
+}
+
+/* Whether the (percent-encoded) id of /v1/models/{id} names the served model. */
+static int model_id_is(const char *id, const char *name)
+{
+	for (;; name++) {
+		int c = (unsigned char)*id++;
+
+		if (c == '%' && isxdigit((unsigned char)id[0]) && isxdigit((unsigned char)id[1])) {
+			const char h[3] = { id[0], id[1], '\0' };
+
+			c = (int)strtol(h, NULL, 16);
+			id += 2;
+		}
+		if (c != (unsigned char)*name)
+			return 0;
+		if (!c)
+			return 1;
+	}
+}
+
+static void version(struct dps_frontend *f, uint64_t conn)
+{
+	char body[96];
+	const int n = snprintf(body, sizeof(body), "{\"version\": \"%.64s\"}\n",
+			       f->o.version ? f->o.version : "unknown");
+
+	dps_http_respond(f->http, conn, 200, "application/json", body, (size_t)n, NULL, 0);
 }
 
 static const char *state_name(enum dps_fe_state s)
@@ -525,10 +553,12 @@ static void health(struct dps_frontend *f, uint64_t conn)
 void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 {
 	struct dps_frontend *f = arg;
-	const int get = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+	/* HEAD is GET without the body (the HTTP server leaves it out): every GET route. */
+	const int get = !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD");
+	const int post = !strcmp(r->method, "POST");
 
 	if (!strcmp(r->path, "/health")) {
-		if (get || !strcmp(r->method, "HEAD"))
+		if (get)
 			health(f, r->conn);
 		else
 			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /health");
@@ -541,6 +571,13 @@ void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /metrics");
 		return;
 	}
+	if (!strcmp(r->path, "/version")) {
+		if (get)
+			version(f, r->conn);
+		else
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /version");
+		return;
+	}
 	if ((!strncmp(r->path, "/v1/", 4) || !strcmp(r->path, "/tokenize") ||
 	     !strcmp(r->path, "/detokenize")) && !authorized(f, r->authorization)) {
 		dps_fe_send_error(f, r->conn, 401, "authentication_error",
@@ -549,9 +586,20 @@ void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
 	}
 	if (!strcmp(r->path, "/v1/models")) {
 		if (get)
-			models(f, r->conn);
+			models(f, r->conn, 0);
 		else
 			dps_fe_send_error(f, r->conn, 405, "invalid_request_error", "use GET /v1/models");
+	} else if (!strncmp(r->path, "/v1/models/", 11)) {
+		char msg[192];
+
+		snprintf(msg, sizeof(msg), "the model '%.100s' does not exist", r->path + 11);
+		if (!get)
+			dps_fe_send_error(f, r->conn, 405, "invalid_request_error",
+					  "use GET /v1/models/{id}");
+		else if (model_id_is(r->path + 11, f->o.model_name))
+			models(f, r->conn, 1);
+		else
+			dps_fe_send_error(f, r->conn, 404, "not_found_error", msg);
 	} else if (!strcmp(r->path, "/v1/completions") || !strcmp(r->path, "/v1/chat/completions")) {
 		const int chat = r->path[4] == 'c' && r->path[5] == 'h';
 

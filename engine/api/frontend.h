@@ -29,6 +29,8 @@ enum dps_fe_state { DPS_FE_LOADING, DPS_FE_READY, DPS_FE_DRAINING, DPS_FE_RECOVE
 
 struct dps_frontend_opts {
 	const char *model_name;       /* as /v1/models lists it and requests name it */
+	const char *version;          /* GET /version's (NULL: "unknown") */
+	const char *fingerprint;      /* the responses' system_fingerprint (NULL: none) */
 	const char *api_key;          /* NULL: none */
 	struct dps_req_limits lim;
 	int dp, tp;

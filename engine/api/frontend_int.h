@@ -22,6 +22,11 @@ struct hist {
 };
 
 
+/* The message of a request the engine failed (500, or the error object of a stream). */
+#define DPS_FE_FAILED_MSG \
+	"the engine failed while running this request (a rank died, or the service stopped); " \
+	"it was not completed: send it again"
+
 struct fe_req {
 	struct dps_frontend *f;
 	struct fe_req *prev, *next;   /* the list of requests in flight */

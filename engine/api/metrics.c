@@ -157,10 +157,22 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 		   "# TYPE vllm:generation_tokens_total counter\n"
 		   "vllm:generation_tokens_total{model_name=\"%s\"} %llu\n", name,
 		(unsigned long long)f->gen_tokens);
+	/* vLLM's reasons: stop, length, abort (a deadline or a client that left); a request the
+	 * engine failed is no success. dpshard's counter keeps every reason apart. */
 	fprintf(o, "# HELP vllm:request_success_total Requests finished, by finish reason.\n"
-		   "# TYPE vllm:request_success_total counter\n");
+		   "# TYPE vllm:request_success_total counter\n"
+		   "vllm:request_success_total{model_name=\"%s\",finished_reason=\"stop\"} %llu\n"
+		   "vllm:request_success_total{model_name=\"%s\",finished_reason=\"length\"} %llu\n"
+		   "vllm:request_success_total{model_name=\"%s\",finished_reason=\"abort\"} %llu\n",
+		name, (unsigned long long)f->requests[DPS_FINISH_STOP], name,
+		(unsigned long long)f->requests[DPS_FINISH_LENGTH], name,
+		(unsigned long long)(f->requests[DPS_FINISH_TIMEOUT] +
+				     f->requests[DPS_FINISH_CANCELLED]));
+	fprintf(o, "# HELP dpshard:requests_finished_total Requests ended, by dpshard's finish "
+		   "reason (error: the engine failed them).\n"
+		   "# TYPE dpshard:requests_finished_total counter\n");
 	for (int i = DPS_FINISH_STOP; i <= DPS_FINISH_ERROR; i++)
-		fprintf(o, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} "
+		fprintf(o, "dpshard:requests_finished_total{model_name=\"%s\",finished_reason=\"%s\"} "
 			   "%llu\n", name, dps_finish_name((enum dps_finish)i),
 			(unsigned long long)f->requests[i]);
 	fprintf(o, "# HELP vllm:num_preemptions_total Requests preempted (recomputed later).\n"

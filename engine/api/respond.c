@@ -3,7 +3,11 @@
  * engine/api/respond.c - the bodies the frontend sends, as the OpenAI API and vLLM shape them:
  * errors, text_completion and chat.completion responses, and their server-sent event streams
  * (a chat stream opens with the assistant's role, then content deltas, then the finish
- * reason, the usage when asked, and "data: [DONE]"). Called by frontend.c on the loop thread.
+ * reason, the usage when asked, and "data: [DONE]"). Every response and chunk carries the
+ * server's system_fingerprint; under stream_options.include_usage every chunk but the last has
+ * "usage": null, as OpenAI's; the finish chunk of a stream the engine failed carries an
+ * "error" object, since its status (200) went out long before. Called by frontend.c on the
+ * loop thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +35,24 @@ void dps_fe_send_error(struct dps_frontend *f, uint64_t conn, int status, const 
 	free(body);
 }
 
-/* The fields every event of r's stream starts with. */
-static void chunk_head(FILE *o, const struct fe_req *r, const char *model)
+static void fingerprint(FILE *o, const struct dps_frontend *f)
+{
+	if (!f->o.fingerprint)
+		return;
+	fprintf(o, ", \"system_fingerprint\": ");
+	dps_json_string(o, f->o.fingerprint, strlen(f->o.fingerprint));
+}
+
+/* The fields every event of r's stream starts with; usage_null: not the usage chunk. */
+static void chunk_head(FILE *o, const struct dps_frontend *f, const struct fe_req *r,
+		       int usage_null)
 {
 	fprintf(o, "data: {\"id\": \"%s\", \"object\": \"%s\", \"created\": %ld, \"model\": ", r->id,
 		r->chat ? "chat.completion.chunk" : "text_completion", r->created);
-	dps_json_string(o, model, strlen(model));
+	dps_json_string(o, f->o.model_name, strlen(f->o.model_name));
+	fingerprint(o, f);
+	if (usage_null && r->include_usage)
+		fprintf(o, ", \"usage\": null");
 }
 
 static void send_event(struct dps_frontend *f, struct fe_req *r, char *ev, size_t n)
@@ -57,7 +73,7 @@ void dps_fe_stream_begin(struct dps_frontend *f, struct fe_req *r)
 	o = open_memstream(&ev, &n);
 	if (!o)
 		return;
-	chunk_head(o, r, f->o.model_name);
+	chunk_head(o, f, r, 1);
 	fprintf(o, ", \"choices\": [{\"index\": 0, \"delta\": {\"role\": \"assistant\", "
 		   "\"content\": \"\"}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
 	fclose(o);
@@ -77,7 +93,7 @@ void dps_fe_stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
 	o = open_memstream(&ev, &n);
 	if (!o)
 		return;
-	chunk_head(o, r, f->o.model_name);
+	chunk_head(o, f, r, 1);
 	if (r->chat) {
 		fprintf(o, ", \"choices\": [{\"index\": 0, \"delta\": {\"content\": ");
 		dps_json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
@@ -115,15 +131,19 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 	if (!o)
 		return;
 	if (r->stream) {
-		chunk_head(o, r, model);
+		chunk_head(o, f, r, 1);
 		if (r->chat)
 			fprintf(o, ", \"choices\": [{\"index\": 0, \"delta\": {}, \"logprobs\": null, "
-				   "\"finish_reason\": \"%s\"}]}\n\n", fin);
+				   "\"finish_reason\": \"%s\"}]", fin);
 		else
 			fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": \"\", \"logprobs\": "
-				   "null, \"finish_reason\": \"%s\"}]}\n\n", fin);
+				   "null, \"finish_reason\": \"%s\"}]", fin);
+		if (!strcmp(fin, "error"))
+			fprintf(o, ", \"error\": {\"message\": \"%s\", \"type\": \"internal_error\", "
+				   "\"code\": 500}", DPS_FE_FAILED_MSG);
+		fprintf(o, "}\n\n");
 		if (r->include_usage) {
-			chunk_head(o, r, model);
+			chunk_head(o, f, r, 0);
 			fprintf(o, ", \"choices\": [], ");
 			usage(o, r);
 			fprintf(o, "}\n\n");
@@ -138,6 +158,7 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 	fprintf(o, "{\"id\": \"%s\", \"object\": \"%s\", \"created\": %ld, \"model\": ", r->id,
 		r->chat ? "chat.completion" : "text_completion", r->created);
 	dps_json_string(o, model, strlen(model));
+	fingerprint(o, f);
 	if (r->chat) {
 		fprintf(o, ", \"choices\": [{\"index\": 0, \"message\": {\"role\": \"assistant\", "
 			   "\"content\": ");
