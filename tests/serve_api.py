@@ -11,7 +11,8 @@
 - the small things of the OpenAI/vLLM surface: system_fingerprint in completion and chat
   responses and chunks, "usage": null on every chunk but the usage one under include_usage,
   HEAD on every GET route (GET's headers, no body), GET /version, GET /v1/models/{id} (404
-  with an error for another id), vllm:request_success_total by stop, length and abort only;
+  with an error for another id), vllm:request_success_total by stop, length and abort only,
+  vllm:time_per_output_token_seconds once per request of two or more tokens;
   and, with a rank killed mid-stream, an "error" object in the finish chunk before [DONE],
   the failure not counted as a success, and Retry-After on the 503s that follow.
 Exit status: 0 pass, 1 fail, 77 skip.
@@ -250,6 +251,15 @@ def test_surface(tmp, model):
     n = success_counts(srv)
     check(sorted(n) == ["abort", "length", "stop"] and n["length"] >= 4 and n["stop"] == 1,
           "vllm:request_success_total: %s" % n)
+    # time_per_output_token: one observation per request of two or more tokens (six here:
+    # the stop id above ends its request at one), each its mean gap, between 0 and e2e's.
+    m = srv.get("/metrics")[1].decode()
+    val = {l.split()[0]: float(l.split()[1]) for l in m.splitlines()
+           if l.startswith(("vllm:time_per_output_token_seconds_", "vllm:e2e_request_latency_seconds_"))}
+    tpot_n = val.get("vllm:time_per_output_token_seconds_count")
+    check(tpot_n == 6 and val.get('vllm:time_per_output_token_seconds_bucket{le="+Inf"}') == 6 and
+          0 < val["vllm:time_per_output_token_seconds_sum"] < val["vllm:e2e_request_latency_seconds_sum"],
+          "vllm:time_per_output_token_seconds: %s" % {k: v for k, v in val.items() if "bucket" not in k})
     check(srv.stop() == 0, "the surface server did not exit 0")
 
 

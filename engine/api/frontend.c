@@ -154,6 +154,8 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	r->answered = 1;
 	f->requests[why < 8 ? why : 7]++;
 	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
+	if (r->n_gen > 1)
+		dps_fe_hist_add(&f->tpot, (double)(r->t_last - r->t_first) / 1e9 / (r->n_gen - 1));
 	log_request(f, r, fin);
 	if (r->conn_gone)
 		return;

@@ -62,7 +62,7 @@ struct dps_frontend {
 	uint64_t seq;
 	/* counters */
 	uint64_t prompt_tokens, gen_tokens, requests[8], http_errors, restarts;
-	struct hist ttft, itl, e2e;
+	struct hist ttft, itl, e2e, tpot;
 	/* the replicas' latest counts, and what earlier runs (before a restart) added */
 	struct dps_engine_stats *rep, base;
 	uint64_t *base_group_ns;      /* (dp * DPS_ENGINE_GROUPS) */

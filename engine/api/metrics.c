@@ -16,6 +16,8 @@ static const double itl_b[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 
 				0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 };
 static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0,
 				15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0 };
+static const double tpot_b[] = { 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+				 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 };
 #define NB(a) (int)(sizeof(a) / sizeof(a[0]))
 
 void dps_fe_metrics_init(struct dps_frontend *f)
@@ -23,6 +25,7 @@ void dps_fe_metrics_init(struct dps_frontend *f)
 	f->ttft = (struct hist){ .b = ttft_b, .n = NB(ttft_b) };
 	f->itl = (struct hist){ .b = itl_b, .n = NB(itl_b) };
 	f->e2e = (struct hist){ .b = e2e_b, .n = NB(e2e_b) };
+	f->tpot = (struct hist){ .b = tpot_b, .n = NB(tpot_b) };
 }
 
 void dps_fe_hist_add(struct hist *h, double v)
@@ -182,6 +185,9 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 	hist_print(o, "vllm:time_to_first_token_seconds", "Time to the first token.", &f->ttft);
 	hist_print(o, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.",
 		   &f->itl);
+	hist_print(o, "vllm:time_per_output_token_seconds",
+		   "Per request of two or more tokens: the mean time between its output tokens.",
+		   &f->tpot);
 	hist_print(o, "vllm:e2e_request_latency_seconds", "Time from arrival to the last token.",
 		   &f->e2e);
 	fprintf(o, "# HELP dpshard:engine_steps_total Steps run (replica 0 and every other).\n"
