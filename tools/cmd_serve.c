@@ -610,18 +610,22 @@ int dps_cmd_serve(int argc, char **argv)
 			snprintf(err, sizeof(err), "the ranks stopped");
 			rc = -DPS_ERANK;
 		}
-		if (!s.ever_ready && !was_ready) {
-			/* The first start failed: the ranks said why (above); no restart. */
-			dps_error("the model could not be loaded (%s): giving up", err);
-			status = rc == -DPS_ERANK && !res.failed_signal ? 2 : 1;
-			break;
-		}
-		dps_error("%s", err);
-		dps_frontend_set_state(s.fe, DPS_FE_RECOVERING);
+		if (s.ever_ready || was_ready)
+			dps_frontend_set_state(s.fe, DPS_FE_RECOVERING);
 		dps_frontend_fail_all(s.fe, "the ranks failed", 0);
 		dps_frontend_set_client(s.fe, NULL);
 		dps_engine_client_free(s.client);
 		s.client = NULL;
+		if (!s.ever_ready && !was_ready) {
+			/* The first start failed: the ranks said why (above); no restart. */
+			if (rc == -DPS_ERANK)
+				dps_error("the model could not be loaded (%s): giving up", err);
+			else
+				dps_error("%s", err);
+			status = rc == -DPS_ERANK && !res.failed_signal ? 2 : 1;
+			break;
+		}
+		dps_error("%s", err);
 		announce();
 		if (rc != -DPS_ERANK) { /* could not start at all (memory, segments): not a rank */
 			status = 1;
