@@ -47,10 +47,30 @@ static int cmp_desc(const void *a, const void *b, void *probs)
 }
 
 /*
- * Scales logits by 1 / temperature and softmaxes them in place; returns how many tokens are
- * kept. Without top-k or top-p: all n, in id order (*sorted 0, *mass 1). Otherwise the top k,
- * then the smallest prefix whose mass reaches top_p: their ids in scratch by probability
- * (*sorted 1), their total in *mass.
+ * min-p on probabilities (n, summing to 1): those below min_p times the largest become 0 and
+ * the rest are renormalised, as vLLM masks their logits to -inf before top-k and top-p.
+ */
+static void min_p_cut(float *probs, int n, float min_p)
+{
+	float top = 0.0f, sum = 0.0f;
+
+	for (int i = 0; i < n; i++)
+		top = probs[i] > top ? probs[i] : top;
+	for (int i = 0; i < n; i++) {
+		if (probs[i] < top * min_p)
+			probs[i] = 0.0f;
+		sum += probs[i];
+	}
+	if (sum > 0.0f)
+		for (int i = 0; i < n; i++)
+			probs[i] /= sum;
+}
+
+/*
+ * Scales logits by 1 / temperature and softmaxes them in place (then min-p); returns how many
+ * tokens are kept. Without top-k or top-p: all n, in id order (*sorted 0, *mass 1). Otherwise
+ * the top k, then the smallest prefix whose mass reaches top_p: their ids in scratch by
+ * probability (*sorted 1), their total in *mass.
  */
 static int kept_set(float *logits, int n, const struct dps_sampling *p, int *scratch,
 		    int *sorted, float *mass)
@@ -60,6 +80,8 @@ static int kept_set(float *logits, int n, const struct dps_sampling *p, int *scr
 	for (int i = 0; i < n; i++)
 		logits[i] /= p->temperature;
 	dps_softmax_ref(logits, n);
+	if (p->min_p > 0.0f)
+		min_p_cut(logits, n, p->min_p);
 	*mass = 1.0f;
 	*sorted = !(k == n && p->top_p >= 1.0f);
 	if (!*sorted)
@@ -69,6 +91,8 @@ static int kept_set(float *logits, int n, const struct dps_sampling *p, int *scr
 	qsort_r(scratch, (size_t)n, sizeof(int), cmp_desc, logits);
 	*mass = 0.0f;
 	for (int i = 0; i < k; i++) {
+		if (p->min_p > 0.0f && i && logits[scratch[i]] == 0.0f)
+			return i; /* the rest was cut by min-p: never a fallback */
 		*mass += logits[scratch[i]];
 		if (*mass >= p->top_p)
 			return i + 1;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/sample.h - choosing the next token from logits: greedy (lowest id among equal
- * maxima), or temperature with optional top-k and top-p, driven by a per-request seeded
- * generator so that a sampled run is reproducible.
+ * maxima), or temperature with optional min-p, top-k and top-p (vLLM's order: temperature,
+ * then min-p, then top-k and top-p), driven by a per-request seeded generator so that a
+ * sampled run is reproducible. What changes the logits before (penalties, logit bias,
+ * min_tokens) is logits.h's.
  */
 #ifndef DPS_KERNELS_SAMPLE_H
 #define DPS_KERNELS_SAMPLE_H
@@ -14,6 +16,8 @@ struct dps_sampling {
 	int top_k;         /* 0 = all */
 	float top_p;       /* 1 = all */
 	uint64_t seed;
+	float min_p;       /* 0 = off: after temperature, tokens less likely than min_p times the
+			    * likeliest are dropped (vLLM's MinPLogitsProcessor) */
 };
 
 struct dps_rng {

@@ -22,8 +22,17 @@
  * and every KV block is free at the end. Without expert parallelism and every size 1 the same
  * stream is as correct with no dummy batch and no cross-replica collective. The comparison is
  * shown to catch one wrong oracle token.
+ *
+ * vLLM's sampling fields end to end (TP 2 x DP 2): requests with repetition, presence and
+ * frequency penalties, logit_bias, min_tokens over a stop id the model would emit at once,
+ * and a seeded sample with min-p and a penalty each give the tokens of an oracle that applies
+ * the same rules with this file's own code (dense counts, vLLM's formulas and order) to the
+ * one-process model's logits; a request without the fields gives the plain greedy tokens.
+ * Each field changes the tokens (the plain greedy oracle does not match its request: the
+ * comparison can fail), and one wrong oracle token is caught.
  */
 #include <check.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +40,7 @@
 #include <sys/mman.h>
 
 #include "common/dps.h"
+#include "kernels/sample.h"
 #include "tests/greedy.h"
 #include "tests/testutil.h"
 #include "engine/serve/engine.h"
@@ -501,6 +511,146 @@ START_TEST(test_stream)
 }
 END_TEST
 
+/* ---- sampling fields ------------------------------------------------------------------------ */
+
+#define RGEN 20 /* tokens of each request with sampling fields */
+
+/*
+ * The oracle of a request with vLLM's logits processors: the one-process model's logits, then
+ * this file's own rules (dense counts of the prompt and the output), then greedy (ties to
+ * the lowest id) or dps_sample with the request's seed. Returns the tokens made (a stop id
+ * ends it, not emitted); *why its finish reason.
+ */
+static int oracle_rules(const char *model, const int *prompt, int n, const struct dps_req_params *p,
+			int *out, enum dps_finish *why)
+{
+	struct dps_model m;
+	int pos[16], seq[16] = { 0 }, g;
+	static int pc[4096], oc[4096], scratch[4096];
+	static float row[4096];
+	struct dps_rng rng;
+	char err[256];
+	const float *lg;
+
+	ck_assert_msg(!dps_model_load(&m, model, &(struct dps_model_opts){ .max_pos = 64,
+									   .max_rows = 16 },
+				      err, sizeof(err)), "%s", err);
+	ck_assert_int_le(m.cfg.vocab_size, 4096);
+	memset(pc, 0, sizeof(pc));
+	memset(oc, 0, sizeof(oc));
+	dps_rng_seed(&rng, p->sampling.seed);
+	for (int i = 0; i < n; i++) {
+		pos[i] = i;
+		pc[prompt[i]]++;
+	}
+	lg = dps_model_step(&m, n, prompt, pos, seq, NULL) + (size_t)(n - 1) * m.cfg.vocab_size;
+	*why = DPS_FINISH_LENGTH;
+	for (g = 0; g < p->max_tokens; g++) {
+		const int V = m.cfg.vocab_size;
+		const float rep = p->pen.repetition;
+		int tok = 0, stop = 0;
+
+		memcpy(row, lg, sizeof(float) * (size_t)V);
+		if (g < p->min_tokens)
+			for (int k = 0; k < p->n_stop; k++)
+				row[p->stop[k]] = -INFINITY;
+		for (int k = 0; k < p->n_bias; k++)
+			row[p->bias[k].id] += p->bias[k].bias;
+		for (int v = 0; v < V; v++) {
+			if (rep != 0.0f && rep != 1.0f && (pc[v] || oc[v]))
+				row[v] = row[v] > 0 ? row[v] / rep : row[v] * rep;
+			row[v] -= p->pen.frequency * (float)oc[v];
+			row[v] -= p->pen.presence * (float)(oc[v] > 0);
+		}
+		if (p->sampling.temperature > 0)
+			tok = dps_sample(row, V, &p->sampling, &rng, scratch);
+		else
+			for (int v = 1; v < V; v++)
+				tok = row[v] > row[tok] ? v : tok;
+		for (int k = 0; k < p->n_stop; k++)
+			stop |= tok == p->stop[k];
+		if (stop) {
+			*why = DPS_FINISH_STOP;
+			break;
+		}
+		out[g] = tok;
+		oc[tok]++;
+		lg = dps_model_forward(&m, tok, n + g);
+	}
+	dps_model_free(&m);
+	return g;
+}
+
+START_TEST(test_sampling_fields)
+{
+	enum { NR = 7 };
+	struct dps_par_cfg par = { 2, 2, 1, 1, 1, 1, 1 };
+	struct dps_req_params p[NR];
+	int want[NR][RGEN], n_want[NR], plain[RGEN], prompt[16], np, j;
+	enum dps_finish why[NR];
+	char err[512];
+
+	np = prompt_of(5, prompt);
+	test_greedy_oracle(dir, prompt, np, plain, RGEN);
+	for (int k = 0; k < NR; k++)
+		p[k] = (struct dps_req_params){ .max_tokens = RGEN };
+	p[0].pen.repetition = 4.0f;
+	p[1].pen.presence = 1.5f;
+	p[1].pen.frequency = 0.5f;
+	p[2].pen.frequency = 2.0f;
+	p[3].bias[0] = (struct dps_logit_bias){ plain[0], -100.0f }; /* the first token banned */
+	p[3].bias[1] = (struct dps_logit_bias){ 7, 3.0f };
+	p[3].n_bias = 2;
+	/* The plain request's first token as a stop id: without min_tokens it would end at
+	 * once (the oracle agrees below). */
+	j = 0;
+	p[4].stop[0] = plain[j];
+	p[4].n_stop = 1;
+	p[4].min_tokens = 10;
+	p[5].sampling = (struct dps_sampling){ .temperature = 0.9f, .top_p = 1.0f, .seed = 11,
+					       .min_p = 0.1f };
+	p[5].pen.repetition = 1.3f;
+	/* p[6]: none of the fields, the plain greedy tokens */
+	for (int k = 0; k < NR; k++)
+		n_want[k] = oracle_rules(dir, prompt, np, &p[k], want[k], &why[k]);
+	ck_assert_int_eq(n_want[6], RGEN);
+	ck_assert(!memcmp(want[6], plain, sizeof(plain))); /* the oracle's rules off: greedy */
+	{
+		struct dps_req_params s = { .max_tokens = RGEN, .stop = { plain[j] }, .n_stop = 1 };
+		int t[RGEN];
+		enum dps_finish w;
+
+		ck_assert_int_eq(oracle_rules(dir, prompt, np, &s, t, &w), j); /* no min_tokens */
+	}
+	client_new(par);
+	for (int k = 0; k < NR; k++) {
+		struct dps_engine_req q = { prompt, np, p[k], -1, (void *)(intptr_t)k };
+
+		ck_assert_int_eq(dps_engine_submit(res.client, &q), k);
+	}
+	dps_engine_close_when_idle(res.client);
+	ck_assert_msg(launch(dir, par, dps_engine_tick, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(res.done, NR);
+	for (int k = 0; k < NR; k++) {
+		ck_assert_msg(res.why[k] == why[k] && res.n[k] == n_want[k] &&
+			      !memcmp(res.tokens[k], want[k], sizeof(int) * (size_t)n_want[k]),
+			      "request %d: %s after %d tokens, the oracle %s after %d", k,
+			      dps_finish_name(res.why[k]), res.n[k], dps_finish_name(why[k]),
+			      n_want[k]);
+		/* Each field changed the tokens: the plain oracle would fail this request. */
+		if (k < 6)
+			ck_assert_msg(n_want[k] != RGEN || memcmp(want[k], plain, sizeof(plain)),
+				      "request %d: the field changed nothing", k);
+	}
+	ck_assert_int_ge(res.n[4], 10); /* min_tokens held the stop id back */
+	/* And one wrong oracle token is caught. */
+	want[0][RGEN / 2] ^= 1;
+	ck_assert(memcmp(res.tokens[0], want[0], sizeof(int) * (size_t)n_want[0]));
+	for (int d = 0; d < par.dp; d++)
+		ck_assert_uint_eq(res.st[d].free_blocks, res.st[d].num_blocks);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -512,6 +662,7 @@ int main(void)
 	tcase_add_test(tc, test_coupled_unequal);
 	tcase_add_test(tc, test_cancel_and_deadline);
 	tcase_add_loop_test(tc, test_stream, 0, sizeof(stream_pars) / sizeof(stream_pars[0]));
+	tcase_add_test(tc, test_sampling_fields);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

@@ -12,6 +12,13 @@
  * an unknown field (ignored, as vLLM does; refused). Every refusal names its field. The oracle
  * is the OpenAI/vLLM API as written into each case; a case shows a field out of range is not
  * accepted by accident.
+ *
+ * vLLM's sampling fields: repetition_penalty, presence_penalty, frequency_penalty, min_p,
+ * min_tokens and logit_bias read into the request in both formats with vLLM's ranges (one case
+ * each, its bounds refused by name). Every field vLLM or OpenAI honours that this server does
+ * not compute (n, echo, logprobs, response_format other than text, guided_*, structured
+ * outputs, ...; one loop case per field) is refused by name over HTTP, in completions and
+ * chat, and accepted at its neutral value.
  */
 #include <check.h>
 #include <errno.h>
@@ -326,6 +333,195 @@ START_TEST(test_chat)
 }
 END_TEST
 
+/* ---- vLLM's sampling fields ---------------------------------------------------------------- */
+
+/* body (a completions or line body) parses; r kept for the caller to read and free. */
+static void parsed(const char *body, enum dps_req_format fmt, struct dps_request *r)
+{
+	char err[256] = "";
+
+	ck_assert_msg(parse(body, fmt, r, err) == 0, "%s: %s", body, err);
+}
+
+START_TEST(test_penalties)
+{
+	struct dps_request r;
+
+	for (int f = 0; f < 2; f++) {
+		parsed("{\"prompt\": [1], \"repetition_penalty\": 1.25, \"presence_penalty\": -2, "
+		       "\"frequency_penalty\": 0.5}", (enum dps_req_format)f, &r);
+		ck_assert(r.p.pen.repetition == 1.25f && r.p.pen.presence == -2.0f &&
+			  r.p.pen.frequency == 0.5f);
+		dps_request_free(&r);
+	}
+	parsed("{\"prompt\": [1]}", DPS_REQ_COMPLETIONS, &r);
+	ck_assert(!dps_penalties_on(&r.p.pen)); /* off unless asked for */
+	dps_request_free(&r);
+	refused_both("{\"prompt\": [1], \"repetition_penalty\": 0}", "repetition_penalty");
+	refused_both("{\"prompt\": [1], \"repetition_penalty\": -1}", "repetition_penalty");
+	refused_both("{\"prompt\": [1], \"repetition_penalty\": \"2\"}", "repetition_penalty");
+	refused_both("{\"prompt\": [1], \"presence_penalty\": 2.01}", "presence_penalty");
+	refused_both("{\"prompt\": [1], \"frequency_penalty\": -2.5}", "frequency_penalty");
+}
+END_TEST
+
+START_TEST(test_min_p_min_tokens)
+{
+	struct dps_request r;
+	char err[256] = "";
+
+	for (int f = 0; f < 2; f++) {
+		parsed("{\"prompt\": [1], \"min_p\": 0.05, \"min_tokens\": 4, \"max_tokens\": 4}",
+		       (enum dps_req_format)f, &r);
+		ck_assert(r.p.sampling.min_p == 0.05f);
+		ck_assert_int_eq(r.p.min_tokens, 4);
+		dps_request_free(&r);
+	}
+	refused_both("{\"prompt\": [1], \"min_p\": 1.5}", "min_p");
+	refused_both("{\"prompt\": [1], \"min_p\": -0.1}", "min_p");
+	refused_both("{\"prompt\": [1], \"min_tokens\": -1}", "min_tokens");
+	/* vLLM: at most max_tokens (16 by default here) */
+	refused_both("{\"prompt\": [1], \"min_tokens\": 17}", "min_tokens");
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"min_tokens\": 16}", DPS_REQ_COMPLETIONS, &r,
+			       err), 0);
+	dps_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_logit_bias)
+{
+	struct dps_request r;
+	char body[8192];
+	int at;
+
+	for (int f = 0; f < 2; f++) {
+		parsed("{\"prompt\": [1], \"logit_bias\": {\"5\": 2.5, \"511\": -500, \"7\": 1, "
+		       "\"05\": 3}}", (enum dps_req_format)f, &r);
+		/* 5 given twice ("05") keeps its last bias; -500 clamped to vLLM's -100 */
+		ck_assert_int_eq(r.p.n_bias, 3);
+		for (int i = 0; i < r.p.n_bias; i++)
+			ck_assert(r.p.bias[i].id == 5 ? r.p.bias[i].bias == 3.0f :
+				  r.p.bias[i].id == 511 ? r.p.bias[i].bias == -100.0f :
+				  r.p.bias[i].id == 7 && r.p.bias[i].bias == 1.0f);
+		dps_request_free(&r);
+	}
+	parsed("{\"prompt\": [1], \"logit_bias\": {}}", DPS_REQ_COMPLETIONS, &r);
+	ck_assert_int_eq(r.p.n_bias, 0);
+	dps_request_free(&r);
+	refused_both("{\"prompt\": [1], \"logit_bias\": {\"512\": 1}}", "logit_bias");
+	refused_both("{\"prompt\": [1], \"logit_bias\": {\"-1\": 1}}", "logit_bias");
+	refused_both("{\"prompt\": [1], \"logit_bias\": {\"x\": 1}}", "logit_bias");
+	refused_both("{\"prompt\": [1], \"logit_bias\": {\"3\": \"1\"}}", "logit_bias");
+	refused_both("{\"prompt\": [1], \"logit_bias\": [1]}", "logit_bias");
+	/* At most DPS_MAX_BIAS ids: one more is refused, that many are taken. */
+	at = snprintf(body, sizeof(body), "{\"prompt\": [1], \"logit_bias\": {");
+	for (int i = 0; i <= DPS_MAX_BIAS; i++)
+		at += snprintf(body + at, sizeof(body) - (size_t)at, "%s\"%d\": 1", i ? ", " : "", i);
+	snprintf(body + at, sizeof(body) - (size_t)at, "}}");
+	refused_both(body, "logit_bias");
+	*strrchr(body, ',') = '\0';
+	strcat(body, "}}");
+	parsed(body, DPS_REQ_LINE, &r);
+	ck_assert_int_eq(r.p.n_bias, DPS_MAX_BIAS);
+	dps_request_free(&r);
+}
+END_TEST
+
+/* Each field not computed here: a value that asks for it, and its neutral value (NULL: none
+ * but null). */
+static const struct {
+	const char *field, *asks, *neutral;
+} not_computed[] = {
+	{ "n", "2", "1" },
+	{ "best_of", "3", "1" },
+	{ "use_beam_search", "true", "false" },
+	{ "length_penalty", "0.5", "1" },
+	{ "echo", "true", "false" },
+	{ "logprobs", "0", NULL }, /* completions: 0 still asks for the chosen token's */
+	{ "top_logprobs", "2", "0" },
+	{ "prompt_logprobs", "0", NULL },
+	{ "return_tokens_as_token_ids", "true", "false" },
+	{ "return_token_ids", "true", "false" },
+	{ "suffix", "\"x\"", "\"\"" },
+	{ "response_format", "{\"type\": \"json_object\"}", "{\"type\": \"text\"}" },
+	{ "guided_json", "{\"type\": \"object\"}", NULL },
+	{ "guided_regex", "\"[a-z]+\"", NULL },
+	{ "guided_choice", "[\"yes\", \"no\"]", NULL },
+	{ "guided_grammar", "\"root ::= \\\"a\\\"\"", NULL },
+	{ "guided_decoding_backend", "\"xgrammar\"", NULL },
+	{ "guided_whitespace_pattern", "\" \"", NULL },
+	{ "structural_tag", "\"{}\"", NULL },
+	{ "structured_outputs", "{\"regex\": \"a\"}", NULL },
+	{ "allowed_token_ids", "[1, 2]", NULL },
+	{ "bad_words", "[\"x\"]", "[]" },
+	{ "logits_processors", "[\"m.P\"]", NULL },
+	{ "include_stop_str_in_output", "true", "false" },
+	{ "skip_special_tokens", "false", "true" },
+	{ "spaces_between_special_tokens", "false", "true" },
+	{ "truncate_prompt_tokens", "4", NULL },
+	{ "prompt_embeds", "\"AAAA\"", NULL },
+	{ "priority", "1", "0" },
+	{ "kv_transfer_params", "{}", NULL },
+	{ "vllm_xargs", "{\"a\": 1}", NULL },
+	{ "mm_processor_kwargs", "{\"a\": 1}", "{}" },
+	{ "documents", "[{\"text\": \"x\"}]", NULL },
+	{ "reasoning_effort", "\"low\"", NULL },
+	{ "thinking_token_budget", "10", NULL },
+	{ "include_reasoning", "false", "true" },
+	{ "functions", "[]", NULL },
+	{ "function_call", "\"auto\"", NULL },
+	{ "prediction", "{\"type\": \"content\", \"content\": \"x\"}", NULL },
+	{ "audio", "{\"voice\": \"x\"}", NULL },
+	{ "modalities", "[\"text\", \"audio\"]", "[\"text\"]" },
+	{ "web_search_options", "{}", NULL },
+};
+
+START_TEST(test_not_computed)
+{
+	const char *field = not_computed[_i].field;
+	char body[512], err[256] = "", name[64];
+	struct dps_request r;
+
+	snprintf(name, sizeof(name), "\"%s\"", field);
+	for (int f = 0; f < 3; f += 2) { /* completions, chat */
+		snprintf(body, sizeof(body), "{\"%s\": [1], \"%s\": %s}", f ? "messages" : "prompt",
+			 field, not_computed[_i].asks);
+		ck_assert_msg(parse(body, (enum dps_req_format)f, &r, err) == -EINVAL, "%s accepted",
+			      body);
+		ck_assert_msg(strstr(err, name) && strstr(err, "not supported"), "%s: \"%s\"", body,
+			      err);
+		dps_request_free(&r);
+	}
+	snprintf(body, sizeof(body), "{\"prompt\": [1], \"%s\": null}", field);
+	ck_assert_msg(parse(body, DPS_REQ_COMPLETIONS, &r, err) == 0, "%s: %s", body, err);
+	dps_request_free(&r);
+	if (not_computed[_i].neutral) {
+		snprintf(body, sizeof(body), "{\"prompt\": [1], \"%s\": %s}", field,
+			 not_computed[_i].neutral);
+		ck_assert_msg(parse(body, DPS_REQ_COMPLETIONS, &r, err) == 0, "%s: %s", body, err);
+		dps_request_free(&r);
+	}
+}
+END_TEST
+
+START_TEST(test_chat_logprobs)
+{
+	struct dps_request r;
+	char err[256] = "";
+
+	/* chat's "logprobs" is a boolean: false is neutral (the body then fails on the missing
+	 * template, not on the field), true is refused by name */
+	ck_assert_int_eq(parse("{\"logprobs\": true, \"messages\": []}", DPS_REQ_CHAT, &r, err),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "\"logprobs\""));
+	dps_request_free(&r);
+	ck_assert_int_eq(parse("{\"logprobs\": false, \"messages\": [{\"role\": \"user\"}]}",
+			       DPS_REQ_CHAT, &r, err), -EINVAL);
+	ck_assert_ptr_null(strstr(err, "logprobs"));
+	dps_request_free(&r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("request");
@@ -336,6 +532,12 @@ int main(void)
 	tcase_add_test(tc, test_what_each_format_takes);
 	tcase_add_test(tc, test_text_prompt);
 	tcase_add_test(tc, test_chat);
+	tcase_add_test(tc, test_penalties);
+	tcase_add_test(tc, test_min_p_min_tokens);
+	tcase_add_test(tc, test_logit_bias);
+	tcase_add_loop_test(tc, test_not_computed, 0,
+			    (int)(sizeof(not_computed) / sizeof(not_computed[0])));
+	tcase_add_test(tc, test_chat_logprobs);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

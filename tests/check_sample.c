@@ -12,7 +12,10 @@
  * top-p truncation by dps_sample's rules, renormalised) over 200000 verifications per setting:
  * plain temperature, top-k, top-p, both, a likely, an unlikely and a truncated-away draft. The
  * same checker refuses rules that are wrong (always accepting; drawing from the whole
- * distribution on a rejection; accepting with the untruncated probability).
+ * distribution on a rejection; accepting with the untruncated probability). min-p (vLLM's:
+ * after temperature, tokens below min_p times the top probability dropped, before top-k and
+ * top-p) is in the oracle, in dps_sample's and in the verifier's distributions, and a rule
+ * without it is refused.
  */
 #include <check.h>
 #include <math.h>
@@ -270,6 +273,17 @@ static void oracle(const float *logits, int n, const struct dps_sampling *p, dou
 	}
 	for (int i = 0; i < n; i++)
 		sum += z[i] = exp(z[i] - mx);
+	if (p->min_p > 0) {
+		/* min-p: exp(z - mx) is the ratio to the top probability already */
+		const double cut = p->min_p;
+
+		sum = 0;
+		for (int i = 0; i < n; i++) {
+			ck_assert_msg(fabs(z[i] - cut) > 1e-3, "min_p %g too close to a boundary", cut);
+			z[i] = z[i] < cut ? 0 : z[i];
+			sum += z[i];
+		}
+	}
 	for (int i = 0; i < n; i++) {
 		int j = i;
 
@@ -352,6 +366,11 @@ static const struct vset vsets[] = {
 	{ "top-p 0.8, draft cut", { 1.3f, 0, 0.8f, 0 }, 1 },
 	{ "top-k 3 and top-p 0.6, draft kept", { 1.0f, 3, 0.6f, 0 }, 0 },
 	{ "top-k 5 and top-p 0.9, draft cut", { 0.8f, 5, 0.9f, 0 }, 7 },
+	{ "min-p 0.15, draft kept", { 1.0f, 0, 1.0f, 0, 0.15f }, 5 },
+	{ "min-p 0.15, draft cut", { 1.0f, 0, 1.0f, 0, 0.15f }, 1 },
+	{ "min-p 0.3 and top-p 0.8, draft kept", { 1.0f, 0, 0.8f, 0, 0.3f }, 0 },
+	{ "min-p 0.3 and top-k 2, draft cut", { 1.0f, 2, 1.0f, 0, 0.3f }, 4 },
+	{ "cold min-p 0.5, draft kept", { 0.6f, 0, 1.0f, 0, 0.5f }, 2 },
 };
 
 #define VTRIALS 200000
@@ -419,6 +438,26 @@ static int rule_untruncated(const struct vctx *c, struct dps_rng *r, int *token)
 	return 0;
 }
 
+/* dps_sample itself (no draft): its draws must follow the same distribution. */
+static int rule_sample(const struct vctx *c, struct dps_rng *r, int *token)
+{
+	float l[VN];
+	int scratch[VN];
+
+	memcpy(l, vbase, sizeof(l));
+	*token = dps_sample(l, VN, &c->s->p, r, scratch);
+	return *token == c->s->draft;
+}
+
+/* Wrong: samples as if min-p were off. */
+static int rule_no_min_p(const struct vctx *c, struct dps_rng *r, int *token)
+{
+	struct dps_sampling p = c->s->p;
+
+	p.min_p = 0;
+	return verify(vbase, VN, &p, r, c->s->draft, token);
+}
+
 /*
  * Runs VTRIALS verifications of setting s by rule and checks the tokens; 0 when they pass.
  * Every rule must emit a token in the vocabulary, and report an acceptance exactly when it
@@ -457,6 +496,8 @@ START_TEST(test_verify_distribution)
 	oracle(vbase, VN, &s->p, q);
 	ck_assert_msg(!run_rule(s, rule_real, 1000 + (uint64_t)_i, why, sizeof(why)), "%s: %s",
 		      s->what, why);
+	ck_assert_msg(!run_rule(s, rule_sample, 2000 + (uint64_t)_i, why, sizeof(why)),
+		      "%s, dps_sample: %s", s->what, why);
 	/* The draft's acceptance rate is its kept probability: checked with the counts, since
 	 * rule_real asserts that the draft is emitted exactly when accepted. Settings that cut
 	 * the draft away never emit it. */
@@ -501,6 +542,11 @@ START_TEST(test_verify_checker_can_fail)
 	/* ... while the wrong rule's machinery is right where it should agree: on a plain
 	 * setting nothing is truncated, so it is the correct rule. */
 	ck_assert_msg(!run_rule(&vsets[0], rule_untruncated, 13, why, sizeof(why)), "%s", why);
+	/* Sampling without min-p where it is asked for: the cut tokens come out. */
+	ck_assert_msg(run_rule(&vsets[10], rule_no_min_p, 14, why, sizeof(why)),
+		      "no-min-p passed on %s", vsets[10].what);
+	ck_assert_msg(run_rule(&vsets[14], rule_no_min_p, 15, why, sizeof(why)),
+		      "no-min-p passed on %s", vsets[14].what);
 }
 END_TEST
 

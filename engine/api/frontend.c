@@ -112,13 +112,18 @@ static void log_request(struct dps_frontend *f, const struct fe_req *r, const ch
 		 (double)(now - r->t_arrive) / 1e6);
 }
 
-/* The earliest stop string in the text from `from` on, or -1. */
+/* The earliest stop string in the text from `from` on that ends after stop_floor, or -1. */
 static long find_stop(const struct fe_req *r, size_t from)
 {
 	long best = -1;
 
 	for (int i = 0; i < r->n_stop; i++) {
 		const char *hit = memmem(r->text + from, r->len - from, r->stop[i], r->stop_len[i]);
+
+		/* (a stop string made while min_tokens held them back does not count, as in vLLM) */
+		while (hit && (size_t)(hit - r->text) + r->stop_len[i] <= r->stop_floor)
+			hit = memmem(hit + 1, r->len - (size_t)(hit + 1 - r->text), r->stop[i],
+				     r->stop_len[i]);
 
 		if (hit && (best < 0 || hit - r->text < best))
 			best = hit - r->text;
@@ -144,7 +149,7 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 			const size_t from = r->len > r->max_stop ? r->len - r->max_stop : 0;
 
 			text_add(r, rest, l);
-			if (r->n_stop && (at = find_stop(r, from)) >= 0) {
+			if (r->n_stop && r->n_gen > r->min_tokens && (at = find_stop(r, from)) >= 0) {
 				r->len = (size_t)at;
 				r->text[at] = '\0';
 				why = DPS_FINISH_STOP;
@@ -197,7 +202,9 @@ static void on_token(void *arg, void *user, int token)
 	from = r->len > r->max_stop ? r->len - r->max_stop : 0;
 	if (r->ts && !dps_tok_stream_step(r->ts, token, &piece, &l) && l)
 		text_add(r, piece, l);
-	if (r->n_stop && r->text && (at = find_stop(r, from)) >= 0) {
+	if (r->n_gen <= r->min_tokens)
+		r->stop_floor = r->len;
+	else if (r->n_stop && r->text && (at = find_stop(r, from)) >= 0) {
 		/* A stop string: the text ends before it, and the engine stops the request. */
 		r->len = (size_t)at;
 		r->text[at] = '\0';
@@ -338,6 +345,7 @@ static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 	}
 	r->n_stop = q->n_stop;
 	q->n_stop = 0;
+	r->min_tokens = q->p.min_tokens;
 	if (!q->has_seed) /* an unseeded request draws its own sequence */
 		q->p.sampling.seed = (uint64_t)dps_now_ns() ^ (f->seq * 0x9E3779B97F4A7C15ull);
 	{

@@ -47,6 +47,8 @@ struct fe_req {
 	size_t stop_len[DPS_REQ_MAX_STOP];
 	int n_stop;
 	size_t max_stop;
+	int min_tokens;               /* no stop string counts before this many tokens (vLLM) */
+	size_t stop_floor;            /* and none that ends within text[0 .. stop_floor) */
 	int answered;                 /* the response is complete (or the client is gone) */
 	uint64_t t_arrive, t_first, t_last;
 };

@@ -171,35 +171,165 @@ static int add_stop(struct dps_request *out, json_t *s, char *err, size_t errlen
 	return 0;
 }
 
-/* A completions field the engine cannot honour: fine at its neutral value, refused otherwise;
- * 1 when key is not such a field. */
-static int neutral(const char *key, json_t *v, char *err, size_t errlen)
-{
-	int ok;
+/*
+ * Fields of vLLM's and OpenAI's requests that change the output and that this server does not
+ * compute: accepted absent, null or at their neutral value, and refused by name otherwise, so
+ * that none is ignored in silence. Fields without an effect on the tokens or the text (user,
+ * metadata, store, request_id, service_tier, cache_salt: there is no prefix cache) are ignored
+ * as vLLM ignores unknown fields.
+ */
+enum neutral_kind {
+	N_NONE,     /* only null: any value asks for something not computed */
+	N_FALSE,    /* false */
+	N_TRUE,     /* true */
+	N_ZERO,     /* 0 (or false) */
+	N_ONE,      /* 1 */
+	N_EMPTY,    /* "", [] or {} */
+	N_TEXT,     /* response_format {"type": "text"}; modalities ["text"] */
+};
 
+static const struct {
+	const char *key;
+	enum neutral_kind kind;
+	const char *why; /* what the field asks for */
+} unsupported[] = {
+	{ "n", N_ONE, "several choices per request" },
+	{ "best_of", N_ONE, "several candidates per request" },
+	{ "use_beam_search", N_FALSE, "beam search" },
+	{ "length_penalty", N_ONE, "beam search's length penalty" },
+	{ "echo", N_FALSE, "the prompt echoed in the response" },
+	{ "top_logprobs", N_ZERO, "log-probabilities" },
+	{ "prompt_logprobs", N_NONE, "the prompt's log-probabilities" },
+	{ "return_tokens_as_token_ids", N_FALSE, "log-probabilities' tokens as ids" },
+	{ "return_token_ids", N_FALSE, "token ids in the response" },
+	{ "suffix", N_EMPTY, "a suffix after the completion" },
+	{ "response_format", N_TEXT, "structured output" },
+	{ "guided_json", N_NONE, "structured output" },
+	{ "guided_regex", N_NONE, "structured output" },
+	{ "guided_choice", N_NONE, "structured output" },
+	{ "guided_grammar", N_NONE, "structured output" },
+	{ "guided_decoding_backend", N_NONE, "structured output" },
+	{ "guided_whitespace_pattern", N_NONE, "structured output" },
+	{ "structural_tag", N_NONE, "structured output" },
+	{ "structured_outputs", N_NONE, "structured output" },
+	{ "allowed_token_ids", N_NONE, "a restricted vocabulary" },
+	{ "bad_words", N_EMPTY, "banned words" },
+	{ "logits_processors", N_NONE, "custom logits processors" },
+	{ "include_stop_str_in_output", N_FALSE, "the stop string kept in the text" },
+	{ "skip_special_tokens", N_TRUE, "special tokens in the text" },
+	{ "spaces_between_special_tokens", N_TRUE, "special tokens joined without spaces" },
+	{ "truncate_prompt_tokens", N_NONE, "prompt truncation" },
+	{ "prompt_embeds", N_NONE, "prompt embeddings" },
+	{ "priority", N_ZERO, "priority scheduling" },
+	{ "kv_transfer_params", N_NONE, "disaggregated serving" },
+	{ "vllm_xargs", N_NONE, "extension arguments" },
+	{ "mm_processor_kwargs", N_EMPTY, "multimodal processing" },
+	{ "documents", N_NONE, "documents for the chat template" },
+	{ "reasoning_effort", N_NONE, "a reasoning effort" },
+	{ "thinking_token_budget", N_NONE, "a thinking budget" },
+	{ "include_reasoning", N_TRUE, "reasoning left out of the reply" },
+	{ "functions", N_NONE, "function calling" },
+	{ "function_call", N_NONE, "function calling" },
+	{ "prediction", N_NONE, "predicted outputs" },
+	{ "audio", N_NONE, "audio output" },
+	{ "modalities", N_TEXT, "output other than text" },
+	{ "web_search_options", N_NONE, "web search" },
+};
+
+static int is_neutral(enum neutral_kind kind, const char *key, json_t *v)
+{
+	switch (kind) {
+	case N_FALSE:
+		return json_is_false(v);
+	case N_TRUE:
+		return json_is_true(v);
+	case N_ZERO:
+		return json_is_false(v) || (json_is_number(v) && json_number_value(v) == 0);
+	case N_ONE:
+		return json_is_number(v) && json_number_value(v) == 1;
+	case N_EMPTY:
+		return (json_is_string(v) && !json_string_length(v)) ||
+		       (json_is_array(v) && !json_array_size(v)) ||
+		       (json_is_object(v) && !json_object_size(v));
+	case N_TEXT:
+		if (!strcmp(key, "modalities"))
+			return json_is_array(v) && json_array_size(v) == 1 &&
+			       json_is_string(json_array_get(v, 0)) &&
+			       !strcmp(json_string_value(json_array_get(v, 0)), "text");
+		return json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+		       !strcmp(json_string_value(json_object_get(v, "type")), "text");
+	default:
+		return 0;
+	}
+}
+
+/* An HTTP field the engine does not compute: fine at its neutral value, refused otherwise; 1
+ * when key is not such a field. */
+static int neutral(const char *key, json_t *v, enum dps_req_format fmt, char *err, size_t errlen)
+{
 	if (json_is_null(v))
 		return 0;
-	if (!strcmp(key, "echo"))
-		ok = json_is_false(v);
-	else if (!strcmp(key, "logprobs") || !strcmp(key, "top_logprobs"))
-		ok = json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 0);
-	else if (!strcmp(key, "best_of") || !strcmp(key, "n"))
-		ok = json_is_integer(v) && json_integer_value(v) == 1;
-	else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty"))
-		ok = json_is_number(v) && json_number_value(v) == 0;
-	else if (!strcmp(key, "suffix"))
-		ok = json_is_string(v) && !json_string_length(v);
-	else if (!strcmp(key, "logit_bias"))
-		ok = json_is_object(v) && !json_object_size(v);
-	else if (!strcmp(key, "response_format"))
-		ok = json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
-		     !strcmp(json_string_value(json_object_get(v, "type")), "text");
-	else
-		return 1;
-	if (!ok) {
-		snprintf(err, errlen, "\"%s\" is not supported by this server (leave it out, or give "
-			 "its neutral value)", key);
+	/* "logprobs": a count in completions (0 still asks for the chosen token's), a boolean in
+	 * chat (with "top_logprobs"). */
+	if (!strcmp(key, "logprobs")) {
+		if (fmt == DPS_REQ_CHAT && json_is_false(v))
+			return 0;
+		snprintf(err, errlen, "\"%s\" is not supported by this server (it does not compute "
+			 "log-probabilities): leave it out", key);
 		return -EINVAL;
+	}
+	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+		if (strcmp(key, unsupported[i].key))
+			continue;
+		if (is_neutral(unsupported[i].kind, key, v))
+			return 0;
+		snprintf(err, errlen, "\"%s\" is not supported by this server (%s): leave it out, or "
+			 "give its neutral value", key, unsupported[i].why);
+		return -EINVAL;
+	}
+	return 1;
+}
+
+/*
+ * "logit_bias": {"id": bias, ...}, as vLLM reads it: each key a token id of the model, each
+ * bias a number clamped to [-100, 100]; an id given twice keeps its last bias.
+ */
+static int get_logit_bias(json_t *v, const struct dps_req_limits *lim, struct dps_request *out,
+			  char *err, size_t errlen)
+{
+	const char *key;
+	json_t *b;
+
+	if (!json_is_object(v))
+		return bad(err, errlen, "\"%s\" must be an object of token ids and biases",
+			   "logit_bias");
+	out->p.n_bias = 0;
+	json_object_foreach(v, key, b) {
+		char *end;
+		long id;
+		double d;
+		int k;
+
+		errno = 0;
+		id = strtol(key, &end, 10);
+		if (!*key || *end || errno || id < 0 || id >= lim->vocab) {
+			snprintf(err, errlen, "\"logit_bias\": \"%.32s\" is not a token id of this model "
+				 "(0 to %d)", key, lim->vocab - 1);
+			return -EINVAL;
+		}
+		if (!json_is_number(b))
+			return bad(err, errlen, "\"%s\": each bias must be a number", "logit_bias");
+		d = json_number_value(b);
+		d = d < -100 ? -100 : d > 100 ? 100 : d;
+		for (k = 0; k < out->p.n_bias && out->p.bias[k].id != (int32_t)id; k++)
+			;
+		if (k == DPS_MAX_BIAS) {
+			snprintf(err, errlen, "\"logit_bias\" has more than %d token ids", DPS_MAX_BIAS);
+			return -EINVAL;
+		}
+		out->p.bias[k] = (struct dps_logit_bias){ (int32_t)id, (float)d };
+		if (k == out->p.n_bias)
+			out->p.n_bias++;
 	}
 	return 0;
 }
@@ -246,6 +376,25 @@ static int common_field(const char *key, json_t *v, enum dps_req_format fmt,
 	} else if (!strcmp(key, "timeout_ms")) {
 		rc = dps_json_int(v, key, 1, 1L << 40, &l, err, errlen);
 		out->p.deadline_ns = (uint64_t)l * 1000000ull;
+	} else if (!strcmp(key, "min_p")) {
+		rc = dps_json_num(v, key, 0, 1, &d, err, errlen);
+		out->p.sampling.min_p = (float)d;
+	} else if (!strcmp(key, "repetition_penalty")) {
+		rc = dps_json_num(v, key, 0, 1e30, &d, err, errlen);
+		if (!rc && !(d > 0))
+			return bad(err, errlen, "\"%s\" must be greater than 0", key);
+		out->p.pen.repetition = (float)d;
+	} else if (!strcmp(key, "presence_penalty")) {
+		rc = dps_json_num(v, key, -2, 2, &d, err, errlen);
+		out->p.pen.presence = (float)d;
+	} else if (!strcmp(key, "frequency_penalty")) {
+		rc = dps_json_num(v, key, -2, 2, &d, err, errlen);
+		out->p.pen.frequency = (float)d;
+	} else if (!strcmp(key, "min_tokens")) {
+		rc = dps_json_int(v, key, 0, 1 << 24, &l, err, errlen);
+		out->p.min_tokens = (int)l;
+	} else if (!strcmp(key, "logit_bias")) {
+		rc = get_logit_bias(v, lim, out, err, errlen);
 	} else if (!strcmp(key, "ignore_eos")) {
 		rc = get_bool(v, key, &ps->ignore_eos, err, errlen);
 	} else if (!strcmp(key, "stop_token_ids") ||
@@ -312,10 +461,10 @@ static int chat_field(const char *key, json_t *v, struct pstate *ps, char *err, 
 }
 
 /* The fields of an HTTP body alone (completions and chat); 1 when key is none of them. */
-static int completions_field(const char *key, json_t *v, struct dps_request *out,
-			     struct pstate *ps, char *err, size_t errlen)
+static int completions_field(const char *key, json_t *v, enum dps_req_format fmt,
+			     struct dps_request *out, struct pstate *ps, char *err, size_t errlen)
 {
-	int rc = neutral(key, v, err, errlen);
+	int rc = neutral(key, v, fmt, err, errlen);
 
 	if (rc <= 0)
 		return rc;
@@ -550,6 +699,11 @@ static int finish(enum dps_req_format fmt, const struct dps_req_limits *lim,
 			 out->p.max_tokens);
 		return -EINVAL;
 	}
+	if (out->p.min_tokens > out->p.max_tokens) {
+		snprintf(err, errlen, "\"min_tokens\" (%d) must be at most \"max_tokens\" (%d)",
+			 out->p.min_tokens, out->p.max_tokens);
+		return -EINVAL;
+	}
 	/* The model's end ids stop a request, unless "ignore_eos" (vLLM's, for benchmarks that
 	 * want every completion max_tokens long). */
 	if (!ps->ignore_eos)
@@ -592,7 +746,7 @@ int dps_request_parse(const char *json, size_t len, enum dps_req_format fmt,
 		if (rc == 1 && fmt == DPS_REQ_CHAT)
 			rc = chat_field(key, v, &ps, err, errlen);
 		if (rc == 1 && fmt != DPS_REQ_LINE) {
-			rc = completions_field(key, v, out, &ps, err, errlen);
+			rc = completions_field(key, v, fmt, out, &ps, err, errlen);
 			if (rc == 1)
 				rc = 0; /* anything else: ignored, as vLLM does */
 		} else if (rc == 1 && !strcmp(key, "replica")) {

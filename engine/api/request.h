@@ -8,7 +8,9 @@
  *   {"model": "m", "prompt": "Once upon a time" | [1, 403, 407], "max_tokens": 16,
  *    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "seed": 7, "stop": "\n" | ["a", "b"],
  *    "stop_token_ids": [13], "n": 1, "stream": false, "add_special_tokens": true,
- *    "stream_options": {"include_usage": true}, "timeout_ms": 5000, "ignore_eos": false}
+ *    "stream_options": {"include_usage": true}, "timeout_ms": 5000, "ignore_eos": false,
+ *    "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.5,
+ *    "frequency_penalty": 0.5, "min_tokens": 4, "logit_bias": {"13": -100}}
  *   {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 64,
  *    "add_generation_prompt": true, "continue_final_message": false, "tools": [...],
  *    "chat_template_kwargs": {...}, ... the sampling fields above}
@@ -24,14 +26,18 @@
  * sampling defaults are the caller's (the model's generation_config.json); "temperature" 0 to 2
  * (0: greedy); "top_p" in (0, 1]; "top_k" -1 or 0 (both: every token) or a count; "seed" any
  * integer; "stop_token_ids" (a line's "stop_ids") at most 6 ids; "timeout_ms" from 1;
- * "ignore_eos" a boolean (without it the model's end ids end the request); the prompt and
+ * "ignore_eos" a boolean (without it the model's end ids end the request); vLLM's ranges for
+ * "min_p" [0, 1], "repetition_penalty" > 0, "presence_penalty" and "frequency_penalty"
+ * [-2, 2], "min_tokens" 0 to max_tokens, "logit_bias" ids of the vocabulary (at most
+ * DPS_MAX_BIAS; biases clamped to [-100, 100], an id given twice keeps the last); the prompt and
  * max_tokens within max_model_len when the limits give one: a text that cannot fit is refused
  * as soon as that is certain, without encoding it all. Only over HTTP: "model", "stream",
- * "stream_options", "stop" strings, and fields the engine cannot honour at other than their
- * neutral value (n, best_of, echo, logprobs, penalties, suffix, logit_bias, tool_choice other
- * than "none"/"auto", response_format other than text), which are refused by name; other
- * unknown fields are ignored, as vLLM does. Only in a line: "replica"; unknown fields are
- * refused.
+ * "stream_options", "stop" strings, and fields of vLLM's and OpenAI's requests that this
+ * server does not compute, accepted only at their neutral value and otherwise refused by name
+ * (n, best_of, echo, logprobs, suffix, response_format other than text, guided_*,
+ * structured_outputs, allowed_token_ids, tool_choice other than "none"/"auto", ...: the table
+ * in request.c); other unknown fields (user, metadata, ...) are ignored, as vLLM does. Only in
+ * a line: "replica"; unknown fields are refused.
  *
  * Outside input: every field is type- and range-checked and sizes are bounded before anything
  * is allocated from them; tests/fuzz/fuzz_request.c and fuzz_http.c fuzz it. Parsing may take

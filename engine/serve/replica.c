@@ -143,6 +143,8 @@ static void take(struct replica *R, const void *buf, size_t len)
 
 		for (int i = 0; i < R->pend.n; i++)
 			bad |= R->pend.ids[i] < 0 || R->pend.ids[i] >= R->m.cfg.vocab_size;
+		for (int i = 0; i < R->pend.p.n_bias && i < DPS_MAX_BIAS; i++)
+			bad |= R->pend.p.bias[i].id < 0 || R->pend.p.bias[i].id >= R->m.cfg.vocab_size;
 		if (bad || !dps_sched_add(&R->s, (uint64_t)R->pend.id, R->pend.ids, R->pend.n,
 					  &R->pend.p, &rc))
 			reject(R, R->pend.id);

@@ -4,6 +4,7 @@
  * (replica.c) on a replica's TP rank 0, once per step, and by tests/check_sched.c.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,7 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 
 static void req_free(struct dps_req *r)
 {
+	dps_seen_free(&r->seen);
 	free(r->ids);
 	free(r->blocks);
 	free(r);
@@ -158,7 +160,10 @@ struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *promp
 
 	*rc = -EINVAL;
 	if (n < 1 || n >= s->cfg.max_model_len || p->max_tokens < 1 || p->n_stop < 0 ||
-	    p->n_stop > DPS_MAX_STOP)
+	    p->n_stop > DPS_MAX_STOP || p->min_tokens < 0 || p->n_bias < 0 ||
+	    p->n_bias > DPS_MAX_BIAS || !(p->pen.repetition >= 0.0f) ||
+	    !(fabsf(p->pen.presence) <= 2.0f) || !(fabsf(p->pen.frequency) <= 2.0f) ||
+	    !(p->sampling.min_p >= 0.0f && p->sampling.min_p <= 1.0f))
 		return NULL;
 	/* Room for every running request to be preempted back into the queue as well. */
 	if (s->n_waiting + s->cfg.max_num_seqs + 1 >= s->cap) {
@@ -182,6 +187,12 @@ struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *promp
 	}
 	r->id = id;
 	r->p = *p;
+	/* The repetition penalty reads the prompt's tokens too. */
+	for (int i = 0; i < n && dps_penalties_on(&p->pen); i++)
+		if (dps_seen_add(&r->seen, prompt[i], 0)) {
+			req_free(r);
+			return NULL;
+		}
 	memcpy(r->ids, prompt, sizeof(int) * (size_t)n);
 	r->n_prompt = r->n_ids = n;
 	r->state = DPS_REQ_WAITING;
@@ -510,6 +521,10 @@ static int append(struct dps_sched *s, struct dps_req *r, int token, int eos,
 		finish(s, r, DPS_FINISH_STOP);
 		return 0;
 	}
+	if (dps_penalties_on(&r->p.pen) && dps_seen_add(&r->seen, token, 1)) {
+		finish(s, r, DPS_FINISH_ERROR); /* out of memory: the penalties would be wrong */
+		return 0;
+	}
 	r->ids[r->n_ids++] = token;
 	if (emit)
 		emit(arg, r, token);
@@ -518,6 +533,25 @@ static int append(struct dps_sched *s, struct dps_req *r, int token, int eos,
 		return 0;
 	}
 	return 1;
+}
+
+/*
+ * vLLM's logits processors on the row r samples from next, in its order (sampler.py): the stop
+ * ids (and eos) masked while fewer than min_tokens were generated, logit_bias, the penalties.
+ * A request without them is not touched: its tokens stay what they were before these existed.
+ */
+static void process(const struct dps_req *r, float *row, int vocab, int eos)
+{
+	const struct dps_req_params *p = &r->p;
+
+	if (p->min_tokens && r->n_ids - r->n_prompt < p->min_tokens) {
+		dps_logits_mask(row, vocab, p->stop, p->n_stop);
+		dps_logits_mask(row, vocab, &eos, 1);
+	}
+	if (p->n_bias)
+		dps_logits_bias(row, vocab, p->bias, p->n_bias);
+	if (dps_penalties_on(&p->pen))
+		dps_logits_penalize(row, vocab, &p->pen, &r->seen);
 }
 
 /*
@@ -539,6 +573,8 @@ static void verify(struct dps_sched *s, struct dps_req *r, float *lg, int vocab,
 		float *row = lg + (size_t)j * (size_t)vocab;
 		int ok = 0;
 
+		/* Row j follows the accepted drafts 1..j, appended (and counted) already. */
+		process(r, row, vocab, eos);
 		if (j < K) {
 			ok = dps_sample_verify(row, vocab, &r->p.sampling, &r->rng, r->draft[j],
 					       scratch, &token);
@@ -580,6 +616,7 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 			o += s->cfg.spec_k;
 			continue;
 		}
+		process(r, logits + (size_t)(o - 1) * (size_t)vocab, vocab, eos);
 		token = dps_sample(logits + (size_t)(o - 1) * (size_t)vocab, vocab, &r->p.sampling,
 				   &r->rng, scratch);
 		append(s, r, token, eos, emit, arg);

@@ -21,11 +21,13 @@
 #include <stdint.h>
 
 #include "engine/shard/kv.h"
+#include "kernels/logits.h"
 #include "kernels/sample.h"
 
 #define DPS_MAX_STOP 16 /* 6 of the request, up to 8 of the model (its end ids), and room */
 #define DPS_MAX_BUCKETS 32
 #define DPS_MAX_SPEC 15 /* --num-speculative-tokens at most */
+#define DPS_MAX_BIAS 128 /* logit_bias entries of a request */
 
 enum dps_req_state { DPS_REQ_WAITING, DPS_REQ_RUNNING, DPS_REQ_FINISHED };
 
@@ -41,6 +43,11 @@ struct dps_req_params {
 	int stop[DPS_MAX_STOP], n_stop; /* token ids that end the request (not emitted) */
 	struct dps_sampling sampling;   /* seed: the request's own */
 	uint64_t deadline_ns;           /* dps_now_ns() after which it ends with "timeout" (0: none) */
+	/* vLLM's logits processors (kernels/logits.h), all off when 0: */
+	int min_tokens;                 /* the stop ids cannot be sampled before this many tokens */
+	struct dps_penalties pen;
+	struct dps_logit_bias bias[DPS_MAX_BIAS];
+	int n_bias;
 };
 
 struct dps_req {
@@ -56,6 +63,7 @@ struct dps_req {
 	uint64_t seq;               /* admission order, for "newest" */
 	int draft[DPS_MAX_SPEC];    /* target ids the draft proposed after the last token */
 	int n_draft;                /* 0, or spec_k when the next step verifies them */
+	struct dps_seen seen;       /* with penalties: the tokens of ids, counted */
 };
 
 struct dps_sched_cfg {
@@ -148,7 +156,8 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns);
 
 /*
  * After the model ran s->b: samples the next token of every wanted row from logits (packed,
- * vocab floats per wanted row; modified), appends it, and ends requests that hit a stop
+ * vocab floats per wanted row; modified) after the request's logits processors (min_tokens,
+ * logit_bias, penalties: vLLM's order), appends it, and ends requests that hit a stop
  * token, max_tokens or max_model_len. eos (< 0: none) ends a request like a stop token.
  * For every sampled token calls emit(arg, req, token) (not for stop tokens), and for every
  * request that ended (including cancelled and timed-out ones) done(arg, req); the request is

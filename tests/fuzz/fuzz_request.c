@@ -31,6 +31,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	DPS_ASSERT(r.p.sampling.top_p > 0 && r.p.sampling.top_p <= 1);
 	DPS_ASSERT(r.p.sampling.temperature >= 0 && r.p.sampling.temperature <= 2);
 	DPS_ASSERT(r.p.sampling.top_k >= 0 && r.n_stop == 0);
+	DPS_ASSERT(r.p.sampling.min_p >= 0 && r.p.sampling.min_p <= 1);
+	DPS_ASSERT(r.p.pen.repetition == 0 || r.p.pen.repetition > 0);
+	DPS_ASSERT(r.p.pen.presence >= -2 && r.p.pen.presence <= 2);
+	DPS_ASSERT(r.p.pen.frequency >= -2 && r.p.pen.frequency <= 2);
+	DPS_ASSERT(r.p.min_tokens >= 0 && r.p.min_tokens <= r.p.max_tokens);
+	DPS_ASSERT(r.p.n_bias >= 0 && r.p.n_bias <= DPS_MAX_BIAS);
+	for (int i = 0; i < r.p.n_bias; i++)
+		DPS_ASSERT(r.p.bias[i].id >= 0 && r.p.bias[i].id < 512 && r.p.bias[i].bias >= -100 &&
+			   r.p.bias[i].bias <= 100);
 	dps_request_free(&r);
 	return 0;
 }
