@@ -7,6 +7,7 @@
 
 #include "common/dps.h"
 #include "engine/model/ckpt.h"
+#include "engine/model/gpt_oss.h"
 #include "engine/model/model.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
@@ -117,55 +118,9 @@ static int alloc_bytes(struct dps_model *m, uint8_t **dst, size_t n, const char 
 }
 
 /*
- * Expert e's MXFP4 rows of tensor base_blocks / base_scales (E, rows, k/32, 16) and (E, rows,
- * k/32), raw; with deinterleave, stored row 2i becomes row i and row 2i+1 row rows/2 + i
- * (GPT-OSS's gate/up interleaving, into gate rows then up rows).
- */
-static int load_mxfp4_expert(struct dps_ckpt *ck, struct dps_model *m, const char *base,
-			     uint64_t E, uint64_t e, uint64_t rows, uint64_t k, int deinterleave,
-			     uint8_t **q, uint8_t **sc, char *err, size_t errlen)
-{
-	const uint64_t G = k / 32, qshape[4] = { E, rows, G, 16 }, sshape[3] = { E, rows, G };
-	char nb[160], ns[160];
-	uint8_t *tq = NULL, *ts = NULL;
-	int rc;
-
-	snprintf(nb, sizeof(nb), "%s_blocks", base);
-	snprintf(ns, sizeof(ns), "%s_scales", base);
-	rc = alloc_bytes(m, q, rows * G * 16, ck->dir, nb, err, errlen);
-	if (!rc)
-		rc = alloc_bytes(m, sc, rows * G, ck->dir, ns, err, errlen);
-	if (!rc && deinterleave) {
-		tq = malloc(rows * G * 16);
-		ts = malloc(rows * G);
-		if (!tq || !ts) {
-			snprintf(err, errlen, "%s: out of memory", ck->dir);
-			rc = -ENOMEM;
-		}
-	}
-	if (!rc)
-		rc = dps_ckpt_load_range_raw(ck, nb, 4, qshape, 0, (int64_t)e, 1, tq ? tq : *q, err,
-					     errlen);
-	if (!rc)
-		rc = dps_ckpt_load_range_raw(ck, ns, 3, sshape, 0, (int64_t)e, 1, ts ? ts : *sc, err,
-					     errlen);
-	if (!rc && deinterleave)
-		for (uint64_t r = 0; r < rows; r++) {
-			const uint64_t to = (r % 2) * (rows / 2) + r / 2;
-
-			memcpy(*q + to * G * 16, tq + r * G * 16, G * 16);
-			memcpy(*sc + to * G, ts + r * G, G);
-		}
-	free(tq);
-	free(ts);
-	return rc;
-}
-
-/*
- * GPT-OSS's experts of layer l as Hugging Face stores them: router and bias, gate_up_proj (E,
- * hidden, 2I) with gate and up interleaved along its last dimension and down_proj (E, I,
- * hidden), both transposed here into dpshard's (out, in) rows; or their MXFP4 blocks and
- * scales, kept as they are (rows already out-major). Their biases, de-interleaved likewise.
+ * GPT-OSS's experts of layer l: router and bias, every expert read whole by gpt_oss.c from
+ * its Hugging Face layout into dpshard's (out, in) rows (f32, or MXFP4 kept as it is), and
+ * their biases.
  */
 static int load_gpt_oss_experts(struct dps_ckpt *ck, struct dps_model *m,
 				struct dps_layer_weights *w, int l, char *err, size_t errlen)
@@ -173,8 +128,7 @@ static int load_gpt_oss_experts(struct dps_ckpt *ck, struct dps_model *m,
 	const struct dps_model_config *c = &m->cfg;
 	const uint64_t E = (uint64_t)c->num_local_experts, h = (uint64_t)c->hidden_size;
 	const uint64_t im = (uint64_t)c->intermediate_size;
-	char n0[192], gu[128], dn[128], probe[160];
-	float *stage = NULL, *b = NULL;
+	char n0[192];
 	int rc, q;
 
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
@@ -182,21 +136,9 @@ static int load_gpt_oss_experts(struct dps_ckpt *ck, struct dps_model *m,
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.bias", l);
 	if (!rc)
 		rc = load(ck, m, &w->router_bias, n0, 1, E, 0, err, errlen);
-	snprintf(gu, sizeof(gu), "model.layers.%d.mlp.experts.gate_up_proj", l);
-	snprintf(dn, sizeof(dn), "model.layers.%d.mlp.experts.down_proj", l);
-	snprintf(probe, sizeof(probe), "%s_blocks", gu);
-	q = dps_ckpt_find(ck, probe, NULL) != NULL;
-	if (!rc && q && !c->mxfp4) {
-		snprintf(err, errlen, "%s: tensor '%s' is MXFP4 but config.json has no "
-			 "quantization_config", ck->dir, probe);
-		rc = -EINVAL;
-	}
-	if (!rc && q && (h % 32 || im % 32)) {
-		snprintf(err, errlen, "%s: MXFP4 experts need hidden_size and intermediate_size "
-			 "multiples of 32 (%llu, %llu)", ck->dir, (unsigned long long)h,
-			 (unsigned long long)im);
-		rc = -EINVAL;
-	}
+	q = rc ? 0 : dps_gptoss_experts_mxfp4(ck, l, err, errlen);
+	if (q < 0)
+		rc = q;
 	if (!rc) {
 		w->exp_gate_up = calloc(E, sizeof(float *));
 		w->exp_down = calloc(E, sizeof(float *));
@@ -204,62 +146,47 @@ static int load_gpt_oss_experts(struct dps_ckpt *ck, struct dps_model *m,
 		w->exp_gu_s = calloc(E, sizeof(uint8_t *));
 		w->exp_dn_q = calloc(E, sizeof(uint8_t *));
 		w->exp_dn_s = calloc(E, sizeof(uint8_t *));
-		stage = malloc(sizeof(float) * (size_t)h * (size_t)(2 * im));
-		b = malloc(sizeof(float) * (size_t)(E * 2 * im + E * h));
 		if (!w->exp_gate_up || !w->exp_down || !w->exp_gu_q || !w->exp_gu_s ||
-		    !w->exp_dn_q || !w->exp_dn_s || !stage || !b) {
+		    !w->exp_dn_q || !w->exp_dn_s) {
 			snprintf(err, errlen, "%s: out of memory", ck->dir);
 			rc = -ENOMEM;
 		}
 	}
-	for (uint64_t e = 0; e < E && !rc; e++) {
-		if (q) {
-			rc = load_mxfp4_expert(ck, m, gu, E, e, 2 * im, h, 1, &w->exp_gu_q[e],
-					       &w->exp_gu_s[e], err, errlen);
-			if (!rc)
-				rc = load_mxfp4_expert(ck, m, dn, E, e, h, im, 0, &w->exp_dn_q[e],
-						       &w->exp_dn_s[e], err, errlen);
-			continue;
-		}
-		{
-			const uint64_t gshape[3] = { E, h, 2 * im }, dshape[3] = { E, im, h };
-
-			rc = alloc_weight(m, &w->exp_gate_up[e], (size_t)(2 * im * h), ck->dir, gu,
-					  err, errlen);
-			if (!rc)
-				rc = dps_ckpt_load_range(ck, gu, 3, gshape, 0, (int64_t)e, 1, stage,
-							 err, errlen);
-			/* stage (hidden, 2I): column 2i is gate row i, 2i + 1 up row i */
-			for (uint64_t i = 0; i < 2 * im && !rc; i++)
-				for (uint64_t x = 0; x < h; x++)
-					w->exp_gate_up[e][((i % 2) * im + i / 2) * h + x] =
-						stage[x * 2 * im + i];
-			if (!rc)
-				rc = alloc_weight(m, &w->exp_down[e], (size_t)(im * h), ck->dir, dn,
-						  err, errlen);
-			if (!rc)
-				rc = dps_ckpt_load_range(ck, dn, 3, dshape, 0, (int64_t)e, 1, stage,
-							 err, errlen);
-			/* stage (I, hidden) -> (hidden, I) */
-			for (uint64_t i = 0; i < im && !rc; i++)
-				for (uint64_t x = 0; x < h; x++)
-					w->exp_down[e][x * im + i] = stage[i * h + x];
-		}
-	}
-	snprintf(n0, sizeof(n0), "%s_bias", gu);
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.experts", l);
 	if (!rc)
-		rc = load(ck, m, &w->exp_gu_bias, n0, 2, E, 2 * im, err, errlen);
-	if (!rc) {
-		memcpy(b, w->exp_gu_bias, sizeof(float) * (size_t)(E * 2 * im));
-		for (uint64_t e = 0; e < E; e++)
-			for (uint64_t i = 0; i < 2 * im; i++)
-				w->exp_gu_bias[e * 2 * im + (i % 2) * im + i / 2] = b[e * 2 * im + i];
+		rc = alloc_weight(m, &w->exp_gu_bias, (size_t)(E * 2 * im), ck->dir, n0, err, errlen);
+	for (uint64_t e = 0; e < E && !rc; e++) {
+		struct dps_gptoss_expert d = { .gu_b = w->exp_gu_bias + e * 2 * im };
+
+		if (q) {
+			rc = alloc_bytes(m, &w->exp_gu_q[e], 2 * im * h / 2, ck->dir, n0, err, errlen);
+			if (!rc)
+				rc = alloc_bytes(m, &w->exp_gu_s[e], 2 * im * h / 32, ck->dir, n0, err,
+						 errlen);
+			if (!rc)
+				rc = alloc_bytes(m, &w->exp_dn_q[e], h * im / 2, ck->dir, n0, err, errlen);
+			if (!rc)
+				rc = alloc_bytes(m, &w->exp_dn_s[e], h * im / 32, ck->dir, n0, err,
+						 errlen);
+			d.gu_q = w->exp_gu_q[e];
+			d.gu_s = w->exp_gu_s[e];
+			d.dn_q = w->exp_dn_q[e];
+			d.dn_s = w->exp_dn_s[e];
+		} else {
+			rc = alloc_weight(m, &w->exp_gate_up[e], (size_t)(2 * im * h), ck->dir, n0, err,
+					  errlen);
+			if (!rc)
+				rc = alloc_weight(m, &w->exp_down[e], (size_t)(im * h), ck->dir, n0, err,
+						  errlen);
+			d.gu = w->exp_gate_up[e];
+			d.dn = w->exp_down[e];
+		}
+		if (!rc)
+			rc = dps_gptoss_expert_read(ck, l, (int)e, 0, (int)im, q, &d, err, errlen);
 	}
-	snprintf(n0, sizeof(n0), "%s_bias", dn);
+	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.experts.down_proj_bias", l);
 	if (!rc)
 		rc = load(ck, m, &w->exp_dn_bias, n0, 2, E, h, err, errlen);
-	free(stage);
-	free(b);
 	return rc;
 }
 

@@ -458,12 +458,6 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->v_emb = (c->vocab_size + tp * s->c[DPS_COMP_EMB] - 1) / (tp * s->c[DPS_COMP_EMB]);
 	s->v_lm = (c->vocab_size + tp * s->c[DPS_COMP_LM_HEAD] - 1) / (tp * s->c[DPS_COMP_LM_HEAD]);
 	s->im_sh = (c->intermediate_size + tp * s->c[DPS_COMP_MLP] - 1) / (tp * s->c[DPS_COMP_MLP]);
-	if (c->mxfp4 && (c->hidden_size % 32 || c->intermediate_size % 32)) {
-		snprintf(err, errlen, "%s: MXFP4 experts need hidden_size and intermediate_size "
-			 "multiples of 32 (%d, %d)", dir, c->hidden_size, c->intermediate_size);
-		rc = -EINVAL;
-		goto out;
-	}
 	if (c->num_local_experts) {
 		s->ep_n = tp * par->dp;
 		s->ep_rank = s->d * tp + s->t;
