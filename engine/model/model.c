@@ -502,14 +502,6 @@ typedef void (*linear_fn)(struct dps_model *, float *, const float *, const floa
  * chose it; each row then adds its k outputs in the router's order, so a row's result does
  * not depend on the other rows.
  */
-/* rows (n, width) += bias (width) */
-static void add_bias(float *rows, const float *bias, int n, int width)
-{
-	for (int i = 0; i < n; i++)
-		for (int j = 0; j < width; j++)
-			rows[(size_t)i * (size_t)width + (size_t)j] += bias[j];
-}
-
 static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, int fast,
 		linear_fn linear)
 {
@@ -544,14 +536,12 @@ static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, i
 		else
 			linear(m, m->gu, m->gather, w->exp_gate_up[e], cnt, 2 * im, dim);
 		if (w->exp_gu_bias)
-			add_bias(m->gu, w->exp_gu_bias + (size_t)e * 2 * im, cnt, 2 * im);
+			dps_add_bias(m->gu, w->exp_gu_bias + (size_t)e * 2 * im, cnt, 2 * im);
 		for (int r = 0; r < cnt; r++) {
 			float *g = m->gu + (size_t)r * 2 * im;
 
-			if (limit > 0)
-				(fast ? dps_swiglu_clamped : dps_swiglu_clamped_ref)(g, g + im, im, limit);
-			else
-				(fast ? dps_swiglu : dps_swiglu_ref)(g, g + im, im);
+			/* GPT-OSS's clamped SwiGLU (config.json's limit is 7.0, checked at parse) */
+			(fast ? dps_swiglu_clamped : dps_swiglu_clamped_ref)(g, g + im, im, limit);
 			memmove(m->gu + (size_t)r * im, g, sizeof(float) * (size_t)im);
 		}
 		if (w->exp_dn_q && w->exp_dn_q[e])
@@ -561,7 +551,7 @@ static void moe(struct dps_model *m, const struct dps_layer_weights *w, int n, i
 		else
 			linear(m, m->gather, m->gu, w->exp_down[e], cnt, dim, im);
 		if (w->exp_dn_bias)
-			add_bias(m->gather, w->exp_dn_bias + (size_t)e * dim, cnt, dim);
+			dps_add_bias(m->gather, w->exp_dn_bias + (size_t)e * dim, cnt, dim);
 		for (int r = 0; r < cnt; r++)
 			memcpy(m->exp_out + (size_t)m->gather_ix[r] * dim, m->gather + (size_t)r * dim,
 			       sizeof(float) * (size_t)dim);
@@ -608,7 +598,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 			rmsnorm(m->xb + (size_t)i * dim, m->x + (size_t)i * dim, w->attn_norm, dim, eps);
 		linear(m, m->qkv, m->xb, w->wqkv, n, qkvd, dim);
 		if (w->bqkv)
-			add_bias(m->qkv, w->bqkv, n, qkvd);
+			dps_add_bias(m->qkv, w->bqkv, n, qkvd);
 		for (int i = 0; i < n; i++) {
 			float *q = m->qkv + (size_t)i * qkvd, *k = q + qd, *v = k + kv;
 			const size_t at = (((size_t)l * (size_t)m->max_seqs + (size_t)seq[i]) *
@@ -636,7 +626,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 		}
 		linear(m, m->xb, m->att_out, w->wo, n, dim, qd);
 		if (w->bo)
-			add_bias(m->xb, w->bo, n, dim);
+			dps_add_bias(m->xb, w->bo, n, dim);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];
 		/* MLP: norm, the stacked gate/up product, SwiGLU, down. */
@@ -648,7 +638,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 		}
 		linear(m, m->gu, m->xb, w->w_gate_up, n, 2 * im, dim);
 		if (w->b_gate_up)
-			add_bias(m->gu, w->b_gate_up, n, 2 * im);
+			dps_add_bias(m->gu, w->b_gate_up, n, 2 * im);
 		for (int i = 0; i < n; i++) {
 			float *g = m->gu + (size_t)i * 2 * im;
 
@@ -658,7 +648,7 @@ static const float *step(struct dps_model *m, int n, const int *tokens, const in
 		}
 		linear(m, m->xb, m->gu, w->w_down, n, dim, im);
 		if (w->b_down)
-			add_bias(m->xb, w->b_down, n, dim);
+			dps_add_bias(m->xb, w->b_down, n, dim);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			m->x[i] += m->xb[i];
 	}

@@ -19,14 +19,6 @@
 #include "kernels/pool.h"
 
 
-/* rows (n, stride) += bias (width) in each row's first width floats */
-static void add_bias(float *rows, const float *bias, int n, size_t width, size_t stride)
-{
-	for (int i = 0; i < n; i++)
-		for (size_t c = 0; c < width; c++)
-			rows[(size_t)i * stride + c] += bias[c];
-}
-
 struct attn_job {
 	struct dps_shard *s;
 	int n, layer;
@@ -137,12 +129,12 @@ void dps_shard_attn_prefill(struct dps_shard *s, int l, const struct dps_rows *r
 
 	dps_shard_linear(s, q, h, w->wqkv_p, n, (int)width, s->qkv_in);
 	if (w->bqkv_p)
-		add_bias(q, w->bqkv_p, n, width, width);
+		dps_add_bias(q, w->bqkv_p, n, (int)width);
 	attend(s, l, r, q, width, q + (size_t)s->hq_t * hd,
 	       q + (size_t)(s->hq_t + s->nkv_t) * hd, width, s->att);
 	dps_shard_linear(s, o, s->att, w->wo_p, n, dim, s->hq_t * hd);
 	if (w->bo_p) /* TP rank 0 only: the all-reduce adds it once */
-		add_bias(o, w->bo_p, n, (size_t)dim, (size_t)dim);
+		dps_add_bias(o, w->bo_p, n, dim);
 }
 
 /*
@@ -169,7 +161,7 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 	/* proj (R, we): q [k v] of the effective rank's heads for every gathered row. */
 	dps_shard_linear(s, proj, h, w->wq_d, R, (int)we, dim);
 	if (w->bq_d)
-		add_bias(proj, w->bq_d, R, we, we);
+		dps_add_bias(proj, w->bq_d, R, (int)we);
 	for (int q = 0; q < ca; q++)
 		sc[q] = rc_[q] = (size_t)B * we;
 	dps_shard_count(s, DPS_COLL_ALLTOALL, DPS_SG_ATTN_COL, (size_t)R * we * sizeof(float));
@@ -204,7 +196,7 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 		dps_shard_linear(s, kvo, h + (size_t)j * (size_t)B * (size_t)dim,
 				 w->wqkv_p + (size_t)s->hq_t * (size_t)hd * (size_t)dim, B, (int)kvw, dim);
 		if (w->bqkv_p)
-			add_bias(kvo, w->bqkv_p + (size_t)s->hq_t * hd, B, kvw, kvw);
+			dps_add_bias(kvo, w->bqkv_p + (size_t)s->hq_t * hd, B, (int)kvw);
 		for (int i = 0; i < B; i++)
 			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,
 			       sizeof(float) * kvw);
@@ -227,7 +219,7 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 	/* att (R, qe): my heads for every gathered row, in gathered order. */
 	dps_shard_linear(s, o, s->att, w->wo_d, R, dim, (int)qe);
 	if (w->bo_d) /* attention group rank 0 only */
-		add_bias(o, w->bo_d, R, (size_t)dim, (size_t)dim);
+		dps_add_bias(o, w->bo_d, R, dim);
 	return 0;
 }
 

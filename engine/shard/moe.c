@@ -81,17 +81,12 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
 			dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
 		}
+		if (w->exp_gu_b)
+			dps_add_bias(s->m_gu, w->exp_gu_b + (size_t)i * 2 * (size_t)im, cnt, 2 * im);
 		for (int r = 0; r < cnt; r++) {
 			float *g = s->m_gu + (size_t)r * 2 * (size_t)im;
 
-			if (w->exp_gu_b)
-				for (int c = 0; c < 2 * im; c++)
-					g[c] += w->exp_gu_b[(size_t)i * 2 * (size_t)im + (size_t)c];
-
-			if (limit > 0)
-				dps_swiglu_clamped(g, g + im, im, limit);
-			else
-				dps_swiglu(g, g + im, im);
+			dps_swiglu_clamped(g, g + im, im, limit); /* GPT-OSS's, limit 7.0 */
 			memmove(s->m_gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
 		}
 		if (w->exp_dn_q && w->exp_dn_q[i])
@@ -99,11 +94,8 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 					 im);
 		else
 			dps_shard_linear(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
-		if (w->exp_dn_b) /* on the rank that adds it (moe.c's load) */
-			for (int r = 0; r < cnt; r++)
-				for (int d = 0; d < dim; d++)
-					s->m_eout[(size_t)r * (size_t)dim + (size_t)d] +=
-						w->exp_dn_b[(size_t)i * (size_t)dim + (size_t)d];
+		if (w->exp_dn_b) /* on the rank that adds it (load_moe.c) */
+			dps_add_bias(s->m_eout, w->exp_dn_b + (size_t)i * (size_t)dim, cnt, dim);
 		for (int r = 0; r < cnt; r++) {
 			const float *y = s->m_eout + (size_t)r * (size_t)dim;
 			float *o = out + (size_t)(s->m_ix[r] / k) * (size_t)dim;

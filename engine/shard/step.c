@@ -38,20 +38,17 @@ void dps_shard_mlp(struct dps_shard *s, int l, int R, const float *h, float *o)
 	const int dim = s->cfg.hidden_size, im = s->im_sh;
 
 	dps_shard_linear(s, s->gu, h, w->w_gate_up, R, 2 * im, dim);
+	if (w->b_gate_up)
+		dps_add_bias(s->gu, w->b_gate_up, R, 2 * im);
 	for (int i = 0; i < R; i++) {
 		float *g = s->gu + (size_t)i * 2 * (size_t)im;
 
-		if (w->b_gate_up)
-			for (int c = 0; c < 2 * im; c++)
-				g[c] += w->b_gate_up[c];
 		dps_swiglu(g, g + im, im);
 		memmove(s->gu + (size_t)i * (size_t)im, g, sizeof(float) * (size_t)im);
 	}
 	dps_shard_linear(s, o, s->gu, w->w_down, R, dim, im);
 	if (w->b_down) /* MLP group rank 0 only: the all-reduce adds it once */
-		for (int i = 0; i < R; i++)
-			for (int c = 0; c < dim; c++)
-				o[(size_t)i * (size_t)dim + (size_t)c] += w->b_down[c];
+		dps_add_bias(o, w->b_down, R, dim);
 }
 
 int dps_shard_coupled(const struct dps_shard *s)
