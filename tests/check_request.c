@@ -16,9 +16,11 @@
  * vLLM's sampling fields: repetition_penalty, presence_penalty, frequency_penalty, min_p,
  * min_tokens and logit_bias read into the request in both formats with vLLM's ranges (one case
  * each, its bounds refused by name). Every field vLLM or OpenAI honours that this server does
- * not compute (n, echo, logprobs, response_format other than text, guided_*, structured
+ * not compute (best_of other than n, prompt_logprobs, response_format other than text, guided_*, structured
  * outputs, ...; one loop case per field) is refused by name over HTTP, in completions and
- * chat, and accepted at its neutral value.
+ * chat, and accepted at its neutral value. What is computed: batched prompts (each with the
+ * rules of one), "n" (with "best_of" only equal to it), "logprobs" in both shapes, "echo"
+ * (the prompt's text kept, or its ids decoded; refused with logprobs).
  */
 #include <check.h>
 #include <errno.h>
@@ -163,8 +165,9 @@ START_TEST(test_what_each_format_takes)
 	ck_assert_int_eq(parse("{\"prompt\": [1], \"n\": 1, \"echo\": false}", DPS_REQ_COMPLETIONS,
 			       &r, err), 0);
 	dps_request_free(&r);
-	ck_assert_int_eq(parse("{\"prompt\": [1], \"n\": 2}", DPS_REQ_COMPLETIONS, &r, err), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err, "\"n\""));
+	ck_assert_int_eq(parse("{\"prompt\": [1], \"suffix\": \"x\"}", DPS_REQ_COMPLETIONS, &r, err),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "\"suffix\""));
 	dps_request_free(&r);
 	/* A line: an unknown field is refused by name; replica is a line's own. */
 	ck_assert_int_eq(parse("{\"prompt\": [1], \"user\": \"x\"}", DPS_REQ_LINE, &r, err), -EINVAL);
@@ -432,13 +435,9 @@ END_TEST
 static const struct {
 	const char *field, *asks, *neutral;
 } not_computed[] = {
-	{ "n", "2", "1" },
 	{ "best_of", "3", "1" },
 	{ "use_beam_search", "true", "false" },
 	{ "length_penalty", "0.5", "1" },
-	{ "echo", "true", "false" },
-	{ "logprobs", "0", NULL }, /* completions: 0 still asks for the chosen token's */
-	{ "top_logprobs", "2", "0" },
 	{ "prompt_logprobs", "0", NULL },
 	{ "return_tokens_as_token_ids", "true", "false" },
 	{ "return_token_ids", "true", "false" },
@@ -504,21 +503,185 @@ START_TEST(test_not_computed)
 }
 END_TEST
 
-START_TEST(test_chat_logprobs)
+/* Opens the stories260K tokenizer (and a small chat template) into l. */
+static void with_tok(struct dps_req_limits *l, struct dps_tok **tok, struct dps_chat **chat)
+{
+	static const char conf[] = "{\"chat_template\": \"{% for m in messages %}<{{ m.role }}>"
+				   "{{ m.content }}</{{ m.role }}>{% endfor %}<assistant>\"}";
+	char dir[64], err[512];
+	struct dps_model_config cfg;
+
+	ck_assert_msg(!dps_chat_load_mem(chat, conf, sizeof(conf) - 1, err, sizeof(err)), "%s", err);
+	test_tmpdir_make(dir, sizeof(dir), "request");
+	ck_assert_msg(!dps_convert_llama2c(DPS_TEST_SRCDIR "/models/stories260K/stories260K.bin",
+					   DPS_TEST_SRCDIR "/models/stories260K/tok512.bin", dir,
+					   DPS_ST_F32, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_model_config_load(dir, &cfg, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!dps_tok_open(tok, dir, &cfg, err, sizeof(err)), "%s", err);
+	*l = lim;
+	l->tok = *tok;
+	l->chat = *chat;
+}
+
+/* A body refused in format fmt under limits l, with a message naming `field`. */
+static void refused_in(const struct dps_req_limits *l, const char *s, enum dps_req_format fmt,
+		       const char *field)
 {
 	struct dps_request r;
 	char err[256] = "";
 
-	/* chat's "logprobs" is a boolean: false is neutral (the body then fails on the missing
-	 * template, not on the field), true is refused by name */
-	ck_assert_int_eq(parse("{\"logprobs\": true, \"messages\": []}", DPS_REQ_CHAT, &r, err),
-			 -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err, "\"logprobs\""));
+	ck_assert_msg(dps_request_parse(s, strlen(s), fmt, l, &r, err, sizeof(err)) == -EINVAL,
+		      "%s accepted", s);
+	ck_assert_msg(strstr(err, field), "%s: \"%s\" does not name %s", s, err, field);
 	dps_request_free(&r);
-	ck_assert_int_eq(parse("{\"logprobs\": false, \"messages\": [{\"role\": \"user\"}]}",
-			       DPS_REQ_CHAT, &r, err), -EINVAL);
-	ck_assert_ptr_null(strstr(err, "logprobs"));
+}
+
+/* Batched prompts: each its own, in order, with the rules of one prompt each. */
+START_TEST(test_batched_prompts)
+{
+	struct dps_request r;
+	char err[256] = "", *big;
+	size_t o = 0;
+
+	ck_assert_msg(!parse("{\"prompt\": [[1, 2], [3, 4, 5]]}", DPS_REQ_COMPLETIONS, &r, err),
+		      "%s", err);
+	ck_assert_int_eq(r.n_prompts, 2);
+	ck_assert_int_eq(r.n, 1);
+	ck_assert_int_eq(r.prompts[0].n, 2);
+	ck_assert_int_eq(r.prompts[1].n, 3);
+	ck_assert_int_eq(r.prompts[1].ids[2], 5);
+	ck_assert_ptr_eq(r.prompt, r.prompts[0].ids);
+	ck_assert_int_eq(r.n_prompt, 2);
 	dps_request_free(&r);
+	/* one id list in a list: one prompt, as before */
+	ck_assert_msg(!parse("{\"prompt\": [[1, 7]]}", DPS_REQ_COMPLETIONS, &r, err), "%s", err);
+	ck_assert_int_eq(r.n_prompts, 1);
+	dps_request_free(&r);
+	refused_in(&lim, "{\"prompt\": [[1], [2]]}", DPS_REQ_LINE, "one prompt per line");
+	refused_in(&lim, "{\"prompt\": [[1], \"x\"]}", DPS_REQ_COMPLETIONS, "\"prompt\"[1]");
+	refused_in(&lim, "{\"prompt\": [[1], []]}", DPS_REQ_COMPLETIONS, "\"prompt[1]\" is empty");
+	refused_in(&lim, "{\"prompt\": [[1], [600]]}", DPS_REQ_COMPLETIONS, "\"prompt[1]\"[0]");
+	refused_in(&lim, "{\"prompt\": [\"a\", \"b\"]}", DPS_REQ_COMPLETIONS, "tokenizer");
+	/* every prompt within the context (100 here, 16 to generate) */
+	big = malloc(4096);
+	ck_assert_ptr_nonnull(big);
+	o += (size_t)sprintf(big, "{\"prompt\": [[1], [");
+	for (int i = 0; i < 90; i++)
+		o += (size_t)sprintf(big + o, "%s3", i ? ", " : "");
+	sprintf(big + o, "]]}");
+	refused_in(&lim, big, DPS_REQ_COMPLETIONS, "maximum context length");
+	/* at most DPS_REQ_MAX_CHOICES prompts, and choices */
+	o = (size_t)sprintf(big, "{\"prompt\": [");
+	for (int i = 0; i <= DPS_REQ_MAX_CHOICES; i++)
+		o += (size_t)sprintf(big + o, "%s[1]", i ? ", " : "");
+	sprintf(big + o, "]}");
+	refused_in(&lim, big, DPS_REQ_COMPLETIONS, "more than 128 prompts");
+	o = (size_t)sprintf(big, "{\"n\": 2, \"prompt\": [");
+	for (int i = 0; i < DPS_REQ_MAX_CHOICES / 2; i++)
+		o += (size_t)sprintf(big + o, "%s[1]", i ? ", " : "");
+	sprintf(big + o, "]}");
+	ck_assert_msg(!parse(big, DPS_REQ_COMPLETIONS, &r, err), "%s", err);
+	ck_assert_int_eq(r.n_prompts * r.n, DPS_REQ_MAX_CHOICES);
+	dps_request_free(&r);
+	big[6] = '3'; /* "n": 3 */
+	refused_in(&lim, big, DPS_REQ_COMPLETIONS, "\"n\" 3");
+	free(big);
+}
+END_TEST
+
+/* "n" and "best_of" (equal to n only), in both HTTP formats. */
+START_TEST(test_n)
+{
+	struct dps_request r;
+	char err[256] = "";
+
+	ck_assert_msg(!parse("{\"prompt\": [1], \"n\": 3, \"best_of\": 3}", DPS_REQ_COMPLETIONS,
+			     &r, err), "%s", err);
+	ck_assert_int_eq(r.n, 3);
+	dps_request_free(&r);
+	ck_assert_msg(!parse("{\"prompt\": [1], \"n\": 1, \"best_of\": 1}", DPS_REQ_COMPLETIONS,
+			     &r, err), "%s", err);
+	ck_assert_int_eq(r.n, 1);
+	dps_request_free(&r);
+	refused_in(&lim, "{\"prompt\": [1], \"n\": 3, \"best_of\": 4}", DPS_REQ_COMPLETIONS,
+		   "\"best_of\" (4)");
+	refused_in(&lim, "{\"prompt\": [1], \"best_of\": 2}", DPS_REQ_COMPLETIONS, "best_of");
+	refused_in(&lim, "{\"prompt\": [1], \"n\": 0}", DPS_REQ_COMPLETIONS, "\"n\"");
+	refused_in(&lim, "{\"prompt\": [1], \"n\": 129}", DPS_REQ_COMPLETIONS, "\"n\"");
+	refused_in(&lim, "{\"prompt\": [1], \"n\": 2}", DPS_REQ_LINE, "unknown field \"n\"");
+}
+END_TEST
+
+/* "logprobs" (completions: a count; chat: a boolean with "top_logprobs"), and "echo". */
+START_TEST(test_logprobs_echo)
+{
+	struct dps_req_limits l;
+	struct dps_tok *tok;
+	struct dps_chat *chat;
+	struct dps_request r;
+	char err[256] = "";
+	const char *b;
+
+	ck_assert_msg(!parse("{\"prompt\": [1], \"logprobs\": 5}", DPS_REQ_COMPLETIONS, &r, err),
+		      "%s", err);
+	ck_assert(r.p.want_logprobs && r.p.top_logprobs == 5);
+	dps_request_free(&r);
+	ck_assert_msg(!parse("{\"prompt\": [1], \"logprobs\": 0}", DPS_REQ_COMPLETIONS, &r, err),
+		      "%s", err);
+	ck_assert(r.p.want_logprobs && r.p.top_logprobs == 0);
+	dps_request_free(&r);
+	ck_assert_msg(!parse("{\"prompt\": [1], \"logprobs\": null}", DPS_REQ_COMPLETIONS, &r,
+			     err), "%s", err);
+	ck_assert(!r.p.want_logprobs);
+	dps_request_free(&r);
+	refused_in(&lim, "{\"prompt\": [1], \"logprobs\": 21}", DPS_REQ_COMPLETIONS, "logprobs");
+	refused_in(&lim, "{\"prompt\": [1], \"logprobs\": true}", DPS_REQ_COMPLETIONS, "logprobs");
+	refused_in(&lim, "{\"prompt\": [1], \"top_logprobs\": 2}", DPS_REQ_COMPLETIONS,
+		   "\"top_logprobs\" is a field of chat");
+	refused_in(&lim, "{\"prompt\": [1], \"prompt_logprobs\": 1}", DPS_REQ_COMPLETIONS,
+		   "\"prompt_logprobs\" is not supported");
+	refused_in(&lim, "{\"prompt\": [1], \"echo\": true}", DPS_REQ_COMPLETIONS, "\"echo\" needs");
+	with_tok(&l, &tok, &chat);
+	/* chat: a boolean, and the count in top_logprobs (which needs it) */
+	b = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"logprobs\": true, "
+	    "\"top_logprobs\": 4}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_CHAT, &l, &r, err, sizeof(err)), "%s",
+		      err);
+	ck_assert(r.p.want_logprobs && r.p.top_logprobs == 4);
+	dps_request_free(&r);
+	b = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"logprobs\": false}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_CHAT, &l, &r, err, sizeof(err)), "%s",
+		      err);
+	ck_assert(!r.p.want_logprobs);
+	dps_request_free(&r);
+	refused_in(&l, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+		   "\"top_logprobs\": 2}", DPS_REQ_CHAT, "\"top_logprobs\" needs \"logprobs\"");
+	refused_in(&l, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+		   "\"logprobs\": 3}", DPS_REQ_CHAT, "\"logprobs\"");
+	refused_in(&l, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+		   "\"echo\": true}", DPS_REQ_CHAT, "\"echo\" is not supported");
+	/* echo: the text as given, and id prompts decoded; not with logprobs */
+	b = "{\"prompt\": [\"Once upon a time\", \"Lily\"], \"echo\": true}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_int_eq(r.n_prompts, 2);
+	ck_assert_str_eq(r.prompts[0].text, "Once upon a time");
+	ck_assert_str_eq(r.prompts[1].text, "Lily");
+	dps_request_free(&r);
+	b = "{\"prompt\": [1, 403, 407, 261, 378], \"echo\": true}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_str_eq(r.prompts[0].text, "Once upon a time");
+	dps_request_free(&r);
+	b = "{\"prompt\": \"Once upon a time\"}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_ptr_null(r.prompts[0].text);
+	dps_request_free(&r);
+	refused_in(&l, "{\"prompt\": \"Once\", \"echo\": true, \"logprobs\": 1}",
+		   DPS_REQ_COMPLETIONS, "\"echo\" with \"logprobs\"");
+	dps_tok_free(tok);
+	dps_chat_free(chat);
 }
 END_TEST
 
@@ -537,7 +700,9 @@ int main(void)
 	tcase_add_test(tc, test_logit_bias);
 	tcase_add_loop_test(tc, test_not_computed, 0,
 			    (int)(sizeof(not_computed) / sizeof(not_computed[0])));
-	tcase_add_test(tc, test_chat_logprobs);
+	tcase_add_test(tc, test_batched_prompts);
+	tcase_add_test(tc, test_n);
+	tcase_add_test(tc, test_logprobs_echo);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

@@ -56,6 +56,7 @@
 #define DPS_REQ_MAX_STOP 16     /* stop strings per request */
 #define DPS_REQ_STOP_BYTES 256  /* bytes per stop string */
 #define DPS_REQ_MAX_END 8       /* the model's end ids */
+#define DPS_REQ_MAX_CHOICES 128 /* prompts x n of one request */
 
 enum dps_req_format {
 	DPS_REQ_COMPLETIONS, /* the body of POST /v1/completions */
@@ -77,8 +78,20 @@ struct dps_req_limits {
 	unsigned default_timeout_ms;    /* 0: none */
 };
 
+/* One prompt of a request. */
+struct dps_req_prompt {
+	int *ids, n;                    /* malloc'd */
+	char *text;                     /* with "echo": the prompt's text (as given, or the ids
+					 * decoded), malloc'd; else NULL */
+	size_t text_len;
+};
+
 struct dps_request {
-	int *prompt, n_prompt;          /* malloc'd */
+	int *prompt, n_prompt;          /* the first prompt: prompts[0].ids and .n */
+	struct dps_req_prompt *prompts; /* (n_prompts) malloc'd: completions may give a list */
+	int n_prompts;
+	int n;                          /* choices per prompt ("n") */
+	int echo;                       /* completions: each choice's text after its prompt's */
 	struct dps_req_params p;        /* deadline_ns: the timeout in ns, relative (0: none) */
 	int has_seed;
 	int replica;                    /* a line's "replica", else -1 */

@@ -22,6 +22,7 @@
 
 #include "engine/shard/kv.h"
 #include "kernels/logits.h"
+#include "kernels/logprobs.h"
 #include "kernels/sample.h"
 
 #define DPS_MAX_STOP 16 /* 6 of the request, up to 8 of the model (its end ids), and room */
@@ -48,6 +49,9 @@ struct dps_req_params {
 	struct dps_penalties pen;
 	struct dps_logit_bias bias[DPS_MAX_BIAS];
 	int n_bias;
+	/* Log-probabilities of each sampled token (0: none), and of the top_logprobs likeliest
+	 * tokens (0 to DPS_MAX_LOGPROBS): the raw model output's (kernels/logits.h). */
+	int want_logprobs, top_logprobs;
 };
 
 struct dps_req {
