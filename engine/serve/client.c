@@ -197,6 +197,26 @@ const uint64_t *dps_engine_sent(const struct dps_engine_client *c)
 	return c->sent;
 }
 
+/* A token of request id (with its log-probabilities, or NULL) to the callbacks. */
+static void deliver(struct dps_engine_client *c, int64_t id, int token,
+		    const struct dps_token_logprobs *lp)
+{
+	struct creq *q = creq_find(c, id);
+
+	if (!q || q->finished)
+		return;
+	if (!q->started) {
+		q->started = 1;
+		c->waiting[q->replica]--;
+		c->running[q->replica]++;
+	}
+	q->n_gen++;
+	if (lp && c->cb.token_lp)
+		c->cb.token_lp(c->cb.arg, q->user, lp);
+	else if (c->cb.token)
+		c->cb.token(c->cb.arg, q->user, token);
+}
+
 void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 {
 	struct dps_engine_client *c = client;
@@ -209,19 +229,18 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 	if (h.type == M_TOKENS && len >= sizeof(struct m_tokens) + h.count * sizeof(struct m_tok)) {
 		const struct m_tokens *m = msg;
 
-		for (uint32_t i = 0; i < h.count; i++) {
-			struct creq *q = creq_find(c, m->t[i].id);
+		for (uint32_t i = 0; i < h.count; i++)
+			deliver(c, m->t[i].id, m->t[i].token, NULL);
+	} else if (h.type == M_TOKENS_LP && h.count <= TOKS_LP &&
+		   len >= sizeof(struct m_tokens_lp) + h.count * sizeof(struct m_tok_lp)) {
+		const struct m_tokens_lp *m = msg;
 
-			if (!q || q->finished)
-				continue;
-			if (!q->started) {
-				q->started = 1;
-				c->waiting[q->replica]--;
-				c->running[q->replica]++;
-			}
-			q->n_gen++;
-			if (c->cb.token)
-				c->cb.token(c->cb.arg, q->user, m->t[i].token);
+		for (uint32_t i = 0; i < h.count; i++) {
+			struct dps_token_logprobs lp = m->t[i].lp;
+
+			if (lp.n_top < 0 || lp.n_top > DPS_MAX_LOGPROBS)
+				lp.n_top = 0; /* checked before use, as every field */
+			deliver(c, m->t[i].id, lp.token, &lp);
 		}
 	} else if (h.type == M_DONE && len >= sizeof(struct m_done)) {
 		const struct m_done *m = msg;

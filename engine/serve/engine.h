@@ -95,6 +95,8 @@ struct dps_engine_cb {
 	void (*stats)(void *arg, int replica, const struct dps_engine_stats *st, int final);
 	void *arg;
 	void (*ready)(void *arg);
+	/* A token of a request with want_logprobs, with them (NULL: token is called instead). */
+	void (*token_lp)(void *arg, void *user, const struct dps_token_logprobs *lp);
 };
 
 #define DPS_ENGINE_STATS_MS 500

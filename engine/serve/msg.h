@@ -3,7 +3,9 @@
  * engine/serve/msg.h - the messages between the engine client (in the supervisor) and a
  * replica's TP rank 0, through the rank's rings (engine/runtime/world.h). Down: a request (its
  * header and the prompt, in as many messages as the ring's slots need), a cancellation, a
- * wake-up, the final stop. Up: the sampled tokens, a request's end with its finish reason,
+ * wake-up, the final stop. Up: the sampled tokens (with their log-probabilities for a request
+ * that asks for them, M_TOKENS_LP: a request's tokens all go one way, so each request's
+ * order holds), a request's end with its finish reason,
  * the replica's counts (every DPS_ENGINE_STATS_MS and at exit), and "loaded" from every rank.
  * Every field is checked by its reader before use.
  */
@@ -14,7 +16,10 @@
 
 #include "engine/serve/engine.h"
 
-enum { M_REQ = 1, M_REQ_MORE, M_CANCEL, M_WAKE, M_STOP, M_TOKENS, M_DONE, M_STATS, M_READY };
+enum {
+	M_REQ = 1, M_REQ_MORE, M_CANCEL, M_WAKE, M_STOP, M_TOKENS, M_DONE, M_STATS, M_READY,
+	M_TOKENS_LP
+};
 
 #define MSG_BYTES 4096 /* the rings' slot size (engine/runtime/world.c) */
 
@@ -45,6 +50,17 @@ struct m_tokens {
 	struct m_tok t[];
 };
 
+/* A sampled token with its log-probabilities (n_top of top used). */
+struct m_tok_lp {
+	int64_t id;
+	struct dps_token_logprobs lp;
+};
+
+struct m_tokens_lp {
+	struct m_hdr h;        /* count: tokens */
+	struct m_tok_lp t[];
+};
+
 struct m_done {
 	struct m_hdr h;
 	int32_t finish, n_gen;
@@ -61,5 +77,8 @@ _Static_assert(sizeof(struct m_stats) <= MSG_BYTES, "stats fit one ring slot");
 #define REQ_IDS ((MSG_BYTES - sizeof(struct m_req)) / sizeof(int32_t))
 #define MORE_IDS ((MSG_BYTES - sizeof(struct m_more)) / sizeof(int32_t))
 #define TOKS ((MSG_BYTES - sizeof(struct m_tokens)) / sizeof(struct m_tok))
+#define TOKS_LP ((MSG_BYTES - sizeof(struct m_tokens_lp)) / sizeof(struct m_tok_lp))
+
+_Static_assert(TOKS_LP >= 1, "a token with DPS_MAX_LOGPROBS alternatives fits one ring slot");
 
 #endif

@@ -32,6 +32,12 @@ static int flush_tokens(struct replica *R)
 		rc = send_up(R, R->out, sizeof(*R->out) + R->out->h.count * sizeof(struct m_tok));
 		R->out->h.count = 0;
 	}
+	if (R->out_lp->h.count) {
+		R->out_lp->h.type = M_TOKENS_LP;
+		rc |= send_up(R, R->out_lp, sizeof(*R->out_lp) +
+					    R->out_lp->h.count * sizeof(struct m_tok_lp));
+		R->out_lp->h.count = 0;
+	}
 	return rc;
 }
 
@@ -39,6 +45,14 @@ static void on_emit(void *arg, struct dps_req *r, int token)
 {
 	struct replica *R = arg;
 
+	if (r->p.want_logprobs) {
+		if (R->out_lp->h.count == TOKS_LP)
+			flush_tokens(R);
+		R->out_lp->t[R->out_lp->h.count].id = (int64_t)r->id;
+		R->out_lp->t[R->out_lp->h.count].lp = r->lp;
+		R->out_lp->h.count++;
+		return;
+	}
 	if (R->out->h.count == TOKS)
 		flush_tokens(R);
 	R->out->t[R->out->h.count].id = (int64_t)r->id;
@@ -491,6 +505,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->zero_table = sc.max_num_seqs;
 	R->tables = calloc((size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr, sizeof(int));
 	R->out = calloc(1, MSG_BYTES);
+	R->out_lp = calloc(1, MSG_BYTES);
 	/* A step's rows or the draft's catch-up rows (one more int each). */
 	R->wire_cap = sizeof(uint32_t) + sizeof(int) * (H_LEN + 3) +
 		      (size_t)rows * (5 * sizeof(int) + 1) +
@@ -498,7 +513,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->wire = malloc(R->wire_cap + MSG_BYTES);
 	R->scratch = calloc((size_t)R->m.cfg.vocab_size, sizeof(int));
 	if (!R->tokens || !R->pos || !R->slot || !R->tix || !R->want || !R->table || !R->tables ||
-	    !R->out || !R->scratch || !R->wire)
+	    !R->out || !R->out_lp || !R->scratch || !R->wire)
 		return -ENOMEM;
 	if (R->spec_k && dps_spec_alloc(R, rows, sc.max_num_seqs))
 		return -ENOMEM;
@@ -520,6 +535,7 @@ static void replica_free(struct replica *R)
 	free(R->table);
 	free(R->tables);
 	free(R->out);
+	free(R->out_lp);
 	free(R->wire);
 	free(R->scratch);
 }

@@ -37,6 +37,7 @@ struct replica {
 	const int **table;
 	int rows_cap;
 	struct m_tokens *out;        /* tokens to send */
+	struct m_tokens_lp *out_lp;  /* tokens with log-probabilities to send */
 	unsigned char *wire;         /* a published batch */
 	size_t wire_cap;
 	int *scratch;

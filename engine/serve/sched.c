@@ -135,6 +135,7 @@ void dps_sched_free(struct dps_sched *s)
 	for (int i = 0; i < s->n_running; i++)
 		req_free(s->running[i]);
 	dps_kv_pool_free(&s->kv);
+	free(s->raw);
 	free(s->waiting);
 	free(s->running);
 	free(s->b.tokens);
@@ -555,6 +556,33 @@ static void process(const struct dps_req *r, float *row, int vocab, int eos)
 }
 
 /*
+ * With want_logprobs, keeps row (vocab floats) as the model gave it, before the logits
+ * processors and the sampler change it in place: 0, or -ENOMEM (the request then fails).
+ */
+static int keep_raw(struct dps_sched *s, const struct dps_req *r, const float *row, int vocab)
+{
+	if (!r->p.want_logprobs)
+		return 0;
+	if (s->raw_cap < vocab) {
+		float *p = realloc(s->raw, sizeof(float) * (size_t)vocab);
+
+		if (!p)
+			return -ENOMEM;
+		s->raw = p;
+		s->raw_cap = vocab;
+	}
+	memcpy(s->raw, row, sizeof(float) * (size_t)vocab);
+	return 0;
+}
+
+/* r->lp for token, from the row keep_raw kept. */
+static void raw_logprobs(struct dps_sched *s, struct dps_req *r, int vocab, int token)
+{
+	if (r->p.want_logprobs)
+		dps_logprobs(s->raw, vocab, token, r->p.top_logprobs, &r->lp);
+}
+
+/*
  * The 1 + K logits rows of a verification: row j is the target's distribution after the
  * request's last token and drafts 1..j. Drafts are accepted in order while the target agrees
  * (dps_sample_verify); the first disagreement emits the target's own token there, and when
@@ -574,6 +602,10 @@ static void verify(struct dps_sched *s, struct dps_req *r, float *lg, int vocab,
 		int ok = 0;
 
 		/* Row j follows the accepted drafts 1..j, appended (and counted) already. */
+		if (keep_raw(s, r, row, vocab)) {
+			finish(s, r, DPS_FINISH_ERROR);
+			return;
+		}
 		process(r, row, vocab, eos);
 		if (j < K) {
 			ok = dps_sample_verify(row, vocab, &r->p.sampling, &r->rng, r->draft[j],
@@ -585,6 +617,7 @@ static void verify(struct dps_sched *s, struct dps_req *r, float *lg, int vocab,
 		} else {
 			token = dps_sample(row, vocab, &r->p.sampling, &r->rng, scratch);
 		}
+		raw_logprobs(s, r, vocab, token);
 		if (!append(s, r, token, eos, emit, arg))
 			return;
 		if (!ok)
@@ -602,6 +635,7 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 
 	for (int i = 0, o = 0; i < b->n && logits; i++) {
 		struct dps_req *r = b->req[i];
+		float *row;
 		int token;
 
 		if (!b->want[i])
@@ -616,9 +650,14 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 			o += s->cfg.spec_k;
 			continue;
 		}
-		process(r, logits + (size_t)(o - 1) * (size_t)vocab, vocab, eos);
-		token = dps_sample(logits + (size_t)(o - 1) * (size_t)vocab, vocab, &r->p.sampling,
-				   &r->rng, scratch);
+		row = logits + (size_t)(o - 1) * (size_t)vocab;
+		if (keep_raw(s, r, row, vocab)) {
+			finish(s, r, DPS_FINISH_ERROR);
+			continue;
+		}
+		process(r, row, vocab, eos);
+		token = dps_sample(row, vocab, &r->p.sampling, &r->rng, scratch);
+		raw_logprobs(s, r, vocab, token);
 		append(s, r, token, eos, emit, arg);
 	}
 	s->cu.n = s->cu.n_prop = 0;

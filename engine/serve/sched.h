@@ -68,6 +68,7 @@ struct dps_req {
 	int draft[DPS_MAX_SPEC];    /* target ids the draft proposed after the last token */
 	int n_draft;                /* 0, or spec_k when the next step verifies them */
 	struct dps_seen seen;       /* with penalties: the tokens of ids, counted */
+	struct dps_token_logprobs lp; /* with want_logprobs: the last sampled token's */
 };
 
 struct dps_sched_cfg {
@@ -126,6 +127,8 @@ struct dps_sched {
 	struct dps_batch b;
 	struct dps_spec_stats spec;
 	struct dps_catchup cu;
+	float *raw;                 /* (raw_cap) a row's logits before processing, for logprobs */
+	int raw_cap;
 };
 
 /*
@@ -163,6 +166,8 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns);
  * vocab floats per wanted row; modified) after the request's logits processors (min_tokens,
  * logit_bias, penalties: vLLM's order), appends it, and ends requests that hit a stop
  * token, max_tokens or max_model_len. eos (< 0: none) ends a request like a stop token.
+ * A request with want_logprobs gets, before emit, req->lp: the log-softmax of the row as the
+ * model gave it (vLLM V1's raw_logprobs) at the token and its top_logprobs likeliest.
  * For every sampled token calls emit(arg, req, token) (not for stop tokens), and for every
  * request that ended (including cancelled and timed-out ones) done(arg, req); the request is
  * freed after done returns. scratch: vocab ints.
