@@ -22,233 +22,6 @@
 /* Worker threads that parse and encode requests (prep.h). */
 #define PREP_THREADS 2
 
-/* ---- requests -------------------------------------------------------------------------------- */
-
-static void list_add(struct dps_frontend *f, struct fe_req *r)
-{
-	r->next = f->head;
-	if (f->head)
-		f->head->prev = r;
-	f->head = r;
-	f->active++;
-}
-
-static void req_free(struct dps_frontend *f, struct fe_req *r)
-{
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		f->head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	f->active--;
-	for (int i = 0; i < r->n_stop; i++)
-		free(r->stop[i]);
-	dps_tok_stream_free(r->ts);
-	free(r->gen);
-	free(r->text);
-	free(r);
-}
-
-static int text_add(struct fe_req *r, const char *s, size_t n)
-{
-	if (r->len + n + 1 > r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 256;
-		char *p;
-
-		while (cap < r->len + n + 1)
-			cap *= 2;
-		p = realloc(r->text, cap);
-		if (!p)
-			return -ENOMEM;
-		r->text = p;
-		r->cap = cap;
-	}
-	memcpy(r->text + r->len, s, n);
-	r->len += n;
-	r->text[r->len] = '\0';
-	return 0;
-}
-
-/* Bytes of text[0..len) that may be shown: not a possible start of a stop string (the text is
- * whole UTF-8: the stream decoder never ends a piece inside a character). */
-static size_t showable(const struct fe_req *r)
-{
-	size_t n = r->len;
-
-	if (r->n_stop && r->max_stop > 1) {
-		/* The longest tail that is a prefix of some stop string is held back. */
-		for (size_t k = r->max_stop - 1; k > 0; k--) {
-			int prefix = 0;
-
-			if (k > r->len)
-				continue;
-			for (int i = 0; i < r->n_stop && !prefix; i++)
-				prefix = r->stop_len[i] > k &&
-					 !memcmp(r->text + r->len - k, r->stop[i], k);
-			if (prefix) {
-				n = r->len - k;
-				break;
-			}
-		}
-	}
-	return n < r->emitted ? r->emitted : n;
-}
-
-static const char *finish_name(enum dps_finish why)
-{
-	return dps_finish_name(why);
-}
-
-static void log_request(struct dps_frontend *f, const struct fe_req *r, const char *finish)
-{
-	const uint64_t now = dps_now_ns();
-
-	if (!f->o.log_requests)
-		return;
-	dps_info("request %s: %s, %d prompt + %d completion tokens, finish %s, first token %.1f ms, "
-		 "total %.1f ms", r->id, r->stream ? "stream" : "completion", r->n_prompt, r->n_gen,
-		 finish, r->t_first ? (double)(r->t_first - r->t_arrive) / 1e6 : 0.0,
-		 (double)(now - r->t_arrive) / 1e6);
-}
-
-/* The earliest stop string in the text from `from` on that ends after stop_floor, or -1. */
-static long find_stop(const struct fe_req *r, size_t from)
-{
-	long best = -1;
-
-	for (int i = 0; i < r->n_stop; i++) {
-		const char *hit = memmem(r->text + from, r->len - from, r->stop[i], r->stop_len[i]);
-
-		/* (a stop string made while min_tokens held them back does not count, as in vLLM) */
-		while (hit && (size_t)(hit - r->text) + r->stop_len[i] <= r->stop_floor)
-			hit = memmem(hit + 1, r->len - (size_t)(hit + 1 - r->text), r->stop[i],
-				     r->stop_len[i]);
-
-		if (hit && (best < 0 || hit - r->text < best))
-			best = hit - r->text;
-	}
-	return best;
-}
-
-/* The end of a request: its response (unless the client is gone), metrics, the log line. */
-static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why)
-{
-	const char *fin = finish_name(why);
-	const uint64_t now = dps_now_ns();
-
-	if (r->answered)
-		return;
-	if (r->ts) {
-		/* What the stream held back (an incomplete character at the very end). */
-		const char *rest;
-		size_t l;
-		long at;
-
-		if (!dps_tok_stream_flush(r->ts, &rest, &l) && l) {
-			const size_t from = r->len > r->max_stop ? r->len - r->max_stop : 0;
-
-			text_add(r, rest, l);
-			if (r->n_stop && r->n_gen > r->min_tokens && (at = find_stop(r, from)) >= 0) {
-				r->len = (size_t)at;
-				r->text[at] = '\0';
-				why = DPS_FINISH_STOP;
-			}
-		}
-	}
-	r->answered = 1;
-	f->requests[why < 8 ? why : 7]++;
-	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
-	if (r->n_gen > 1)
-		dps_fe_hist_add(&f->tpot, (double)(r->t_last - r->t_first) / 1e9 / (r->n_gen - 1));
-	log_request(f, r, fin);
-	if (r->conn_gone)
-		return;
-	if (!r->stream && why == DPS_FINISH_ERROR) {
-		dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_FAILED_MSG);
-		return;
-	}
-	dps_fe_respond_final(f, r, fin);
-}
-
-static void on_token(void *arg, void *user, int token)
-{
-	struct dps_frontend *f = arg;
-	struct fe_req *r = user;
-	const uint64_t now = dps_now_ns();
-	size_t l, from;
-	const char *piece;
-	long at;
-
-	if (r->answered)
-		return;
-	if (r->n_gen == r->cap_gen) {
-		int *p = realloc(r->gen, sizeof(int) * (size_t)(r->cap_gen ? 2 * r->cap_gen : 64));
-
-		if (!p)
-			return;
-		r->gen = p;
-		r->cap_gen = r->cap_gen ? 2 * r->cap_gen : 64;
-	}
-	r->gen[r->n_gen++] = token;
-	f->gen_tokens++;
-	if (!r->t_first) {
-		r->t_first = now;
-		dps_fe_hist_add(&f->ttft, (double)(now - r->t_arrive) / 1e9);
-	} else {
-		dps_fe_hist_add(&f->itl, (double)(now - r->t_last) / 1e9);
-	}
-	r->t_last = now;
-	from = r->len > r->max_stop ? r->len - r->max_stop : 0;
-	if (r->ts && !dps_tok_stream_step(r->ts, token, &piece, &l) && l)
-		text_add(r, piece, l);
-	if (r->n_gen <= r->min_tokens)
-		r->stop_floor = r->len;
-	else if (r->n_stop && r->text && (at = find_stop(r, from)) >= 0) {
-		/* A stop string: the text ends before it, and the engine stops the request. */
-		r->len = (size_t)at;
-		r->text[at] = '\0';
-		if (f->client)
-			dps_engine_cancel(f->client, r->eid);
-		finish(f, r, DPS_FINISH_STOP);
-		return;
-	}
-	if (r->stream)
-		dps_fe_stream_text(f, r, showable(r));
-}
-
-static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
-{
-	struct dps_frontend *f = arg;
-	struct fe_req *r = user;
-
-	(void)n_gen;
-	finish(f, r, why);
-	req_free(f, r);
-}
-
-static void on_stats(void *arg, int replica, const struct dps_engine_stats *st, int final)
-{
-	struct dps_frontend *f = arg;
-
-	(void)final;
-	if (replica >= 0 && replica < f->o.dp)
-		f->rep[replica] = *st;
-}
-
-static void on_ready(void *arg)
-{
-	struct dps_frontend *f = arg;
-
-	if (f->state == DPS_FE_LOADING || f->state == DPS_FE_RECOVERING) {
-		f->state = DPS_FE_READY;
-		dps_info("the model is loaded on every rank: serving");
-	}
-}
-
-const struct dps_engine_cb dps_frontend_engine_cb = { on_token, on_done, on_stats, NULL,
-						       on_ready };
-
 /* ---- endpoints ------------------------------------------------------------------------------- */
 
 static int authorized(const struct dps_frontend *f, const char *auth)
@@ -295,7 +68,6 @@ static void job_error(struct dps_frontend *f, const struct dps_prep_job *job)
 static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 {
 	struct dps_request *q = &job->req;
-	struct fe_req *r;
 	char err[512];
 	const char *why = unavailable(f);
 
@@ -317,54 +89,8 @@ static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 		dps_fe_send_error(f, job->conn, 404, "not_found_error", err);
 		return;
 	}
-	r = calloc(1, sizeof(*r));
-	if (!r || (f->o.lim.tok && !job->ts)) {
-		free(r);
+	if (dps_fe_submit(f, job))
 		dps_fe_send_error(f, job->conn, 500, "internal_error", "out of memory");
-		return;
-	}
-	r->f = f;
-	r->ts = job->ts; /* primed by the worker */
-	job->ts = NULL;
-	r->conn = job->conn;
-	r->stream = q->stream;
-	r->include_usage = q->include_usage;
-	r->chat = q->chat;
-	r->created = (long)time(NULL);
-	snprintf(r->id, sizeof(r->id), "%s-%llx%06llx", r->chat ? "chatcmpl" : "cmpl",
-		 (unsigned long long)f->started, (unsigned long long)++f->seq);
-	r->n_prompt = q->n_prompt;
-	r->t_arrive = job->t_arrive;
-	for (int i = 0; i < q->n_stop; i++) {
-		const size_t l = strlen(q->stop[i]);
-
-		r->stop[i] = q->stop[i];
-		r->stop_len[i] = l;
-		q->stop[i] = NULL;
-		r->max_stop = l > r->max_stop ? l : r->max_stop;
-	}
-	r->n_stop = q->n_stop;
-	q->n_stop = 0;
-	r->min_tokens = q->p.min_tokens;
-	if (!q->has_seed) /* an unseeded request draws its own sequence */
-		q->p.sampling.seed = (uint64_t)dps_now_ns() ^ (f->seq * 0x9E3779B97F4A7C15ull);
-	{
-		struct dps_engine_req er = { q->prompt, q->n_prompt, q->p, -1, r };
-
-		r->eid = dps_engine_submit(f->client, &er);
-	}
-	if (r->eid < 0) {
-		dps_fe_send_error(f, job->conn, 500, "internal_error", "cannot queue the request");
-		for (int i = 0; i < r->n_stop; i++)
-			free(r->stop[i]);
-		dps_tok_stream_free(r->ts);
-		free(r);
-		return;
-	}
-	f->prompt_tokens += (uint64_t)r->n_prompt;
-	list_add(f, r);
-	if (r->stream)
-		dps_fe_stream_begin(f, r);
 }
 
 static void job_unlink(struct dps_frontend *f, struct dps_prep_job *job)
@@ -687,7 +413,7 @@ void dps_frontend_free(struct dps_frontend *f)
 	if (!f)
 		return;
 	while (f->head)
-		req_free(f, f->head);
+		dps_fe_req_free(f, f->head);
 	dps_prep_free(f->prep); /* the jobs still in flight go with it */
 	free(f->rep);
 	free(f);
@@ -724,8 +450,8 @@ void dps_frontend_fail_all(struct dps_frontend *f, const char *why, int restart)
 		dps_engine_fail_all(f->client, DPS_FINISH_ERROR);
 	/* Anything the client did not know (never reached it) ends too. */
 	while (f->head) {
-		finish(f, f->head, DPS_FINISH_ERROR);
-		req_free(f, f->head);
+		dps_fe_finish(f, f->head, DPS_FINISH_ERROR);
+		dps_fe_req_free(f, f->head);
 	}
 	for (int d = 0; d < f->o.dp; d++) {
 		f->base.preemptions += f->rep[d].preemptions;

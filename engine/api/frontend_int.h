@@ -27,8 +27,25 @@ struct hist {
 	"the engine failed while running this request (a rank died, or the service stopped); " \
 	"it was not completed: send it again"
 
+/* An HTTP request of the API: its choices (one fe_req each) and what they share. */
+struct fe_group {
+	int n_choices, n_open;        /* choices; those not finished yet */
+	int n_refs;                   /* choices not freed yet */
+	int failed;                   /* a choice failed: a whole body becomes a 500 */
+	int stream_started;
+	char id[40];
+	long created;
+	long prompt_tokens;           /* usage: each prompt once */
+	long gen_tokens;              /* usage: every choice's */
+	char **body;                  /* (n_choices) each finished choice's JSON object (a whole
+				       * body), malloc'd */
+	size_t *body_len;
+};
+
 struct fe_req {
 	struct dps_frontend *f;
+	struct fe_group *g;           /* the HTTP request this choice is of */
+	int index;                    /* the choice's "index": prompt i's sample j is i * n + j */
 	struct fe_req *prev, *next;   /* the list of requests in flight */
 	uint64_t conn;
 	int conn_gone;
@@ -37,6 +54,10 @@ struct fe_req {
 	char id[40];
 	long created;
 	int n_prompt;                 /* prompt length */
+	size_t text0;                 /* bytes of text that are the prompt echoed ("echo") */
+	int want_lp;                  /* "logprobs": lps holds every generated token's */
+	struct dps_token_logprobs *lps; /* (cap_gen) */
+	long lp_offset;               /* completions: the next token's text_offset */
 	int chat;                     /* answered as chat.completion(.chunk) */
 	struct dps_tok_stream *ts;    /* the text of the tokens (NULL: no tokenizer) */
 	int *gen, n_gen, cap_gen;
@@ -75,6 +96,16 @@ struct dps_frontend {
 	int n_jobs;                   /* on that list */
 	int poll_armed;
 };
+
+/* ---- choice.c -------------------------------------------------------------------------------- */
+
+/* A request the worker parsed (job->req): its choices to the engine. 0 or -ENOMEM (the caller
+ * answers 500). */
+int dps_fe_submit(struct dps_frontend *f, struct dps_prep_job *job);
+/* The end of choice r: its part of the response (unless the client is gone), metrics, the log
+ * line; once per choice. */
+void dps_fe_finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why);
+void dps_fe_req_free(struct dps_frontend *f, struct fe_req *r);
 
 /* ---- respond.c ------------------------------------------------------------------------------- */
 

@@ -35,7 +35,9 @@ void dps_prep_job_free(struct dps_prep_job *job)
 	if (!job)
 		return;
 	dps_request_free(&job->req);
-	dps_tok_stream_free(job->ts);
+	for (int i = 0; i < job->n_ts; i++)
+		dps_tok_stream_free(job->ts[i]);
+	free(job->ts);
 	free(job->body);
 	free(job->resp);
 	free(job);
@@ -52,10 +54,20 @@ void dps_prep_run(const struct dps_req_limits *lim, const char *model_name,
 					    job->kind == DPS_PREP_CHAT ? DPS_REQ_CHAT
 								       : DPS_REQ_COMPLETIONS,
 					    lim, &job->req, job->err, sizeof(job->err));
-		/* The request's text decoder, primed with its prompt here, off the loop too. */
-		if (!job->rc && lim->tok)
-			job->rc = dps_tok_stream_new(&job->ts, lim->tok, job->req.prompt,
-						     (size_t)job->req.n_prompt, DPS_TOK_SKIP_SPECIAL);
+		/* Each choice's text decoder, primed with its prompt here, off the loop too: choice
+		 * c is prompt c / n's. */
+		if (!job->rc && lim->tok) {
+			const int n = job->req.n_prompts * job->req.n;
+
+			job->ts = calloc((size_t)n, sizeof(*job->ts));
+			job->rc = job->ts ? 0 : -ENOMEM;
+			for (int c = 0; c < n && !job->rc; c++, job->n_ts++) {
+				const struct dps_req_prompt *pr = &job->req.prompts[c / job->req.n];
+
+				job->rc = dps_tok_stream_new(&job->ts[c], lim->tok, pr->ids,
+							     (size_t)pr->n, DPS_TOK_SKIP_SPECIAL);
+			}
+		}
 		if (job->rc == -ENOMEM)
 			snprintf(job->err, sizeof(job->err), "out of memory");
 		break;

@@ -36,7 +36,9 @@ struct dps_prep_job {
 	int rc;
 	char err[512];
 	struct dps_request req;       /* COMPLETIONS, CHAT */
-	struct dps_tok_stream *ts;    /* COMPLETIONS, CHAT with a tokenizer: primed with the prompt */
+	struct dps_tok_stream **ts;   /* (n_ts) COMPLETIONS, CHAT with a tokenizer: each choice's,
+				       * primed with its prompt */
+	int n_ts;
 	char *resp;                   /* TOKENIZE, DETOKENIZE: the JSON body (malloc'd) */
 	size_t resp_len;
 };

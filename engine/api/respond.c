@@ -6,14 +6,19 @@
  * reason, the usage when asked, and "data: [DONE]"). Every response and chunk carries the
  * server's system_fingerprint; under stream_options.include_usage every chunk but the last has
  * "usage": null, as OpenAI's; the finish chunk of a stream the engine failed carries an
- * "error" object, since its status (200) went out long before. Called by frontend.c on the
- * loop thread.
+ * "error" object, since its status (200) went out long before. A request of several choices
+ * (prompts x n) streams each choice's chunks with its "index" as they come, and ends the stream
+ * (usage, [DONE]) after the last choice finished; its whole body waits for every choice. With
+ * "logprobs", each chunk and choice carries its tokens' log-probabilities: completions'
+ * {tokens, token_logprobs, top_logprobs, text_offset}, chat's {content: [{token, logprob,
+ * bytes, top_logprobs}]}. Called by choice.c on the loop thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/json.h"
+#include "engine/model/tok.h"
 #include "engine/api/frontend_int.h"
 
 void dps_fe_send_error(struct dps_frontend *f, uint64_t conn, int status, const char *type,
@@ -61,47 +66,210 @@ static void send_event(struct dps_frontend *f, struct fe_req *r, char *ev, size_
 	free(ev);
 }
 
+/*
+ * The text of token id by itself, as vLLM decodes each logprob's token (malloc'd; NULL when out
+ * of memory); without a tokenizer "token_id:ID", vLLM's form for tokens as ids.
+ */
+static char *token_text(const struct dps_frontend *f, int id, size_t *len)
+{
+	char *s = NULL;
+
+	if (f->o.lim.tok)
+		return dps_tok_decode(f->o.lim.tok, &id, 1, 0, &s, len) ? NULL : s;
+	s = malloc(32);
+	if (s)
+		*len = (size_t)snprintf(s, 32, "token_id:%d", id);
+	return s;
+}
+
+/* A log-probability as JSON: -inf (and NaN) as -9999.0, as vLLM and OpenAI write it. */
+static void lp_num(FILE *o, float x)
+{
+	if (x > -9999.0f)
+		fprintf(o, "%.9g", (double)x);
+	else
+		fprintf(o, "-9999.0");
+}
+
+/* Characters (UTF-8 lead bytes) of s, for text_offset. */
+static long code_points(const char *s, size_t n)
+{
+	long c = 0;
+
+	for (size_t i = 0; i < n; i++)
+		c += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return c;
+}
+
+/* Completions' top_logprobs entry of one position: the sampled token, then the top k (a
+ * token already written, by its text, is not written twice: its JSON key would repeat). */
+static void lp_top_dict(FILE *o, const struct dps_frontend *f, const struct dps_token_logprobs *t)
+{
+	char *seen[DPS_MAX_LOGPROBS + 1];
+	size_t seen_len[DPS_MAX_LOGPROBS + 1];
+	int n_seen = 0;
+
+	fprintf(o, "{");
+	for (int j = -1; j < t->n_top; j++) {
+		const int id = j < 0 ? t->token : t->top[j].id;
+		size_t l = 0;
+		char *s;
+		int dup = 0;
+
+		if (j >= 0 && id == t->token)
+			continue;
+		s = token_text(f, id, &l);
+		if (!s)
+			continue;
+		for (int k = 0; k < n_seen && !dup; k++)
+			dup = seen_len[k] == l && !memcmp(seen[k], s, l);
+		if (dup) {
+			free(s);
+			continue;
+		}
+		fprintf(o, "%s", n_seen ? ", " : "");
+		dps_json_text(o, s, l);
+		fprintf(o, ": ");
+		lp_num(o, j < 0 ? t->logprob : t->top[j].logprob);
+		seen[n_seen] = s;
+		seen_len[n_seen++] = l;
+	}
+	fprintf(o, "}");
+	for (int k = 0; k < n_seen; k++)
+		free(seen[k]);
+}
+
+/* Completions' logprobs of r's tokens [a, b): text_offset continues from r->lp_offset. */
+static void lp_completions(FILE *o, const struct dps_frontend *f, struct fe_req *r, int a, int b)
+{
+	long *off = malloc(sizeof(long) * (size_t)(b > a ? b - a : 1));
+
+	fprintf(o, "{\"tokens\": [");
+	for (int i = a; i < b; i++) {
+		size_t l = 0;
+		char *s = token_text(f, r->gen[i], &l);
+
+		fprintf(o, "%s", i > a ? ", " : "");
+		dps_json_text(o, s ? s : "", s ? l : 0);
+		if (off)
+			off[i - a] = r->lp_offset;
+		r->lp_offset += s ? code_points(s, l) : 0;
+		free(s);
+	}
+	fprintf(o, "], \"token_logprobs\": [");
+	for (int i = a; i < b; i++) {
+		fprintf(o, "%s", i > a ? ", " : "");
+		lp_num(o, r->lps[i].logprob);
+	}
+	fprintf(o, "], \"top_logprobs\": [");
+	for (int i = a; i < b; i++) {
+		fprintf(o, "%s", i > a ? ", " : "");
+		lp_top_dict(o, f, &r->lps[i]);
+	}
+	fprintf(o, "], \"text_offset\": [");
+	for (int i = a; i < b && off; i++)
+		fprintf(o, "%s%ld", i > a ? ", " : "", off[i - a]);
+	fprintf(o, "]}");
+	free(off);
+}
+
+/* One {"token", "logprob", "bytes"} of chat (the bytes: the token's own, as OpenAI's). */
+static void lp_chat_token(FILE *o, const struct dps_frontend *f, int id, float lp)
+{
+	size_t l = 0;
+	char *s = token_text(f, id, &l);
+
+	fprintf(o, "\"token\": ");
+	dps_json_text(o, s ? s : "", s ? l : 0);
+	fprintf(o, ", \"logprob\": ");
+	lp_num(o, lp);
+	fprintf(o, ", \"bytes\": [");
+	for (size_t i = 0; s && i < l; i++)
+		fprintf(o, "%s%u", i ? ", " : "", (unsigned)(unsigned char)s[i]);
+	fprintf(o, "]");
+	free(s);
+}
+
+/* Chat's logprobs of r's tokens [a, b): top_logprobs the k likeliest, likeliest first. */
+static void lp_chat(FILE *o, const struct dps_frontend *f, const struct fe_req *r, int a, int b)
+{
+	fprintf(o, "{\"content\": [");
+	for (int i = a; i < b; i++) {
+		const struct dps_token_logprobs *t = &r->lps[i];
+
+		fprintf(o, "%s{", i > a ? ", " : "");
+		lp_chat_token(o, f, t->token, t->logprob);
+		fprintf(o, ", \"top_logprobs\": [");
+		for (int j = 0; j < t->n_top; j++) {
+			fprintf(o, "%s{", j ? ", " : "");
+			lp_chat_token(o, f, t->top[j].id, t->top[j].logprob);
+			fprintf(o, "}");
+		}
+		fprintf(o, "]}");
+	}
+	fprintf(o, "]}");
+}
+
+/* "logprobs": of r's tokens [a, b), or null when r did not ask for them. */
+static void logprobs(FILE *o, const struct dps_frontend *f, struct fe_req *r, int a, int b)
+{
+	fprintf(o, ", \"logprobs\": ");
+	if (!r->want_lp)
+		fprintf(o, "null");
+	else if (r->chat)
+		lp_chat(o, f, r, a, b);
+	else
+		lp_completions(o, f, r, a, b);
+}
+
 void dps_fe_stream_begin(struct dps_frontend *f, struct fe_req *r)
 {
 	char *ev = NULL;
 	size_t n = 0;
 	FILE *o;
 
-	dps_http_stream_start(f->http, r->conn, 200, "text/event-stream");
+	if (!r->g->stream_started) {
+		dps_http_stream_start(f->http, r->conn, 200, "text/event-stream");
+		r->g->stream_started = 1;
+	}
 	if (!r->chat)
 		return;
 	o = open_memstream(&ev, &n);
 	if (!o)
 		return;
 	chunk_head(o, f, r, 1);
-	fprintf(o, ", \"choices\": [{\"index\": 0, \"delta\": {\"role\": \"assistant\", "
-		   "\"content\": \"\"}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
+	fprintf(o, ", \"choices\": [{\"index\": %d, \"delta\": {\"role\": \"assistant\", "
+		   "\"content\": \"\"}, \"logprobs\": null, \"finish_reason\": null}]}\n\n", r->index);
 	fclose(o);
 	send_event(f, r, ev, n);
 }
 
 void dps_fe_stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
 {
+	const int new_ids = r->ids_emitted < r->n_gen;
 	char *ev = NULL;
 	size_t n = 0;
 	FILE *o;
 
 	if (upto < r->emitted)
 		upto = r->emitted;
-	if (r->conn_gone || (upto == r->emitted && (r->chat || r->ids_emitted == r->n_gen)))
+	if (r->conn_gone || (upto == r->emitted && (r->chat ? !(r->want_lp && new_ids) : !new_ids)))
 		return;
 	o = open_memstream(&ev, &n);
 	if (!o)
 		return;
 	chunk_head(o, f, r, 1);
 	if (r->chat) {
-		fprintf(o, ", \"choices\": [{\"index\": 0, \"delta\": {\"content\": ");
+		fprintf(o, ", \"choices\": [{\"index\": %d, \"delta\": {\"content\": ", r->index);
 		dps_json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
-		fprintf(o, "}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
+		fprintf(o, "}");
+		logprobs(o, f, r, r->ids_emitted, r->n_gen);
+		fprintf(o, ", \"finish_reason\": null}]}\n\n");
 	} else {
-		fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
+		fprintf(o, ", \"choices\": [{\"index\": %d, \"text\": ", r->index);
 		dps_json_text(o, r->text ? r->text + r->emitted : "", upto - r->emitted);
-		fprintf(o, ", \"logprobs\": null, \"finish_reason\": null, \"token_ids\": [");
+		logprobs(o, f, r, r->ids_emitted, r->n_gen);
+		fprintf(o, ", \"finish_reason\": null, \"token_ids\": [");
 		for (int i = r->ids_emitted; i < r->n_gen; i++)
 			fprintf(o, "%s%d", i > r->ids_emitted ? ", " : "", r->gen[i]);
 		fprintf(o, "]}]}\n\n");
@@ -112,15 +280,66 @@ void dps_fe_stream_text(struct dps_frontend *f, struct fe_req *r, size_t upto)
 	r->ids_emitted = r->n_gen;
 }
 
-static void usage(FILE *o, const struct fe_req *r)
+static void usage(FILE *o, const struct fe_group *g)
 {
-	fprintf(o, "\"usage\": {\"prompt_tokens\": %d, \"completion_tokens\": %d, "
-		   "\"total_tokens\": %d}", r->n_prompt, r->n_gen, r->n_prompt + r->n_gen);
+	fprintf(o, "\"usage\": {\"prompt_tokens\": %ld, \"completion_tokens\": %ld, "
+		   "\"total_tokens\": %ld}", g->prompt_tokens, g->gen_tokens,
+		g->prompt_tokens + g->gen_tokens);
+}
+
+/* The stream's end after its last choice: the usage when asked, [DONE]. */
+static void stream_end(struct dps_frontend *f, struct fe_req *r)
+{
+	char *body = NULL;
+	size_t n = 0;
+	FILE *o = open_memstream(&body, &n);
+
+	if (!o)
+		return;
+	if (r->include_usage) {
+		chunk_head(o, f, r, 0);
+		fprintf(o, ", \"choices\": [], ");
+		usage(o, r->g);
+		fprintf(o, "}\n\n");
+	}
+	fprintf(o, "data: [DONE]\n\n");
+	fclose(o);
+	dps_http_stream_write(f->http, r->conn, body, n);
+	dps_http_stream_end(f->http, r->conn);
+	free(body);
+}
+
+/* The whole body after the last choice: every choice's object in index order, the usage. */
+static void body_end(struct dps_frontend *f, struct fe_req *r)
+{
+	const struct fe_group *g = r->g;
+	const char *model = f->o.model_name;
+	char *body = NULL;
+	size_t n = 0;
+	FILE *o = open_memstream(&body, &n);
+
+	if (!o)
+		return;
+	fprintf(o, "{\"id\": \"%s\", \"object\": \"%s\", \"created\": %ld, \"model\": ", r->id,
+		r->chat ? "chat.completion" : "text_completion", r->created);
+	dps_json_string(o, model, strlen(model));
+	fingerprint(o, f);
+	fprintf(o, ", \"choices\": [");
+	for (int c = 0; c < g->n_choices; c++) {
+		fprintf(o, "%s", c ? ", " : "");
+		if (g->body[c])
+			fwrite(g->body[c], 1, g->body_len[c], o);
+	}
+	fprintf(o, "], ");
+	usage(o, g);
+	fprintf(o, "}\n");
+	fclose(o);
+	dps_http_respond(f->http, r->conn, 200, "application/json", body, n, NULL, 0);
+	free(body);
 }
 
 void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *fin)
 {
-	const char *model = f->o.model_name;
 	char *body = NULL;
 	size_t n = 0;
 	FILE *o;
@@ -133,48 +352,42 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 	if (r->stream) {
 		chunk_head(o, f, r, 1);
 		if (r->chat)
-			fprintf(o, ", \"choices\": [{\"index\": 0, \"delta\": {}, \"logprobs\": null, "
-				   "\"finish_reason\": \"%s\"}]", fin);
+			fprintf(o, ", \"choices\": [{\"index\": %d, \"delta\": {}, \"logprobs\": null, "
+				   "\"finish_reason\": \"%s\"}]", r->index, fin);
 		else
-			fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": \"\", \"logprobs\": "
-				   "null, \"finish_reason\": \"%s\"}]", fin);
+			fprintf(o, ", \"choices\": [{\"index\": %d, \"text\": \"\", \"logprobs\": "
+				   "null, \"finish_reason\": \"%s\"}]", r->index, fin);
 		if (!strcmp(fin, "error"))
 			fprintf(o, ", \"error\": {\"message\": \"%s\", \"type\": \"internal_error\", "
 				   "\"code\": 500}", DPS_FE_FAILED_MSG);
 		fprintf(o, "}\n\n");
-		if (r->include_usage) {
-			chunk_head(o, f, r, 0);
-			fprintf(o, ", \"choices\": [], ");
-			usage(o, r);
-			fprintf(o, "}\n\n");
-		}
-		fprintf(o, "data: [DONE]\n\n");
 		fclose(o);
 		dps_http_stream_write(f->http, r->conn, body, n);
-		dps_http_stream_end(f->http, r->conn);
 		free(body);
+		if (!r->g->n_open)
+			stream_end(f, r);
 		return;
 	}
-	fprintf(o, "{\"id\": \"%s\", \"object\": \"%s\", \"created\": %ld, \"model\": ", r->id,
-		r->chat ? "chat.completion" : "text_completion", r->created);
-	dps_json_string(o, model, strlen(model));
-	fingerprint(o, f);
 	if (r->chat) {
-		fprintf(o, ", \"choices\": [{\"index\": 0, \"message\": {\"role\": \"assistant\", "
-			   "\"content\": ");
+		fprintf(o, "{\"index\": %d, \"message\": {\"role\": \"assistant\", \"content\": ",
+			r->index);
 		dps_json_text(o, r->text ? r->text : "", r->len);
-		fprintf(o, "}, \"logprobs\": null, \"finish_reason\": \"%s\"}], ", fin);
+		fprintf(o, "}");
+		logprobs(o, f, r, 0, r->n_gen);
+		fprintf(o, ", \"finish_reason\": \"%s\"}", fin);
 	} else {
-		fprintf(o, ", \"choices\": [{\"index\": 0, \"text\": ");
+		fprintf(o, "{\"index\": %d, \"text\": ", r->index);
 		dps_json_text(o, r->text ? r->text : "", r->len);
-		fprintf(o, ", \"logprobs\": null, \"finish_reason\": \"%s\", \"token_ids\": [", fin);
+		logprobs(o, f, r, 0, r->n_gen);
+		fprintf(o, ", \"finish_reason\": \"%s\", \"token_ids\": [", fin);
 		for (int i = 0; i < r->n_gen; i++)
 			fprintf(o, "%s%d", i ? ", " : "", r->gen[i]);
-		fprintf(o, "]}], ");
+		fprintf(o, "]}");
 	}
-	usage(o, r);
-	fprintf(o, "}\n");
 	fclose(o);
-	dps_http_respond(f->http, r->conn, 200, "application/json", body, n, NULL, 0);
-	free(body);
+	free(r->g->body[r->index]);
+	r->g->body[r->index] = body;
+	r->g->body_len[r->index] = n;
+	if (!r->g->n_open)
+		body_end(f, r);
 }
