@@ -5,15 +5,17 @@
  * /v1/chat/completions (DPS_REQ_CHAT), as the OpenAI API and vLLM define them, and a line of
  * `dpshard generate --requests FILE.jsonl` (DPS_REQ_LINE):
  *
- *   {"model": "m", "prompt": "Once upon a time" | [1, 403, 407], "max_tokens": 16,
+ *   {"model": "m", "prompt": "Once upon a time" | [1, 403, 407] | ["a", "b"] | [[1], [2, 3]],
+ *    "max_tokens": 16, "n": 2, "echo": false, "logprobs": 5,
  *    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "seed": 7, "stop": "\n" | ["a", "b"],
- *    "stop_token_ids": [13], "n": 1, "stream": false, "add_special_tokens": true,
+ *    "stop_token_ids": [13], "stream": false, "add_special_tokens": true,
  *    "stream_options": {"include_usage": true}, "timeout_ms": 5000, "ignore_eos": false,
  *    "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.5,
  *    "frequency_penalty": 0.5, "min_tokens": 4, "logit_bias": {"13": -100}}
  *   {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 64,
  *    "add_generation_prompt": true, "continue_final_message": false, "tools": [...],
- *    "chat_template_kwargs": {...}, ... the sampling fields above}
+ *    "chat_template_kwargs": {...}, "logprobs": true, "top_logprobs": 3, ... the sampling
+ *    fields above}
  *   {"prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.8, "seed": 7,
  *    "stop_ids": [13], "replica": 1, "timeout_ms": 5000}
  *
@@ -32,9 +34,13 @@
  * DPS_MAX_BIAS; biases clamped to [-100, 100], an id given twice keeps the last); the prompt and
  * max_tokens within max_model_len when the limits give one: a text that cannot fit is refused
  * as soon as that is certain, without encoding it all. Only over HTTP: "model", "stream",
- * "stream_options", "stop" strings, and fields of vLLM's and OpenAI's requests that this
- * server does not compute, accepted only at their neutral value and otherwise refused by name
- * (n, best_of, echo, logprobs, suffix, response_format other than text, guided_*,
+ * "stream_options", "stop" strings; completions' list of prompts (texts or id lists, each
+ * with the rules of one; a list of one is one prompt), "n" (prompts x n at most
+ * DPS_REQ_MAX_CHOICES; "best_of" only equal to it), "echo" (completions; it needs a
+ * tokenizer and is refused with logprobs), "logprobs" (completions: 0 to DPS_MAX_LOGPROBS;
+ * chat: a boolean, with "top_logprobs" in that range); and fields of vLLM's and OpenAI's
+ * requests that this server does not compute, accepted only at their neutral value and
+ * otherwise refused by name (prompt_logprobs, suffix, response_format other than text, guided_*,
  * structured_outputs, allowed_token_ids, tool_choice other than "none"/"auto", ...: the table
  * in request.c); other unknown fields (user, metadata, ...) are ignored, as vLLM does. Only in
  * a line: "replica"; unknown fields are refused.
