@@ -6,13 +6,14 @@ dist/dpshard.service confines the service with SystemCallFilter= (and SystemCall
 EPERM): a call outside the filter fails, and a serve that needs it breaks only in production.
 This test runs the real binary under `strace -f -c` as the unit would run it: two TP ranks with
 the default placement (`--cpu-bind auto`: sched_setaffinity, libnuma), the default model
-(stories260K), a log file, a notify socket with a watchdog, through completions streaming and
-not, /health and /metrics, SIGKILL of a rank and its recovery, SIGHUP through /bin/kill (the
-unit's ExecReload, traced too) and the SIGTERM drain. The oracle for what is allowed is systemd
-itself: the unit's SystemCallFilter= lines are read in order, as systemd reads them (the first
-decides allow-list or deny-list, an allow-list starts from @default, `~` takes away, a later
-line gives back), and each @group is expanded with `systemd-analyze syscall-filter` at test
-time. Every traced call outside the set is reported by name. The checker must also fail: a
+(stories260K), the flags in a --config file, a log file, a notify socket with a watchdog,
+through completions streaming and not, /health and /metrics, SIGKILL of a rank and its
+recovery, SIGHUP through /bin/kill (the unit's ExecReload, traced too) and the SIGTERM drain;
+then one rank on a Unix socket (the sample configuration's other listener) until SIGTERM.
+The oracle for what is allowed is systemd itself: the unit's SystemCallFilter= lines are read
+in order, as systemd reads them (the first decides allow-list or deny-list, an allow-list
+starts from @default, `~` takes away, a later line gives back), and each @group is expanded
+with `systemd-analyze syscall-filter` at test time. Every traced call outside the set is reported by name. The checker must also fail: a
 deliberately small filter (@default alone) must be reported as missing io_uring_setup and
 pidfd_open, and the ordering rules are checked on filters whose answer is known.
 Without strace or systemd-analyze (or when strace cannot trace here) it exits 77 saying why,
@@ -174,10 +175,13 @@ def traced_serve(tmp, strace):
     sock.bind(ns)
     env = dict(os.environ, NOTIFY_SOCKET=ns, WATCHDOG_USEC="2000000")
     out = open(os.path.join(tmp, "strace.out"), "w")
+    # The flags in a --config file, as the unit's ExecStart gives them.
+    conf = os.path.join(tmp, "serve.conf")
+    with open(conf, "w") as f:
+        f.write("port: 0\ntensor-parallel-size: 2\nkv-cache-memory: 16M\n"
+                "shutdown-timeout: 30\nlog-file: %s\n" % log)
     p = subprocess.Popen([strace, "-f", "-qq", "-c", "-o", trace, "--", DPSHARD, "serve",
-                          "--port", "0", "--tensor-parallel-size", "2", "--kv-cache-memory", "16M",
-                          "--shutdown-timeout", "30", "--log-file", log],
-                         stdout=out, stderr=out, env=env)
+                          "--config", conf], stdout=out, stderr=out, env=env)
     try:
         port, deadline = None, time.time() + 120
         while port is None and time.time() < deadline and p.poll() is None:
@@ -234,6 +238,43 @@ def traced_serve(tmp, strace):
     return calls
 
 
+def traced_unix(tmp, strace):
+    """One rank serving on a Unix socket (the sample configuration's other listener), under
+    strace until SIGTERM; returns the set of calls (None if it broke)."""
+    trace, us = os.path.join(tmp, "unix.strace"), os.path.join(tmp, "dpshard.sock")
+    conf = os.path.join(tmp, "unix.conf")
+    with open(conf, "w") as f:
+        f.write("unix-socket: %s\nkv-cache-memory: 16M\n" % us)
+    out = open(os.path.join(tmp, "unix.out"), "w")
+    p = subprocess.Popen([strace, "-f", "-qq", "-c", "-o", trace, "--", DPSHARD, "serve",
+                          "--config", conf], stdout=out, stderr=out)
+    got, deadline = b"", time.time() + 120
+    try:
+        while not got.startswith(b"HTTP/1.1 200") and time.time() < deadline and p.poll() is None:
+            time.sleep(0.2)
+            try:
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.settimeout(30)
+                c.connect(us)
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                got = c.recv(4096)
+                c.close()
+            except OSError:
+                pass
+        check(got.startswith(b"HTTP/1.1 200"), "no answer on the traced Unix socket: %r" % got[:60])
+        serve = children(p.pid)
+        if serve:
+            os.kill(serve[0], signal.SIGTERM)
+        rc = p.wait(120)
+        check(rc == 0, "the traced Unix-socket server's exit: %d" % rc)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        out.close()
+    return strace_calls(trace) if check(os.path.exists(trace), "no strace summary (unix)") else None
+
+
 def main():
     if not DPSHARD:
         print("FAIL: DPSHARD is not set")
@@ -262,9 +303,10 @@ def main():
         return 1
 
     with tempfile.TemporaryDirectory(prefix="dps-unit-") as tmp:
-        calls = traced_serve(tmp, strace)
-    if calls is None:
+        calls, unix = traced_serve(tmp, strace), traced_unix(tmp, strace)
+    if calls is None or unix is None:
         return 1
+    calls |= unix
     gone = missing(calls, lines)
     check(not gone, "dpshard serve makes system calls that the unit's SystemCallFilter= does "
           "not allow (they would fail with EPERM): %s" % " ".join(gone))
