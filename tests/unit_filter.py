@@ -13,9 +13,10 @@ then one rank on a Unix socket (the sample configuration's other listener) until
 The oracle for what is allowed is systemd itself: the unit's SystemCallFilter= lines are read
 in order, as systemd reads them (the first decides allow-list or deny-list, an allow-list
 starts from @default, `~` takes away, a later line gives back), and each @group is expanded
-with `systemd-analyze syscall-filter` at test time. Every traced call outside the set is reported by name. The checker must also fail: a
-deliberately small filter (@default alone) must be reported as missing io_uring_setup and
-pidfd_open, and the ordering rules are checked on filters whose answer is known.
+with `systemd-analyze syscall-filter` at test time. Every traced call outside the set is
+reported by name. The checker must also fail: a deliberately small filter (@default alone)
+must be reported as missing io_uring_setup and pidfd_open, and the ordering rules are checked
+on filters whose answer is known.
 Without strace or systemd-analyze (or when strace cannot trace here) it exits 77 saying why,
 unless DPSHARD_REQUIRE_ORACLES=1 (CI), where that is a failure.
 Exit status: 0 pass, 1 fail, 77 skip.
