@@ -143,20 +143,20 @@ static void spec_metrics(struct dps_frontend *f, FILE *o, const char *name)
 	}
 	if (!t.spec_k)
 		return;
-	fprintf(o, "# HELP vllm:spec_decode_num_drafts Verifications of a draft.\n"
-		   "# TYPE vllm:spec_decode_num_drafts counter\n"
+	fprintf(o, "# HELP vllm:spec_decode_num_drafts_total Verifications of a draft.\n"
+		   "# TYPE vllm:spec_decode_num_drafts_total counter\n"
 		   "vllm:spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n"
-		   "# HELP vllm:spec_decode_num_draft_tokens Draft tokens verified.\n"
-		   "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+		   "# HELP vllm:spec_decode_num_draft_tokens_total Draft tokens verified.\n"
+		   "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
 		   "vllm:spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n"
-		   "# HELP vllm:spec_decode_num_accepted_tokens Draft tokens accepted.\n"
-		   "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+		   "# HELP vllm:spec_decode_num_accepted_tokens_total Draft tokens accepted.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
 		   "vllm:spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n",
 		name, (unsigned long long)t.spec_drafts, name,
 		(unsigned long long)t.spec_draft_tokens, name, (unsigned long long)t.spec_accepted);
-	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted at "
-		   "each draft position.\n"
-		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n");
+	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Draft tokens "
+		   "accepted at each draft position.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n");
 	for (int j = 0; j < t.spec_k && j < DPS_MAX_SPEC; j++)
 		fprintf(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
 			   "position=\"%d\"} %llu\n", name, j,
