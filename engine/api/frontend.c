@@ -158,9 +158,7 @@ static void finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	}
 	r->answered = 1;
 	f->requests[why < 8 ? why : 7]++;
-	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
-	if (r->n_gen > 1)
-		dps_fe_hist_add(&f->tpot, (double)(r->t_last - r->t_first) / 1e9 / (r->n_gen - 1));
+	dps_fe_metrics_finished(f, r, now);
 	log_request(f, r, fin);
 	if (r->conn_gone)
 		return;
@@ -224,7 +222,17 @@ static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
 
 	(void)n_gen;
 	finish(f, r, why);
+	if (r->t_sched && r->t_first)
+		dps_fe_metrics_phases(f, r);
 	req_free(f, r);
+}
+
+static void on_scheduled(void *arg, void *user, uint64_t t_ns)
+{
+	struct fe_req *r = user;
+
+	(void)arg;
+	r->t_sched = t_ns;
 }
 
 static void on_stats(void *arg, int replica, const struct dps_engine_stats *st, int final)
@@ -247,7 +255,7 @@ static void on_ready(void *arg)
 }
 
 const struct dps_engine_cb dps_frontend_engine_cb = { on_token, on_done, on_stats, NULL,
-						       on_ready };
+						       on_ready, on_scheduled };
 
 /* ---- endpoints ------------------------------------------------------------------------------- */
 
@@ -335,6 +343,7 @@ static void start_request(struct dps_frontend *f, struct dps_prep_job *job)
 		 (unsigned long long)f->started, (unsigned long long)++f->seq);
 	r->n_prompt = q->n_prompt;
 	r->t_arrive = job->t_arrive;
+	r->max_tokens = q->p.max_tokens;
 	for (int i = 0; i < q->n_stop; i++) {
 		const size_t l = strlen(q->stop[i]);
 

@@ -62,6 +62,15 @@ int dps_sup_send(int rank, const void *msg, size_t len)
 	return rc == -ETIMEDOUT ? -EAGAIN : rc;
 }
 
+int dps_sup_rank_pids(int *pids, int max)
+{
+	int n = 0;
+
+	for (; active && n < max && n < active->lay.world; n++)
+		pids[n] = (int)active->pids[n];
+	return n;
+}
+
 void dps_sup_stop(int signo)
 {
 	if (!active)

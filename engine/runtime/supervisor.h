@@ -97,6 +97,12 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
 int dps_sup_send(int rank, const void *msg, size_t len);
 
 /*
+ * From the supervisor, while dps_sup_run runs: the process ids of the first max ranks in
+ * pids (0 for a rank already reaped). Returns the ranks written, 0 outside dps_sup_run.
+ */
+int dps_sup_rank_pids(int *pids, int max);
+
+/*
  * From the supervisor, while dps_sup_run runs: stops the instance as signal signo would
  * (the ranks are aborted; dps_sup_run returns -DPS_EABORT with res.stop_signal = signo).
  */

@@ -229,6 +229,8 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 
 		if (!q || q->finished)
 			return;
+		if (m->t_scheduled && c->cb.scheduled)
+			c->cb.scheduled(c->cb.arg, q->user, m->t_scheduled);
 		creq_end(c, q, (enum dps_finish)m->finish, m->n_gen);
 	} else if (h.type == M_STATS && len >= sizeof(struct m_stats)) {
 		const struct m_stats *m = msg;

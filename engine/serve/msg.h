@@ -3,8 +3,9 @@
  * engine/serve/msg.h - the messages between the engine client (in the supervisor) and a
  * replica's TP rank 0, through the rank's rings (engine/runtime/world.h). Down: a request (its
  * header and the prompt, in as many messages as the ring's slots need), a cancellation, a
- * wake-up, the final stop. Up: the sampled tokens, a request's end with its finish reason,
- * the replica's counts (every DPS_ENGINE_STATS_MS and at exit), and "loaded" from every rank.
+ * wake-up, the final stop. Up: the sampled tokens, a request's end with its finish reason and
+ * the time of its first step, the replica's counts (every DPS_ENGINE_STATS_MS and at exit),
+ * and "loaded" from every rank.
  * Every field is checked by its reader before use.
  */
 #ifndef DPS_ENGINE_SERVE_MSG_H
@@ -48,6 +49,8 @@ struct m_tokens {
 struct m_done {
 	struct m_hdr h;
 	int32_t finish, n_gen;
+	uint64_t t_scheduled;  /* CLOCK_MONOTONIC ns of its first step on the replica (0: none);
+				* one clock for every process of the machine */
 };
 
 struct m_stats {

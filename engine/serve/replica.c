@@ -50,7 +50,7 @@ static void on_done(void *arg, struct dps_req *r)
 {
 	struct replica *R = arg;
 	struct m_done d = { { M_DONE, 0, (int64_t)r->id }, (int32_t)r->finish,
-			    r->n_ids - r->n_prompt };
+			    r->n_ids - r->n_prompt, r->t_scheduled };
 
 	flush_tokens(R);
 	send_up(R, &d, sizeof(d));
@@ -69,7 +69,7 @@ static struct dps_req *find_req(struct dps_sched *s, int64_t id)
 
 static void reject(struct replica *R, int64_t id)
 {
-	struct m_done d = { { M_DONE, 0, id }, DPS_FINISH_ERROR, 0 };
+	struct m_done d = { { M_DONE, 0, id }, DPS_FINISH_ERROR, 0, 0 };
 
 	send_up(R, &d, sizeof(d));
 }
