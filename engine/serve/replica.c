@@ -589,6 +589,12 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		float *logits = NULL;
 
 		dps_beat(); /* each turn of the loop is progress (the supervisor's hung-rank rule) */
+		/* A busy uncoupled replica may never wait: it must see a peer's failure here, or it
+		 * runs on until the supervisor's grace period ends and it is killed. */
+		if (dps_abort_raised(&w->ctl->abort)) {
+			rc = -DPS_EABORT;
+			break;
+		}
 		if (R.tp0) {
 			const uint64_t now = dps_now_ns();
 
