@@ -559,8 +559,15 @@ static void health(struct dps_frontend *f, uint64_t conn)
 	size_t n = 0;
 	FILE *o = open_memstream(&body, &n);
 
-	if (!o)
+	if (!o) { /* out of memory: the state alone, still an answer */
+		char small[64];
+		const int k = snprintf(small, sizeof(small), "{\"status\": \"%s\"}\n",
+				       state_name(f->state));
+
+		dps_http_respond(f->http, conn, ok ? 200 : 503, "application/json", small,
+				 (size_t)k, NULL, 0);
 		return;
+	}
 	fprintf(o, "{\"status\": \"%s\"", state_name(f->state));
 	if (f->state == DPS_FE_RECOVERING && f->reason[0]) {
 		fprintf(o, ", \"reason\": ");
