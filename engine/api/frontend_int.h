@@ -61,6 +61,7 @@ struct dps_frontend {
 	struct dps_http *http;
 	struct dps_engine_client *client;
 	enum dps_fe_state state;
+	char reason[512];             /* why the last failure happened, for /health (or "") */
 	struct fe_req *head;
 	int active;
 	long started;

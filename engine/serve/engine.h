@@ -138,8 +138,14 @@ void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why);
 /* Requests sent to each replica so far (dp entries). */
 const uint64_t *dps_engine_sent(const struct dps_engine_client *c);
 
-/* For dps_sup_opts: msg_fn and tick_fn with msg_arg = the client. */
+/* For dps_sup_opts: msg_fn, tick_fn and pending_fn with msg_arg = the client. */
 void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client);
 int dps_engine_tick(void *client);
+/*
+ * Whether world rank `rank` has work of this client to do now: every rank is loaded and its
+ * replica has requests queued or running (any replica, when the replicas are coupled). The
+ * hung-rank rule of the supervisor counts only that time.
+ */
+int dps_engine_rank_pending(int rank, void *client);
 
 #endif
