@@ -15,6 +15,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include <immintrin.h>
 
@@ -66,10 +67,11 @@ static int rows_in(size_t bytes, int k)
  * Assumptions: x is m x k, W is n x k, out is m x n with row stride ldo, all row-major, any
  * alignment. The W block is the outer loop, so W is read from memory once per call.
  */
-static void gemm_blocked(tile_fn *tile, float *restrict out, int ldo, const float *restrict x,
-			 const float *restrict W, int m, int n, int k)
+static void gemm_blocked(tile_fn *tile, int mb_max, float *restrict out, int ldo,
+			 const float *restrict x, const float *restrict W, int m, int n, int k)
 {
-	const int mb = rows_in(X_BLOCK_BYTES, k), nb = rows_in(W_BLOCK_BYTES, k);
+	const int mb_fit = rows_in(X_BLOCK_BYTES, k), nb = rows_in(W_BLOCK_BYTES, k);
+	const int mb = mb_fit < mb_max ? mb_fit : mb_max;
 
 	for (int r0 = 0; r0 < n; r0 += nb) {
 		const int r1 = n - r0 < nb ? n : r0 + nb;
@@ -187,7 +189,7 @@ tile_avx512(float *restrict out, int ldo, const float *restrict x, const float *
 void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 			 const float *restrict W, int m, int n, int k)
 {
-	gemm_blocked(tile_avx512, out, ldo, x, W, m, n, k);
+	gemm_blocked(tile_avx512, 1 << 20, out, ldo, x, W, m, n, k);
 }
 
 void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
@@ -199,24 +201,28 @@ void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
 /* ---- AVX2 with FMA -------------------------------------------------------------------- */
 
 /*
- * One half of block_avx2: lanes off .. off + 7 (off 0 or 8) of the accumulators of mr rows of
- * x against w[0..3], over all of k in order, into a (zeroed here).
+ * One half of block_avx2 over the columns [c0, c1) (c0 a multiple of 16; c1 too, or k): lanes
+ * off .. off + 7 (off 0 or 8) of the accumulators of mr rows of x against w[0..3], continued
+ * from acc[i][q][off ..] and left there.
  */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-half_avx2(__m256 a[3][GROUP], const float *restrict x, const float *const w[GROUP], int k,
-	  const int off, const int mr)
+half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[GROUP], int k,
+	  int c0, int c1, const int off, const int mr, const int pf)
 {
-	const int tail = k % 16, k16 = k - tail;
+	const int tail = c1 % 16, c16 = c1 - tail;
 	const int cnt = tail - off < 0 ? 0 : tail - off > 8 ? 8 : tail - off;
+	__m256 a[3][GROUP];
 
 #pragma GCC unroll 3
 	for (int i = 0; i < mr; i++)
-		a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_ps();
-	for (int c = off; c < k16; c += 16) {
+#pragma GCC unroll 4
+		for (int q = 0; q < GROUP; q++)
+			a[i][q] = _mm256_loadu_ps(acc[i][q] + off);
+	for (int c = c0 + off; c < c16; c += 16) {
 		const __m256 w0v = _mm256_loadu_ps(w[0] + c), w1v = _mm256_loadu_ps(w[1] + c);
 		const __m256 w2v = _mm256_loadu_ps(w[2] + c), w3v = _mm256_loadu_ps(w[3] + c);
 
-		if (!off) { /* one prefetch per line of the next four rows */
+		if (pf && !off) { /* one prefetch per line of the next four rows */
 			_mm_prefetch((const char *)(w[0] + 4 * (size_t)k + c), _MM_HINT_T0);
 			_mm_prefetch((const char *)(w[0] + 5 * (size_t)k + c), _MM_HINT_T0);
 			_mm_prefetch((const char *)(w[0] + 6 * (size_t)k + c), _MM_HINT_T0);
@@ -235,7 +241,7 @@ half_avx2(__m256 a[3][GROUP], const float *restrict x, const float *const w[GROU
 	if (cnt) {
 		const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt),
 							_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-		const int c = k16 + off;
+		const int c = c16 + off;
 		const __m256 w0v = _mm256_maskload_ps(w[0] + c, mask);
 		const __m256 w1v = _mm256_maskload_ps(w[1] + c, mask);
 		const __m256 w2v = _mm256_maskload_ps(w[2] + c, mask);
@@ -251,64 +257,83 @@ half_avx2(__m256 a[3][GROUP], const float *restrict x, const float *const w[GROU
 			a[i][3] = _mm256_fmadd_ps(w3v, xv, a[i][3]);
 		}
 	}
-}
-
-/*
- * As block_avx512 with mr <= 3: lanes 0..7 of every accumulator over all of k first, parked in
- * part, then lanes 8..15, twelve 8-lane accumulators at a time in the sixteen ymm registers.
- * Lane l still sums elements l, l + 16, l + 32, ... in that order, with the same FMAs, so the
- * results are those of AVX-512 bit for bit.
- *
- * Assumptions: as block_avx512; maskload reads nothing past the mask.
- */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
-block_avx2(float *restrict out, int ldo, const float *restrict x, const float *restrict W,
-	   int r0, int nr, int k, const int mr)
-{
-	const float *w0 = W + (size_t)r0 * (size_t)k;
-	const float *const w[GROUP] = { w0, nr > 1 ? w0 + k : w0, nr > 2 ? w0 + 2 * k : w0,
-					nr > 3 ? w0 + 3 * k : w0 };
-	__m256 a[3][GROUP], part[3][GROUP]; /* part: lanes 0..7, while lanes 8..15 are summed */
-
-	half_avx2(a, x, w, k, 0, mr);
 #pragma GCC unroll 3
 	for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
 		for (int q = 0; q < GROUP; q++)
-			part[i][q] = a[i][q];
-	half_avx2(a, x, w, k, 8, mr);
-#pragma GCC unroll 3
-	for (int i = 0; i < mr; i++) {
+			_mm256_storeu_ps(acc[i][q] + off, a[i][q]);
+}
+
+/*
+ * mr (<= 3) rows of x against four rows of W over the columns [c0, c1): lanes 0..7 of every
+ * accumulator first, then lanes 8..15, twelve 8-lane accumulators at a time in the sixteen
+ * ymm registers, continued from acc. Lane l still sums elements l, l + 16, l + 32, ... in that
+ * order, with the same FMAs, so the results are those of AVX-512 bit for bit.
+ *
+ * Assumptions: x is mr x k and W n x k row-major (stride k), any alignment; rows r0 + nr ..
+ * r0 + 3 of W are not read (their loads repeat row r0); maskload reads nothing past the mask.
+ */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+block_avx2(float acc[][GROUP][16], const float *restrict x, const float *restrict W, int r0,
+	   int nr, int k, int c0, int c1, const int mr, const int pf)
+{
+	const float *w0 = W + (size_t)r0 * (size_t)k;
+	const float *const w[GROUP] = { w0, nr > 1 ? w0 + k : w0, nr > 2 ? w0 + 2 * k : w0,
+					nr > 3 ? w0 + 3 * k : w0 };
+
+	half_avx2(acc, x, w, k, c0, c1, 0, mr, pf);
+	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf);
+}
+
+/* Columns of a chunk: the four rows of W stay in L1 while every row of the x block passes. */
+#define KC_AVX2 1024
+#define MB_AVX2 48 /* the most rows of x per tile_avx2 (its accumulators: 12 KiB of stack) */
+
+/*
+ * The x block (mi <= MB_AVX2 rows) against four rows of W, in chunks of KC_AVX2 columns: the
+ * accumulators wait in acc between chunks. The first tile of each chunk prefetches the next
+ * rows of W; the others find theirs in cache.
+ */
+__attribute__((target("avx2,fma"))) static void
+tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *restrict W, int mi,
+	  int r0, int nr, int k)
+{
+	const size_t lx = (size_t)k;
+	float acc[MB_AVX2][GROUP][16];
+
+	memset(acc, 0, sizeof(acc[0]) * (size_t)mi); /* +0 in every lane */
+
+	for (int c0 = 0; c0 < k || c0 == 0; c0 += KC_AVX2) {
+		const int c1 = k - c0 < KC_AVX2 ? k : c0 + KC_AVX2;
+		int i = 0;
+
+		if (mi >= 3) {
+			block_avx2(acc, x, W, r0, nr, k, c0, c1, 3, 1);
+			for (i = 3; i + 3 <= mi; i += 3)
+				block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 3, 0);
+		}
+		if (mi - i == 2)
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 2, i == 0);
+		else if (mi - i == 1)
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 1, i == 0);
+		if (c1 >= k)
+			break;
+	}
+	for (int i = 0; i < mi; i++) {
 		float s[4];
 
-		_mm_storeu_ps(s, dps_dot_reduce4(_mm256_add_ps(part[i][0], a[i][0]),
-						 _mm256_add_ps(part[i][1], a[i][1]),
-						 _mm256_add_ps(part[i][2], a[i][2]),
-						 _mm256_add_ps(part[i][3], a[i][3])));
+		_mm_storeu_ps(s, dps_dot_reduce4(
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][0]), _mm256_loadu_ps(acc[i][0] + 8)),
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][1]), _mm256_loadu_ps(acc[i][1] + 8)),
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][2]), _mm256_loadu_ps(acc[i][2] + 8)),
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][3]), _mm256_loadu_ps(acc[i][3] + 8))));
 		for (int q = 0; q < nr; q++)
 			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
 	}
 }
 
-__attribute__((target("avx2,fma"))) static void
-tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *restrict W, int mi,
-	  int r0, int nr, int k)
-{
-	int i = 0;
-
-	for (; i + 3 <= mi; i += 3)
-		block_avx2(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0, nr,
-			   k, 3);
-	if (mi - i == 2)
-		block_avx2(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0, nr,
-			   k, 2);
-	else if (mi - i == 1)
-		block_avx2(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0, nr,
-			   k, 1);
-}
-
 void dps_gemm_f32_avx2(float *restrict out, int ldo, const float *restrict x,
 		       const float *restrict W, int m, int n, int k)
 {
-	gemm_blocked(tile_avx2, out, ldo, x, W, m, n, k);
+	gemm_blocked(tile_avx2, MB_AVX2, out, ldo, x, W, m, n, k);
 }
