@@ -446,7 +446,7 @@ int dps_bench_decode(int argc, char **argv)
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
-		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
+		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },

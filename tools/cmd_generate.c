@@ -346,7 +346,7 @@ int dps_cmd_generate(int argc, char **argv)
 		  "the prompt is a user message, formatted by the model's chat template; only the "
 		  "reply is printed" },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
-		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL (skx:zen3)" },
+		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL (skx:zen3); WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank, for BLIS and dpshard's kernels; 0: the CPUs the process may "
 		  "run on (across ranks: the CPUs its placement gave it)", 0, 1024 },

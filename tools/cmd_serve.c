@@ -379,7 +379,7 @@ int dps_cmd_serve(int argc, char **argv)
 		{ "disable-log-requests", DPS_FLAG_BOOL, &no_log_requests, NULL,
 		  "no log line per request" },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
-		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
+		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
