@@ -1,17 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/gemm.h - the linear layers' matrix products, through BLIS with kernels chosen for
- * this CPU.
+ * kernels/gemm.h - the linear layers' matrix products: dpshard's batch-invariant kernel
+ * (kernels/gemm_dot.c), or BLIS when a kernel set is named explicitly.
  *
- * Debian's BLIS 0.9.0 does not recognise Zen 5 and would run its generic kernels (about 30
- * GFLOP/s single-core sgemm). dps_gemm_setup picks a kernel set the CPU can run: "skx" (AVX-512,
- * the fastest packed kernels, for large m) paired with "zen3" (AMD) or "haswell" (Intel) for
- * small m, whose skinny-matrix paths suit decode (m = 1..47); or any of those alone, or
- * "generic". It uses the contexts of the statically linked BLIS directly (bli_gks_lookup_*),
- * and also sets BLIS's own choice (BLIS_ARCH_TYPE, by number) before bli_init so any other
- * BLIS call agrees.
+ * With "auto" every product, decode or prefill, at any m, goes through one kernel family whose
+ * sum for each output depends on k alone - not on m, on the row's place in the batch, on the
+ * column's place in a slice, or on the number of threads - so a request's tokens do not depend
+ * on what it is batched with, nor on how its prompt is chunked. The order, for output
+ * out[i][r] = sum_c x[i][c] * W[r][c]:
  *
- * Results are within rounding of the reference but not bit-identical across kernel sets.
+ *   sixteen lanes a[0..15], each starting at +0; for c0 = 0, 16, 32, ... < k, in that order,
+ *   a[l] = fmaf(W[r][c0 + l], x[i][c0 + l], a[l]) for every l with c0 + l < k;
+ *   then h[l] = a[l] + a[l + 8] (l < 8), q[l] = h[l] + h[l + 4] (l < 4),
+ *   d[l] = q[l] + q[l + 2] (l < 2), out = d[0] + d[1].
+ *
+ * dps_gemm_f32_ref writes exactly that with fmaf; the AVX-512 kernel keeps each a in one zmm
+ * register, the AVX2 one in two ymm halves summed one after the other; all three give the same
+ * bits (tests/check_gemm.c). The MXFP4 products (mxfp4.h) sum in the same order.
+ *
+ * BLIS (Debian's 0.9.0 links statically; it does not recognise Zen 5) stays available as an
+ * explicit choice: "skx" (AVX-512 packed kernels), "zen3", "haswell", "generic", or
+ * "BIG:SMALL" (e.g. "skx:zen3": SMALL for m <= 47). Its sums depend on m (the kernel set and
+ * the packing change with it), so under BLIS a row's result depends on the rows beside it.
  */
 #ifndef DPS_KERNELS_GEMM_H
 #define DPS_KERNELS_GEMM_H
@@ -19,12 +29,14 @@
 #include <stddef.h>
 
 /*
- * Chooses the kernels, once per process, before any product. spec: "auto", a set name
- * ("skx", "zen3", "haswell", "generic"), or "BIG:SMALL" (e.g. "skx:zen3"). threads: the
- * rank's threads (--threads-per-rank, >= 1): each product is split by output columns over a
- * pool of that many threads (kernels/pool.h), each running BLIS single-threaded on its slice,
- * and the engine's own kernels use the same pool (dps_gemm_pool). Returns 0, or -EINVAL with a message in msg when the CPU cannot
- * run the requested set or it is not built into BLIS. On success msg describes the choice.
+ * Chooses the kernels, once per process, before any product. spec: "auto" (dpshard's
+ * batch-invariant kernel, AVX-512, AVX2 with FMA, or plain C, whichever this CPU runs), a BLIS
+ * set name ("skx", "zen3", "haswell", "generic"), or "BIG:SMALL" (e.g. "skx:zen3"). threads:
+ * the rank's threads (--threads-per-rank, >= 1): each product is split by output columns over
+ * a pool of that many threads (kernels/pool.h), each running its slice single-threaded, and
+ * the engine's own kernels use the same pool (dps_gemm_pool). Returns 0, or -EINVAL with a
+ * message in msg when the CPU cannot run the requested BLIS set or it is not built into BLIS.
+ * On success msg describes the choice (a BLIS one says it is not batch-invariant).
  */
 int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen);
 
@@ -41,23 +53,23 @@ const char *dps_gemm_describe(void);
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k);
 
 /*
- * out[r] = W[r,:] . x, r < rows: the one-row product of decode at batch 1, streaming W at
- * close to memory bandwidth. Requires AVX-512F (the caller checks). Twin: dps_matvec_ref.
+ * out (m x n, row stride ldo) = x (m x k) . W^T in the order above, single-threaded (the caller
+ * slices the columns). W is read from memory once per call: rows of W are taken in blocks that
+ * stay in L2, x in blocks under each. Any alignment. The first requires AVX-512F, the second
+ * AVX2 and FMA (the caller checks); the third is their plain-C twin, bit for bit the same.
  */
+void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
+			 const float *restrict W, int m, int n, int k);
+void dps_gemm_f32_avx2(float *restrict out, int ldo, const float *restrict x,
+		       const float *restrict W, int m, int n, int k);
+void dps_gemm_f32_ref(float *restrict out, int ldo, const float *restrict x,
+		      const float *restrict W, int m, int n, int k);
+
+/* out[r] = W[r,:] . x, r < rows: dps_gemm_f32_avx512 at m = 1. Requires AVX-512F. */
 void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
 			   const float *restrict W, int rows, int cols);
 
-/*
- * out (m x n, row stride ldo) = x (m x k) . W^T for small m (decode batches), reading W from
- * memory once: each output is summed in the same order whatever m is, so a row's result does
- * not depend on the other rows of the batch. Requires AVX-512F. Twin: dps_gemm_small_f32_ref.
- */
-void dps_gemm_small_f32_avx512(float *restrict out, int ldo, const float *restrict x,
-			       const float *restrict W, int m, int n, int k);
-void dps_gemm_small_f32_ref(float *restrict out, int ldo, const float *restrict x,
-			    const float *restrict W, int m, int n, int k);
-
-/* The plain-C twin of dps_linear_f32. */
+/* The plain-C twin of dps_linear_f32 under "auto": dps_gemm_f32_ref, bit for bit the same. */
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
 
 #endif

@@ -7,13 +7,13 @@
  * dps_linear_mxfp4 splits the rows of W (the output columns) over the rank's pool in slices
  * of whole groups of four rows, and takes one group at a time:
  *
- * - m <= MR (2 with AVX2, 4 with AVX-512): each block of 32 weights is decoded into registers
+ * - m <= MR (1 with AVX2, 4 with AVX-512): each block of 32 weights is decoded into registers
  *   and used at once by every row of x; the accumulators stay in registers over all of k.
  * - MR < m < BIG_M: the group's four rows are decoded once into the thread's panel (4 x k
  *   floats, which stays in L1 or L2), then multiplied by x, MR rows at a time, with the same
  *   arithmetic as above.
  * - m >= BIG_M: panels of rows are dequantized to f32 and multiplied by dps_linear_f32, whose
- *   packed BLIS kernels block for the caches as a large product needs.
+ *   kernel blocks for the caches as a large product needs.
  *
  * Either way each weight byte is read and decoded once per call (but when the panels cannot be
  * allocated: then every MR rows of x decode again). Decoding is an exact table
@@ -21,22 +21,26 @@
  * bytes of each value's f32 bits with vpshufb (the lower two are zero) and multiplies by the
  * block's scale; AVX-512 looks up the f32 values, already multiplied by the block's scale, with
  * vpermps. The products are the exact values of the reference (a small integer times a power of
- * two), so the results differ from it only by the order of the f32 sums. Below BIG_M each
- * output is one vector accumulator over k in order, reduced by a fixed tree: a row's result
- * depends neither on the other rows of x nor on the number of threads (tests/check_mxfp4.c).
+ * two), and every path sums them in the order of gemm.h (sixteen lanes over k in order, FMA,
+ * the tree of dot_int.h), as the reference does with fmaf, and as dps_linear_f32 does on the
+ * dequantized panels under "auto": all paths give the reference's bits, so a row's result
+ * depends neither on the other rows of x (on either side of BIG_M) nor on the number of
+ * threads (tests/check_mxfp4.c). Under an explicit --blis-arch the large-m path is BLIS's.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <immintrin.h>
 
 #include "common/dps.h"
+#include "kernels/dot_int.h"
 #include "kernels/gemm.h"
 #include "kernels/mxfp4.h"
 #include "kernels/pool.h"
 
-#define MR_AVX2 2   /* rows of x per pass: 2 x 4 accumulators of the 16 ymm registers */
+#define MR_AVX2 1   /* rows of x per pass: 4 x 2 accumulators (16 lanes as two halves) */
 #define MR_AVX512 4 /* 4 x 4 of the 32 zmm registers */
 #define GROUP 4     /* rows of W per pass */
 
@@ -106,26 +110,16 @@ void dps_linear_mxfp4_ref(float *out, const float *x, const uint8_t *blocks,
 		const float *xi = x + (size_t)i * (size_t)k;
 
 		for (int r = 0; r < n; r++) {
-			float acc = 0.0f;
+			float a[16] = { 0.0f }; /* the order of gemm.h (k is a multiple of 16) */
 
 			for (int c = 0; c < k; c++)
-				acc += weight_at(blocks, scales, r, c, k) * xi[c];
-			out[(size_t)i * (size_t)n + (size_t)r] = acc;
+				a[c % 16] = fmaf(weight_at(blocks, scales, r, c, k), xi[c], a[c % 16]);
+			out[(size_t)i * (size_t)n + (size_t)r] = dps_dot_tree_ref(a);
 		}
 	}
 }
 
 /* ---- AVX2 --------------------------------------------------------------------------- */
-
-/* The sum of the eight lanes, by a fixed tree. */
-__attribute__((target("avx2,fma"), always_inline)) static inline float sum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
 
 /* A block's scale in every lane: one broadcast load. */
 __attribute__((target("avx2,fma"), always_inline)) static inline __m256 scale_avx2(uint8_t e)
@@ -203,8 +197,10 @@ __attribute__((target("avx2,fma"))) static void panel_avx2(float *restrict panel
 /*
  * out[i * ldo + r0 + q] (i < mr, q < nr) from rows r0 .. r0 + 3 of W and mr rows of x, the
  * weights decoded here (from_panel 0) or read from panel (1: rows of k floats, from
- * panel_avx2: the same values). Each output is one 8-lane accumulator over k in order, then
- * sum8. Inlined once per (mr, from_panel), constants where it is inlined.
+ * panel_avx2: the same values). Each output is the sixteen lanes of gemm.h's order as two
+ * 8-lane halves: w0 and w2 (elements 0-7 and 16-23 of a block) go to lanes 0-7, w1 and w3 to
+ * lanes 8-15, each lane over k in order; then the tree of dot_int.h. Inlined once per
+ * (mr, from_panel), constants where it is inlined.
  *
  * Assumptions: k a multiple of 32; x is mr x k row-major, any alignment; rows from nr on
  * repeat row r0 (computed, not stored).
@@ -217,7 +213,7 @@ rows_avx2(float *restrict out, int ldo, const float *restrict x, const uint8_t *
 	const int nb = k / 32;
 	const uint8_t *bq[GROUP], *sq[GROUP];
 	const float *pq[GROUP];
-	__m256 a[MR_AVX2][GROUP];
+	__m256 lo[MR_AVX2][GROUP], hi[MR_AVX2][GROUP]; /* lanes 0-7 and 8-15 */
 
 	for (int q = 0; q < GROUP; q++) {
 		const int row = q < nr ? q : 0;
@@ -230,7 +226,7 @@ rows_avx2(float *restrict out, int ldo, const float *restrict x, const uint8_t *
 	for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
 		for (int q = 0; q < GROUP; q++)
-			a[i][q] = _mm256_setzero_ps();
+			lo[i][q] = hi[i][q] = _mm256_setzero_ps();
 	for (int b = 0; b < nb; b++) {
 #pragma GCC unroll 4
 		for (int q = 0; q < GROUP; q++) {
@@ -251,21 +247,22 @@ rows_avx2(float *restrict out, int ldo, const float *restrict x, const uint8_t *
 			for (int i = 0; i < mr; i++) {
 				const float *xb = x + (size_t)i * (size_t)k + 32 * (size_t)b;
 
-				a[i][q] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), a[i][q]);
-				a[i][q] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), a[i][q]);
-				a[i][q] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), a[i][q]);
-				a[i][q] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), a[i][q]);
+				lo[i][q] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), lo[i][q]);
+				hi[i][q] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), hi[i][q]);
+				lo[i][q] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), lo[i][q]);
+				hi[i][q] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), hi[i][q]);
 			}
 		}
 	}
-	/* All GROUP reduced (constant indices keep a in registers), the first nr stored. */
+	/* All GROUP reduced (constant indices keep the sums in registers), the first nr stored. */
 #pragma GCC unroll 4
 	for (int i = 0; i < mr; i++) {
 		float sums[GROUP];
 
-#pragma GCC unroll 4
-		for (int q = 0; q < GROUP; q++)
-			sums[q] = sum8(a[i][q]);
+		_mm_storeu_ps(sums, dps_dot_reduce4(_mm256_add_ps(lo[i][0], hi[i][0]),
+						    _mm256_add_ps(lo[i][1], hi[i][1]),
+						    _mm256_add_ps(lo[i][2], hi[i][2]),
+						    _mm256_add_ps(lo[i][3], hi[i][3])));
 		for (int q = 0; q < nr; q++)
 			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = sums[q];
 	}
@@ -273,7 +270,7 @@ rows_avx2(float *restrict out, int ldo, const float *restrict x, const uint8_t *
 
 /* ---- AVX-512 ------------------------------------------------------------------------ */
 
-__attribute__((target("avx512f"), always_inline)) static inline __m512 scale_avx512(uint8_t e)
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline __m512 scale_avx512(uint8_t e)
 {
 	return _mm512_castsi512_ps(_mm512_set1_epi32((int)scale_bits[e]));
 }
@@ -285,7 +282,7 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 scale_avx
  * from the byte shifted by four, and two two-source permutes interleave them.
  * Assumptions: p is the block's 16 bytes, any alignment.
  */
-__attribute__((target("avx512f"), always_inline)) static inline void
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
 decode_avx512(const uint8_t *p, __m512 table, __m512 *w0, __m512 *w1)
 {
 	const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -300,7 +297,7 @@ decode_avx512(const uint8_t *p, __m512 table, __m512 *w0, __m512 *w1)
 }
 
 /* As panel_avx2. */
-__attribute__((target("avx512f"))) static void panel_avx512(float *restrict panel,
+__attribute__((target("avx512f,avx2,fma"))) static void panel_avx512(float *restrict panel,
 							    const uint8_t *restrict blocks,
 							    const uint8_t *restrict scales,
 							    int r0, int nr, int k)
@@ -325,7 +322,7 @@ __attribute__((target("avx512f"))) static void panel_avx512(float *restrict pane
 }
 
 /* As rows_avx2, with 16-lane accumulators and up to MR_AVX512 rows of x. */
-__attribute__((target("avx512f"), always_inline)) static inline void
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
 rows_avx512(float *restrict out, int ldo, const float *restrict x, const uint8_t *blocks,
 	    const uint8_t *scales, const float *restrict panel, int r0, int nr, int k,
 	    const int mr, const int from_panel)
@@ -374,9 +371,10 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const uint8_t
 	for (int i = 0; i < mr; i++) {
 		float sums[GROUP];
 
-#pragma GCC unroll 4
-		for (int q = 0; q < GROUP; q++)
-			sums[q] = _mm512_reduce_add_ps(a[i][q]);
+		_mm_storeu_ps(sums, dps_dot_reduce4(dps_dot_halves512(a[i][0]),
+						    dps_dot_halves512(a[i][1]),
+						    dps_dot_halves512(a[i][2]),
+						    dps_dot_halves512(a[i][3])));
 		for (int q = 0; q < nr; q++)
 			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = sums[q];
 	}
@@ -404,21 +402,16 @@ __attribute__((target("avx2,fma"))) static void group_avx2(const struct mxfp4_jo
 	for (int i = 0; i < j->m; i += MR_AVX2) {
 		float *o = j->out + (size_t)i * (size_t)j->n;
 		const float *xi = j->x + (size_t)i * (size_t)j->k;
-		const int two = j->m - i >= 2;
 
-		if (panel && two)
-			rows_avx2(o, j->n, xi, j->blocks, j->scales, panel, r0, nr, j->k, 2, 1);
-		else if (panel)
+		if (panel)
 			rows_avx2(o, j->n, xi, j->blocks, j->scales, panel, r0, nr, j->k, 1, 1);
-		else if (two)
-			rows_avx2(o, j->n, xi, j->blocks, j->scales, NULL, r0, nr, j->k, 2, 0);
 		else
 			rows_avx2(o, j->n, xi, j->blocks, j->scales, NULL, r0, nr, j->k, 1, 0);
 	}
 }
 
 /* As group_avx2. */
-__attribute__((target("avx512f"))) static void group_avx512(const struct mxfp4_job *j, int r0,
+__attribute__((target("avx512f,avx2,fma"))) static void group_avx512(const struct mxfp4_job *j, int r0,
 							    int nr, float *panel)
 {
 	if (panel)

@@ -14,6 +14,13 @@
 
 static struct dps_wait_policy policy = { .spins = 4000, .yields = 50 };
 
+_Atomic uint64_t *dps_wait_beat_word;
+
+void dps_wait_set_beat(_Atomic uint64_t *word)
+{
+	dps_wait_beat_word = word;
+}
+
 void dps_wait_set_policy(const struct dps_wait_policy *p)
 {
 	policy = *p;
@@ -97,6 +104,7 @@ int dps_wword_wait_slow(struct dps_wword *w, uint64_t target, const _Atomic uint
 		/* Under load one yield can hand the CPU away for a whole time slice. */
 		if (deadline && dps_now_ns() >= deadline)
 			return -ETIMEDOUT;
+		dps_beat();
 		sched_yield();
 	}
 	for (;;) {
@@ -112,6 +120,7 @@ int dps_wword_wait_slow(struct dps_wword *w, uint64_t target, const _Atomic uint
 			if (deadline - now < (uint64_t)ts.tv_nsec)
 				ts.tv_nsec = (long)(deadline - now);
 		}
+		dps_beat(); /* waiting is progress: the one we wait for is the one to blame */
 		/* seq_cst increment, then seq_cst load of val: see dps_wword_publish. */
 		atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst);
 		v = atomic_load_explicit(&w->val, memory_order_seq_cst);
@@ -154,6 +163,7 @@ int dps_wait_pred(int (*pred)(void *arg), void *arg, struct dps_wword *bell,
 			return 0;
 		if (dps_abort_raised(abort_word))
 			return -DPS_EABORT;
+		dps_beat();
 		sched_yield();
 	}
 	for (;;) {
@@ -162,6 +172,7 @@ int dps_wait_pred(int (*pred)(void *arg), void *arg, struct dps_wword *bell,
 
 		if (dps_abort_raised(abort_word))
 			return -DPS_EABORT;
+		dps_beat();
 		/* Register, read the bell, then test: the fence pairs with the ringer's fence
 		 * between its stores and its load of sleepers. */
 		atomic_fetch_add_explicit(&bell->sleepers, 1, memory_order_seq_cst);

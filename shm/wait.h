@@ -12,6 +12,12 @@
  * The policy (how long to spin and yield before sleeping) is per process: a rank that has a
  * core of its own spins longer; ranks that share cores go to sleep sooner so that the peer
  * they wait for can run.
+ *
+ * Progress. A process may name a heartbeat word (dps_wait_set_beat): every yield round and
+ * every sleep slice of a wait bumps it, and so does dps_beat(), which long computations call
+ * (once per layer). The supervisor reads the word to tell a rank that waits or works from one
+ * that is stopped or stuck (docs/DESIGN.md section 1): a rank that waits for a peer keeps
+ * beating, so the one that stops beating is the one to blame.
  */
 #ifndef DPS_SHM_WAIT_H
 #define DPS_SHM_WAIT_H
@@ -54,6 +60,25 @@ static inline void dps_wword_publish(struct dps_wword *w, uint64_t v);
 static inline int dps_wword_wait(struct dps_wword *w, uint64_t target,
 				 const _Atomic uint32_t *abort_word, uint64_t timeout_ns,
 				 uint64_t *seen);
+
+/*
+ * The heartbeat word of this process (NULL: none, the default). The word must outlive every
+ * later wait of the process; in a rank it is its line of the instance's control block.
+ */
+void dps_wait_set_beat(_Atomic uint64_t *word);
+
+extern _Atomic uint64_t *dps_wait_beat_word;
+
+/* Says "this process advanced": one relaxed increment of the heartbeat word, if any. */
+static inline void dps_beat(void)
+{
+	/*
+	 * Relaxed: the word publishes no data. The supervisor only compares the values it reads
+	 * from one check to the next; a stale read delays its verdict by one check at most.
+	 */
+	if (dps_wait_beat_word)
+		atomic_fetch_add_explicit(dps_wait_beat_word, 1, memory_order_relaxed);
+}
 
 /* Slow paths, in wait.c. */
 int dps_wword_wait_slow(struct dps_wword *w, uint64_t target, const _Atomic uint32_t *abort_word,

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_gemm.c - the BLIS-backed linear product against its plain-C twin, for every
- * kernel set this CPU can run (each test runs in its own process, as the choice is made once
- * per process), on decode shapes (m = 1..64, both sides of the small-m switch) and prefill
- * shapes; and the refusal of a bad --blis-arch value.
+ * tests/check_gemm.c - the linear product: dpshard's batch-invariant kernel (each fast path
+ * against its plain-C twin bit for bit, the twin against a double-precision sum, a row in any
+ * batch against the row alone, and a different order caught), and every BLIS set this CPU can
+ * run against the twin within rounding (each test runs in its own process, as the choice is
+ * made once per process); and the refusal of a bad --blis-arch value.
  */
 #include <check.h>
 #include <errno.h>
@@ -70,6 +71,9 @@ START_TEST(test_linear)
 			w[i] = frand(&seed);
 		dps_linear_f32(got, x, w, m, n, k);
 		dps_linear_f32_ref(ref, x, w, m, n, k);
+		if (!strcmp(specs[runnable[_i]], "auto"))
+			ck_assert_msg(!memcmp(got, ref, sizeof(float) * (size_t)m * n),
+				      "auto m=%d n=%d k=%d: not the twin's bits", m, n, k);
 		for (int i = 0; i < m * n; i++)
 			ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (float)k,
 				      "%s m=%d n=%d k=%d [%d]: %g vs %g", specs[runnable[_i]], m, n,
@@ -83,29 +87,57 @@ START_TEST(test_linear)
 }
 END_TEST
 
-START_TEST(test_gemm_small_avx512)
+/* The fast paths of dpshard's kernel this CPU runs (main fills them in). */
+typedef void gemm_fn(float *restrict out, int ldo, const float *restrict x,
+		     const float *restrict W, int m, int n, int k);
+static gemm_fn *own_paths[2];
+static const char *own_names[2];
+static int n_own;
+
+static float *rand_floats(size_t n, unsigned seed)
 {
-	/* Every m mod 4, n mod 4 and k mod 16, with a row stride wider than n: the twin's sums. */
-	static const int shapes[][3] = { { 1, 1, 1 }, { 2, 5, 17 }, { 3, 6, 31 }, { 4, 7, 64 },
-					 { 5, 9, 100 }, { 8, 13, 768 }, { 9, 64, 33 } };
+	float *v = malloc(sizeof(float) * (n ? n : 1));
+
+	for (size_t i = 0; i < n; i++)
+		v[i] = frand(&seed);
+	return v;
+}
+
+START_TEST(test_twin_bits)
+{
+	/*
+	 * Every m mod 4 and mod 3, n mod 4, k mod 16, both sides of the x and W blocks, with a row
+	 * stride wider than n: the fast path gives the plain-C twin's bits, and the twin is within
+	 * rounding of a double-precision sum (an oracle that shares none of its order).
+	 */
+	static const int shapes[][3] = { { 1, 1, 1 },	  { 2, 5, 17 },	  { 3, 6, 31 },
+					 { 4, 7, 64 },	  { 5, 9, 100 },  { 8, 13, 768 },
+					 { 9, 64, 33 },	  { 13, 3, 8 },	  { 40, 70, 2880 },
+					 { 130, 11, 200 }, { 7, 5, 0 } };
+	gemm_fn *const fn = own_paths[_i];
 
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ldo = n + 3;
-		float *x = malloc(sizeof(float) * (size_t)m * k), *w = malloc(sizeof(float) * (size_t)n * k);
+		float *x = rand_floats((size_t)m * k, 9), *w = rand_floats((size_t)n * k, 10);
 		float *got = calloc((size_t)m * ldo, sizeof(float));
 		float *ref = calloc((size_t)m * ldo, sizeof(float));
-		unsigned seed = 9;
 
-		for (int i = 0; i < m * k; i++)
-			x[i] = frand(&seed);
-		for (int i = 0; i < n * k; i++)
-			w[i] = frand(&seed);
-		dps_gemm_small_f32_avx512(got, ldo, x, w, m, n, k);
-		dps_gemm_small_f32_ref(ref, ldo, x, w, m, n, k);
-		for (int i = 0; i < m * ldo; i++)
-			ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (float)k,
-				      "m=%d n=%d k=%d [%d]: %g vs %g", m, n, k, i, (double)got[i],
-				      (double)ref[i]);
+		fn(got, ldo, x, w, m, n, k);
+		dps_gemm_f32_ref(ref, ldo, x, w, m, n, k);
+		ck_assert_msg(!memcmp(got, ref, sizeof(float) * (size_t)m * ldo), "%s m=%d n=%d k=%d",
+			      own_names[_i], m, n, k);
+		for (int i = 0; i < m; i++)
+			for (int r = 0; r < n; r++) {
+				double want = 0.0, mag = 0.0;
+
+				for (int c = 0; c < k; c++) {
+					want += (double)x[(size_t)i * k + c] * w[(size_t)r * k + c];
+					mag += fabs((double)x[(size_t)i * k + c] * w[(size_t)r * k + c]);
+				}
+				ck_assert_msg(fabs(ref[(size_t)i * ldo + r] - want) <= 1e-6 * mag + 1e-30,
+					      "ref m=%d n=%d k=%d [%d,%d]: %g vs %g", m, n, k, i, r,
+					      (double)ref[(size_t)i * ldo + r], want);
+			}
 		free(x);
 		free(w);
 		free(got);
@@ -114,36 +146,71 @@ START_TEST(test_gemm_small_avx512)
 }
 END_TEST
 
-START_TEST(test_matvec_avx512)
+START_TEST(test_other_order_is_caught)
 {
-	/* Every row count mod 4 and column count mod 16, against the plain-C twin. */
-	static const int shapes[][2] = { { 1, 1 }, { 3, 15 }, { 4, 16 }, { 5, 17 }, { 7, 33 },
-					 { 64, 768 }, { 130, 100 }, { 2048, 768 } };
+	/*
+	 * The check can fail: the plain sequential sum (dps_matvec_ref), a different order of the
+	 * same products, differs from the twin's bits somewhere on a 64 x 771 product.
+	 */
+	enum { N = 64, K = 771 };
+	float *x = rand_floats(K, 11), *w = rand_floats((size_t)N * K, 12), seq[N], ref[N];
+	int differ = 0;
 
-	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-		const int n = shapes[s][0], k = shapes[s][1];
-		float *x = malloc(sizeof(float) * (size_t)k), *w = malloc(sizeof(float) * (size_t)n * k);
-		float *got = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
-		unsigned seed = 7;
-
-		for (int i = 0; i < k; i++)
-			x[i] = frand(&seed);
-		for (int i = 0; i < n * k; i++)
-			w[i] = frand(&seed);
-		dps_matvec_f32_avx512(got, x, w, n, k);
-		dps_matvec_ref(ref, x, w, n, k);
-		for (int i = 0; i < n; i++)
-			ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (float)k, "n=%d k=%d [%d]: %g vs %g",
-				      n, k, i, (double)got[i], (double)ref[i]);
-		/* The check can fail: one changed weight is seen. */
-		w[0] += 1.0f;
-		dps_matvec_f32_avx512(got, x, w, n, k);
-		ck_assert(fabsf(got[0] - ref[0]) > 1e-3f || fabsf(x[0]) < 1e-3f);
-		free(x);
-		free(w);
-		free(got);
-		free(ref);
+	dps_matvec_ref(seq, x, w, N, K);
+	dps_gemm_f32_ref(ref, N, x, w, 1, N, K);
+	for (int r = 0; r < N; r++) {
+		ck_assert(fabsf(seq[r] - ref[r]) <= 1e-4f * K); /* same value within rounding */
+		differ += memcmp(&seq[r], &ref[r], sizeof(float)) != 0;
 	}
+	ck_assert_msg(differ > 0, "the sequential sum gave the twin's bits on all %d outputs", N);
+	free(x);
+	free(w);
+}
+END_TEST
+
+START_TEST(test_batch_invariant)
+{
+	/*
+	 * Under auto, each row of an m-row product has the bits of the same row computed alone and
+	 * of the plain-C twin, for m on both sides of every size the kernels ever switched at (47,
+	 * 128), any number of threads, and a row moved to another place in the batch.
+	 */
+	static const int ms[] = { 1, 2, 127, 128, 129, 256, 300 };
+	enum { N = 203, K = 771, M = 300 };
+	float *x = rand_floats((size_t)M * K, 13), *w = rand_floats((size_t)N * K, 14);
+	float *ref = malloc(sizeof(float) * M * N), *all = malloc(sizeof(float) * M * N);
+	float *moved = malloc(sizeof(float) * M * K), one[N];
+	char msg[256];
+
+	dps_gemm_f32_ref(ref, N, x, w, M, N, K);
+	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
+	ck_assert_ptr_nonnull(strstr(msg, "batch-invariant"));
+	for (int i = 0; i < M; i += 7) {
+		dps_linear_f32(one, x + (size_t)i * K, w, 1, N, K);
+		ck_assert_msg(!memcmp(one, ref + (size_t)i * N, sizeof(one)), "row %d alone", i);
+	}
+	for (int t = 1; t <= 4; t++) {
+		ck_assert_int_eq(dps_gemm_setup("auto", t, msg, sizeof(msg)), 0);
+		for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++) {
+			const int m = ms[im];
+
+			dps_linear_f32(all, x, w, m, N, K);
+			for (int i = 0; i < m; i++)
+				ck_assert_msg(!memcmp(all + (size_t)i * N, ref + (size_t)i * N,
+						      sizeof(float) * N),
+					      "m=%d, %d threads: row %d", m, t, i);
+		}
+	}
+	/* Row 5 at the last place of a 129-row batch of other rows. */
+	memcpy(moved, x + (size_t)6 * K, sizeof(float) * 128 * K);
+	memcpy(moved + (size_t)128 * K, x + (size_t)5 * K, sizeof(float) * K);
+	dps_linear_f32(all, moved, w, 129, N, K);
+	ck_assert(!memcmp(all + (size_t)128 * N, ref + (size_t)5 * N, sizeof(float) * N));
+	free(x);
+	free(w);
+	free(ref);
+	free(all);
+	free(moved);
 }
 END_TEST
 
@@ -183,15 +250,25 @@ int main(void)
 	tcase_add_loop_test(tc, test_linear, 0, n_runnable);
 	tcase_add_test(tc, test_refused_sets_say_why);
 	tcase_add_test(tc, test_bad_spec);
-	/* Not registered (so not counted as a pass) on a CPU without AVX-512F. */
+	tcase_add_test(tc, test_other_order_is_caught);
+	tcase_add_test(tc, test_batch_invariant);
+	/* A path this CPU cannot run is not registered (so not counted as a pass). */
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f")) {
-		tcase_add_test(tc, test_matvec_avx512);
-		tcase_add_test(tc, test_gemm_small_avx512);
+		own_paths[n_own] = dps_gemm_f32_avx512;
+		own_names[n_own++] = "dps_gemm_f32_avx512";
 	} else {
-		printf("skipped: test_matvec_avx512 and test_gemm_small_avx512 need AVX-512F, which "
-		       "this CPU lacks\n");
+		printf("skipped: test_twin_bits of dps_gemm_f32_avx512 needs AVX-512F, which this "
+		       "CPU lacks\n");
 	}
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+		own_paths[n_own] = dps_gemm_f32_avx2;
+		own_names[n_own++] = "dps_gemm_f32_avx2";
+	} else {
+		printf("skipped: test_twin_bits of dps_gemm_f32_avx2 needs AVX2 and FMA, which this "
+		       "CPU lacks\n");
+	}
+	tcase_add_loop_test(tc, test_twin_bits, 0, n_own);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);

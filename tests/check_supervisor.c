@@ -5,6 +5,9 @@
  * the dead rank is named, nothing is left in /dev/shm), a rank that exits non-zero, SIGTERM
  * to the supervisor, SIGKILL of the supervisor (ranks die with it), 32 ranks on the two cores
  * running a thousand all-reduces, placement and messages from ranks, and bad configurations.
+ * Hung ranks: the heartbeat rule alone on a made-up clock, a rank spinning and a rank stopped
+ * while work is pending (each named, killed, the others aborted), a peer waiting for the hung
+ * rank not blamed, and ranks silent for many timeouts while nothing is pending left alone.
  */
 #include <check.h>
 #include <dirent.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/dps.h"
@@ -422,6 +426,136 @@ START_TEST(test_stragglers_killed_once)
 }
 END_TEST
 
+/* ---- hung ranks ----------------------------------------------------------------------------- */
+
+START_TEST(test_hang_watch_rule)
+{
+	const uint64_t s1 = 1000000000ull;
+	struct dps_hang_watch h = { 0 };
+
+	/* Not expected: silent for 100 s, never counted. */
+	for (uint64_t t = 1; t <= 100; t++)
+		ck_assert_uint_eq(dps_hang_watch_check(&h, 7, 0, t * s1), 0);
+	/* Expected from 100 s on: the clock starts at the first check that sees it so. */
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 7, 1, 100 * s1), 0);
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 7, 1, 101 * s1), s1);
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 7, 1, 103 * s1), 3 * s1);
+	/* It moved: the clock starts again. */
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 8, 1, 104 * s1), 0);
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 8, 1, 106 * s1), 2 * s1);
+	/* Idle in between: what came before does not count after. */
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 8, 0, 107 * s1), 0);
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 8, 1, 200 * s1), 0);
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 8, 1, 201 * s1), s1);
+	/* Any change counts as progress, also a wrap of the counter. */
+	h.count = UINT64_MAX;
+	ck_assert_uint_eq(dps_hang_watch_check(&h, 0, 1, 202 * s1), 0);
+}
+END_TEST
+
+struct hang_arg {
+	int victim;     /* the rank that hangs */
+	int how;        /* 0: spins, busy; 1: stops itself (SIGSTOP); 2: sleeps 1.5 s, then works */
+	int pending;    /* what pending_fn answers for every rank */
+};
+
+static int hang_pending(int rank, void *arg)
+{
+	(void)rank;
+	return ((const struct hang_arg *)arg)->pending;
+}
+
+static int hang_rank(struct dps_world *w, void *arg)
+{
+	const struct hang_arg *h = arg;
+	int rc;
+
+	sh->pid[w->rank] = getpid();
+	if (w->rank == h->victim) {
+		sh->err_ns[w->rank] = dps_now_ns();
+		if (h->how == 0) {
+			dps_world_set_busy(w, 1);
+			for (volatile unsigned long spin = 0;; spin++) {
+				/* no heartbeat */
+			}
+		}
+		if (h->how == 1)
+			raise(SIGSTOP);
+		if (h->how == 2) {
+			struct timespec ts = { 1, 500000000 };
+
+			nanosleep(&ts, NULL); /* silent, and nothing asked of it */
+		}
+	}
+	/* The others wait for it in a barrier, which beats while it waits. */
+	rc = dps_coll_barrier(w->world_c);
+	sh->err_code[w->rank] = rc;
+	return rc;
+}
+
+static void check_hung(int how, int pending)
+{
+	struct hang_arg h = { .victim = 1, .how = how, .pending = pending };
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = hang_rank,
+				  .rank_arg = &h, .msg_arg = &h, .pending_fn = hang_pending,
+				  .rank_timeout_ms = 400, .grace_ms = 500 };
+	struct dps_sup_result res;
+	char err[256], want[64];
+	double after;
+	int rc;
+
+	rc = run(&o, &res, err, sizeof(err));
+	ck_assert_msg(rc == -DPS_ERANK, "rc %d: %s", rc, err);
+	ck_assert_int_eq(res.failed_rank, 1);
+	snprintf(want, sizeof(want), "rank 1 (DP 0, TP 1), pid %d, made no progress", sh->pid[1]);
+	ck_assert_msg(strstr(err, want) && strstr(err, "rank timeout is 0.4 s"), "%s", err);
+	ck_assert_uint_ge(res.hung_ms, 400);
+	/* Named within the timeout and a few checks (50 ms each) of going silent, with slack
+	 * for a loaded machine; never before the timeout. */
+	after = ((double)res.failed_ns - (double)sh->err_ns[1]) / 1e9;
+	ck_assert_msg(after >= 0.4 && after < 2.5, "hang seen %.3f s after it began", after);
+	/* The peers waiting for it were not blamed: they were aborted. */
+	ck_assert_int_eq(sh->err_code[0], -DPS_EABORT);
+	ck_assert_int_eq(sh->err_code[2], -DPS_EABORT);
+	ck_assert_int_eq(res.killed, 0);
+	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+}
+
+START_TEST(test_hung_rank_spinning)
+{
+	check_hung(0, 0); /* its own busy flag makes it expected */
+}
+END_TEST
+
+START_TEST(test_hung_rank_stopped)
+{
+	check_hung(1, 1); /* the caller's pending work makes it expected */
+}
+END_TEST
+
+START_TEST(test_idle_rank_not_hung)
+{
+	/* Silent for almost four timeouts with nothing pending: not hung, the run ends well. */
+	struct hang_arg h = { .victim = 1, .how = 2, .pending = 0 };
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = hang_rank,
+				  .rank_arg = &h, .msg_arg = &h, .pending_fn = hang_pending,
+				  .rank_timeout_ms = 400 };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+	for (int r = 0; r < 3; r++)
+		ck_assert_int_eq(sh->err_code[r], 0);
+	/* The check can fail: the same silence with work pending is a hang. */
+	h.pending = 1;
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ERANK);
+	ck_assert_msg(res.failed_rank == 1 && strstr(err, "made no progress"), "%s", err);
+	/* And with the check off (0) nothing is ever hung. */
+	o.rank_timeout_ms = 0;
+	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+}
+END_TEST
+
 static Suite *sup_suite(void)
 {
 	Suite *s = suite_create("supervisor");
@@ -449,6 +583,10 @@ static Suite *sup_suite(void)
 	tcase_add_test(tc, test_sweep_on_start);
 	tcase_add_test(tc, test_rank_leaves_early);
 	tcase_add_test(tc, test_stragglers_killed_once);
+	tcase_add_test(tc, test_hang_watch_rule);
+	tcase_add_test(tc, test_hung_rank_spinning);
+	tcase_add_test(tc, test_hung_rank_stopped);
+	tcase_add_test(tc, test_idle_rank_not_hung);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -227,6 +227,9 @@ static int rank_main(struct dps_world *w, void *arg)
 	m.kv_bytes = (double)s.cache_bytes;
 	rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
 	m.type = MSG_RESULT;
+	/* Loaded: from here every rank steps or waits until the end, so the supervisor may call a
+	 * rank whose heartbeat stops hung (docs/DESIGN.md section 1). */
+	dps_world_set_busy(w, 1);
 	/* Warm-up, untimed (as llama-bench): the first touch of the scratch and the cache. */
 	for (int i = 0; i < R; i++) {
 		tok[i] = (i * 131 + 7) % s.cfg.vocab_size;
@@ -443,7 +446,7 @@ int dps_bench_decode(int argc, char **argv)
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
-		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
+		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "json", DPS_FLAG_BOOL, &json, NULL, "print the results as JSON" },
@@ -542,8 +545,11 @@ int dps_bench_decode(int argc, char **argv)
 	fprintf(stderr, "dpshard bench decode: %s on %d rank(s), model %s ...\n", lname, world,
 		model_dir);
 	{
+		/* A rank that stops stepping (its busy flag is set once loaded) for 30 s fails the
+		 * run, as serve's default --rank-timeout would. */
 		struct dps_sup_opts so = { .par = par, .cpu_bind = cpu_bind, .rank_fn = rank_main,
-					   .rank_arg = &b, .msg_fn = on_msg, .msg_arg = &b };
+					   .rank_arg = &b, .msg_fn = on_msg, .msg_arg = &b,
+					   .rank_timeout_ms = 30000 };
 		struct dps_sup_result sr;
 
 		b.t0 = dps_now_ns();

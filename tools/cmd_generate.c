@@ -319,7 +319,7 @@ int dps_cmd_generate(int argc, char **argv)
 	int *given = NULL;
 	size_t n_given = 0;
 	const char *blis_arch = "auto", *cpu_bind = "auto", *requests = NULL, *buckets = NULL;
-	int threads = 0, reference = 0, verbose = 0, trace = 0;
+	int threads = 0, reference = 0, verbose = 0, trace = 0, rank_timeout = 30;
 	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0, spec_k = 0;
 	const char *spec_model = NULL;
 	size_t kv_mem = 0;
@@ -346,7 +346,7 @@ int dps_cmd_generate(int argc, char **argv)
 		  "the prompt is a user message, formatted by the model's chat template; only the "
 		  "reply is printed" },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
-		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL (skx:zen3)" },
+		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL (skx:zen3); WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank, for BLIS and dpshard's kernels; 0: the CPUs the process may "
 		  "run on (across ranks: the CPUs its placement gave it)", 0, 1024 },
@@ -359,6 +359,9 @@ int dps_cmd_generate(int argc, char **argv)
 		  "across ranks: where ranks run (auto, off, or lists; see dpshard groups --help)" },
 		{ "trace-collectives", DPS_FLAG_BOOL, &trace, NULL,
 		  "across ranks: print every collective of every rank on stderr" },
+		{ "rank-timeout", DPS_FLAG_INT, &rank_timeout, "S",
+		  "across ranks: a rank with requests that makes no progress for this long is hung "
+		  "and the run fails, naming it (0: never)", 0, 86400 },
 		{ "requests", DPS_FLAG_STR, &requests, "FILE",
 		  "submit every request of FILE (JSON lines) and print one JSON result per request" },
 		{ "block-size", DPS_FLAG_INT, &block_size, "N",
@@ -419,6 +422,7 @@ int dps_cmd_generate(int argc, char **argv)
 						.blis_arch = blis_arch, .threads = threads,
 						.steps = steps, .ids_out = ids_out,
 						.verbose = verbose, .trace = trace,
+						.rank_timeout = rank_timeout,
 						.block_size = block_size, .kv_cache_memory = kv_mem,
 						.max_num_seqs = max_num_seqs,
 						.max_model_len = max_model_len,

@@ -16,7 +16,8 @@
  *              was killed; it is not retried
  *   draining   SIGTERM/SIGINT: STOPPING=1; new requests 503; running ones finish, for at
  *              most --shutdown-timeout s; then the ranks stop, the segments go, exit 0
- *   recovering a rank died: its requests end with an error, /health 503, the ranks are started
+ *   recovering a rank died, or hung (--rank-timeout: it made no progress with work pending):
+ *              its requests end with an error, /health 503 with the reason, the ranks are started
  *              again and reload the model (after 1 s, then longer after repeated failures);
  *              a restart that never becomes ready, repeated, ends the service (exit 1)
  * A second SIGTERM/SIGINT stops at once. SIGHUP reopens --log-file. WATCHDOG=1 is sent from
@@ -140,6 +141,12 @@ static void on_fail(const char *why, void *arg)
 		return;
 	dps_frontend_set_state(S->fe, DPS_FE_RECOVERING);
 	dps_frontend_fail_all(S->fe, why, 1);
+}
+
+static int on_pending(int rank, void *arg)
+{
+	(void)arg;
+	return S->client ? dps_engine_rank_pending(rank, S->client) : 0;
 }
 
 /* Signals that arrive while no ranks run (the supervisor reads them while they do). */
@@ -326,7 +333,7 @@ int dps_cmd_serve(int argc, char **argv)
 	const char *spec_model = NULL;
 	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
 	int max_conns = 1024, request_timeout = 0, max_tokens = 16, header_timeout = 30000;
-	int idle_timeout = 75000;
+	int idle_timeout = 75000, rank_timeout = 30;
 	size_t kv_mem = 0, max_body = 8u << 20;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct dps_model_config cfg;
@@ -360,6 +367,9 @@ int dps_cmd_serve(int argc, char **argv)
 		  "an idle keep-alive connection is closed after this", 1, 1 << 30 },
 		{ "request-timeout", DPS_FLAG_INT, &request_timeout, "MS",
 		  "a request's deadline when it gives no \"timeout_ms\" (0: none)", 0, 1 << 30 },
+		{ "rank-timeout", DPS_FLAG_INT, &rank_timeout, "S",
+		  "a rank with work pending that makes no progress for this long is hung: its "
+		  "requests fail and the ranks restart (0: never)", 0, 86400 },
 		{ "default-max-tokens", DPS_FLAG_INT, &max_tokens, "N",
 		  "tokens a completion may have when it gives no \"max_tokens\"", 1, 1 << 24 },
 		{ "shutdown-timeout", DPS_FLAG_INT, &shutdown_timeout, "S",
@@ -369,7 +379,7 @@ int dps_cmd_serve(int argc, char **argv)
 		{ "disable-log-requests", DPS_FLAG_BOOL, &no_log_requests, NULL,
 		  "no log line per request" },
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
-		  "BLIS kernels: auto, skx, zen3, haswell, generic or BIG:SMALL" },
+		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
@@ -575,7 +585,8 @@ int dps_cmd_serve(int argc, char **argv)
 					   .msg_fn = on_msg, .tick_fn = tick, .ring = &s.ring,
 					   .cqe_fn = on_cqe, .child_fn = in_child,
 					   .signal_fn = on_signal, .fail_fn = on_fail,
-					   .verbose = verbose };
+					   .rank_timeout_ms = (unsigned)rank_timeout * 1000u,
+					   .pending_fn = on_pending, .verbose = verbose };
 		struct dps_sup_result res;
 		int was_ready;
 
@@ -597,6 +608,9 @@ int dps_cmd_serve(int argc, char **argv)
 			break;
 		}
 		rc = dps_sup_run(&so, &res, err, sizeof(err));
+		/* A test's injected fault (DPSHARD_FAULT, docs/DESIGN.md section 5) is for the first
+		 * start only: the restarted ranks must show the recovery. */
+		unsetenv("DPSHARD_FAULT");
 		was_ready = dps_engine_ready(s.client);
 		if (s.draining || s.stop_now) {
 			dps_frontend_fail_all(s.fe, "the service stopped", 0);

@@ -92,6 +92,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	struct dps_sup_opts so = { .par = o->par, .cpu_bind = o->cpu_bind,
 				   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
 				   .msg_fn = dps_engine_on_msg, .tick_fn = dps_engine_tick,
+				   .pending_fn = dps_engine_rank_pending,
+				   .rank_timeout_ms = (unsigned)o->rank_timeout * 1000u,
 				   .verbose = o->verbose };
 	struct dps_sup_result res;
 	char err[512];

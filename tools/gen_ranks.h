@@ -35,6 +35,8 @@ struct dps_gen_ranks_opts {
 	const struct dps_tok *tok; /* NULL: print ids */
 	int completion_only;       /* print the completion without its prompt (--chat) */
 	int ids_out, verbose, trace;
+	int rank_timeout;          /* seconds: a rank with requests that makes no progress this
+				    * long is hung and the run fails (0: never) */
 };
 
 /* Runs the instance and prints every completion under its prompt. 0 or a negative code. */

@@ -170,9 +170,7 @@ void dps_fe_finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	r->g->n_open--;
 	r->g->gen_tokens += r->n_gen;
 	f->requests[why < 8 ? why : 7]++;
-	dps_fe_hist_add(&f->e2e, (double)(now - r->t_arrive) / 1e9);
-	if (r->n_gen > 1)
-		dps_fe_hist_add(&f->tpot, (double)(r->t_last - r->t_first) / 1e9 / (r->n_gen - 1));
+	dps_fe_metrics_finished(f, r, now);
 	log_request(f, r, fin);
 	if (r->conn_gone)
 		return;
@@ -270,7 +268,17 @@ static void on_done(void *arg, void *user, enum dps_finish why, int n_gen)
 
 	(void)n_gen;
 	dps_fe_finish(f, r, why);
+	if (r->t_sched && r->t_first)
+		dps_fe_metrics_phases(f, r);
 	dps_fe_req_free(f, r);
+}
+
+static void on_scheduled(void *arg, void *user, uint64_t t_ns)
+{
+	struct fe_req *r = user;
+
+	(void)arg;
+	r->t_sched = t_ns;
 }
 
 static void on_stats(void *arg, int replica, const struct dps_engine_stats *st, int final)
@@ -293,7 +301,7 @@ static void on_ready(void *arg)
 }
 
 const struct dps_engine_cb dps_frontend_engine_cb = { on_token, on_done, on_stats, NULL,
-						       on_ready, on_token_lp };
+						       on_ready, on_scheduled, on_token_lp };
 
 
 /* Choice c of the request job parsed (prompt c / n, sample c % n): a new fe_req. */
@@ -321,6 +329,7 @@ static struct fe_req *choice_new(struct dps_frontend *f, struct dps_prep_job *jo
 	memcpy(r->id, g->id, sizeof(r->id));
 	r->n_prompt = pr->n;
 	r->t_arrive = job->t_arrive;
+	r->max_tokens = q->p.max_tokens;
 	r->min_tokens = q->p.min_tokens;
 	r->want_lp = q->p.want_logprobs;
 	for (int i = 0; i < q->n_stop; i++) {
@@ -359,6 +368,7 @@ int dps_fe_submit(struct dps_frontend *f, struct dps_prep_job *job)
 	if (!g || !rs)
 		goto err;
 	g->n_choices = g->n_open = n;
+	g->n = q->n;
 	g->body = calloc((size_t)n, sizeof(*g->body));
 	g->body_len = calloc((size_t)n, sizeof(*g->body_len));
 	if (!g->body || !g->body_len)

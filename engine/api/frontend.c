@@ -276,14 +276,33 @@ static const char *state_name(enum dps_fe_state s)
 	return s <= DPS_FE_RECOVERING ? n[s] : "?";
 }
 
+/* 200 {"status": "ready"} when serving; else 503 with the state, and while recovering the
+ * failure that caused it ("reason"). */
 static void health(struct dps_frontend *f, uint64_t conn)
 {
-	char body[128];
 	const int ok = f->state == DPS_FE_READY;
-	const int n = snprintf(body, sizeof(body), "{\"status\": \"%s\"}\n", state_name(f->state));
+	char *body = NULL;
+	size_t n = 0;
+	FILE *o = open_memstream(&body, &n);
 
-	dps_http_respond(f->http, conn, ok ? 200 : 503, "application/json", body, (size_t)n, NULL,
-			 0);
+	if (!o) { /* out of memory: the state alone, still an answer */
+		char small[64];
+		const int k = snprintf(small, sizeof(small), "{\"status\": \"%s\"}\n",
+				       state_name(f->state));
+
+		dps_http_respond(f->http, conn, ok ? 200 : 503, "application/json", small,
+				 (size_t)k, NULL, 0);
+		return;
+	}
+	fprintf(o, "{\"status\": \"%s\"", state_name(f->state));
+	if (f->state == DPS_FE_RECOVERING && f->reason[0]) {
+		fprintf(o, ", \"reason\": ");
+		dps_json_string(o, f->reason, strlen(f->reason));
+	}
+	fprintf(o, "}\n");
+	fclose(o);
+	dps_http_respond(f->http, conn, ok ? 200 : 503, "application/json", body, n, NULL, 0);
+	free(body);
 }
 
 void dps_frontend_on_request(void *arg, const struct dps_http_req *r)
@@ -467,6 +486,8 @@ void dps_frontend_fail_all(struct dps_frontend *f, const char *why, int restart)
 		memset(&f->rep[d], 0, sizeof(f->rep[d]));
 	}
 	f->restarts += restart != 0;
+	if (restart)
+		snprintf(f->reason, sizeof(f->reason), "%s", why);
 	if (f->active || restart)
 		dps_warn("%s: the requests in flight end with an error", why);
 }

@@ -16,9 +16,10 @@
 /* A Prometheus histogram: cumulative counts at the bucket bounds b[0..n-1], and +Inf. */
 struct hist {
 	const double *b;
-	int n;
+	int n;                 /* at most 31 */
 	uint64_t count[32];    /* count[i]: observations <= b[i]; count[n]: all */
 	double sum;
+	double own[31];        /* b, when the bounds are computed (the token counts') */
 };
 
 
@@ -30,6 +31,7 @@ struct hist {
 /* An HTTP request of the API: its choices (one fe_req each) and what they share. */
 struct fe_group {
 	int n_choices, n_open;        /* choices; those not finished yet */
+	int n;                        /* the request's "n": choices per prompt */
 	int n_refs;                   /* choices not freed yet */
 	int failed;                   /* a choice failed: a whole body becomes a 500 */
 	int stream_started;
@@ -71,7 +73,9 @@ struct fe_req {
 	int min_tokens;               /* no stop string counts before this many tokens (vLLM) */
 	size_t stop_floor;            /* and none that ends within text[0 .. stop_floor) */
 	int answered;                 /* the response is complete (or the client is gone) */
+	int max_tokens;               /* the request's limit (given, or the default) */
 	uint64_t t_arrive, t_first, t_last;
+	uint64_t t_sched;             /* its first step on the replica (0: unknown) */
 };
 
 struct dps_frontend {
@@ -79,6 +83,7 @@ struct dps_frontend {
 	struct dps_http *http;
 	struct dps_engine_client *client;
 	enum dps_fe_state state;
+	char reason[512];             /* why the last failure happened, for /health (or "") */
 	struct fe_req *head;
 	int active;
 	long started;
@@ -86,6 +91,9 @@ struct dps_frontend {
 	/* counters */
 	uint64_t prompt_tokens, gen_tokens, requests[8], http_errors, restarts;
 	struct hist ttft, itl, e2e, tpot;
+	/* per request, at its end: the phases (queue, prefill, decode, inference) and the sizes */
+	struct hist queue, prefill, decode, infer;
+	struct hist prompt_len, gen_len, n_param, max_tokens;
 	/* the replicas' latest counts, and what earlier runs (before a restart) added */
 	struct dps_engine_stats *rep, base;
 	uint64_t *base_group_ns;      /* (dp * DPS_ENGINE_GROUPS) */
@@ -126,7 +134,18 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 void dps_fe_metrics_init(struct dps_frontend *f);
 /* Counts one observation of v. */
 void dps_fe_hist_add(struct hist *h, double v);
+/* Request r ended at now (any reason): its e2e latency, time per output token, sizes. */
+void dps_fe_metrics_finished(struct dps_frontend *f, const struct fe_req *r, uint64_t now);
+/* The engine's done for r, which produced a token and whose first step is known: its queue,
+ * prefill, decode and inference times. */
+void dps_fe_metrics_phases(struct dps_frontend *f, const struct fe_req *r);
 /* GET /metrics on connection conn. */
 void dps_fe_metrics_page(struct dps_frontend *f, uint64_t conn);
+
+/* ---- metrics_proc.c -------------------------------------------------------------------------- */
+
+/* Prometheus' process_* series of this process (the supervisor), and each rank's memory and
+ * CPU time by rank label. */
+void dps_fe_metrics_process(struct dps_frontend *f, FILE *o);
 
 #endif

@@ -3,7 +3,9 @@
  * engine/api/metrics.c - GET /metrics of `dpshard serve`: Prometheus text with vLLM's metric
  * names (requests running and waiting per replica, KV-cache usage, tokens, finished requests
  * by reason, preemptions, the latency histograms, speculative decoding) and dpshard's own
- * (steps, dummy batches, errors, restarts, time in each group set's collectives).
+ * (steps, dummy batches, errors, restarts, time in each group set's collectives); the
+ * request histograms are filled by frontend.c through dps_fe_metrics_finished and _phases,
+ * the process_* series by metrics_proc.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,14 +20,72 @@ static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2
 				15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0 };
 static const double tpot_b[] = { 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
 				 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 };
+/* vLLM's request_latency_buckets: the queue, prefill, decode and inference times */
+static const double phase_b[] = { 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+				  40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0 };
+static const double n_b[] = { 1, 2, 5, 10, 20 };
 #define NB(a) (int)(sizeof(a) / sizeof(a[0]))
+
+/* vLLM's build_1_2_5_buckets(max): 1, 2, 5, 10, 20, 50, ... while <= max, into h->own. */
+static void hist_1_2_5(struct hist *h, long max)
+{
+	static const int m[3] = { 1, 2, 5 };
+	double p = 1.0;
+
+	*h = (struct hist){ .n = 0 };
+	for (; h->n < NB(h->own); p *= 10.0)
+		for (int i = 0; i < 3 && h->n < NB(h->own); i++) {
+			if (m[i] * p > (double)max)
+				goto out;
+			h->own[h->n++] = m[i] * p;
+		}
+out:
+	h->b = h->own;
+}
 
 void dps_fe_metrics_init(struct dps_frontend *f)
 {
+	/* (without a context limit, the token counts' buckets stop at a million) */
+	const long len = f->o.lim.max_model_len > 0 ? f->o.lim.max_model_len : 1000000;
+
 	f->ttft = (struct hist){ .b = ttft_b, .n = NB(ttft_b) };
 	f->itl = (struct hist){ .b = itl_b, .n = NB(itl_b) };
 	f->e2e = (struct hist){ .b = e2e_b, .n = NB(e2e_b) };
 	f->tpot = (struct hist){ .b = tpot_b, .n = NB(tpot_b) };
+	f->queue = (struct hist){ .b = phase_b, .n = NB(phase_b) };
+	f->prefill = f->decode = f->infer = f->queue;
+	f->n_param = (struct hist){ .b = n_b, .n = NB(n_b) };
+	hist_1_2_5(&f->prompt_len, len);
+	hist_1_2_5(&f->gen_len, len);
+	hist_1_2_5(&f->max_tokens, len);
+}
+
+static double seconds_between(uint64_t from, uint64_t to)
+{
+	return to > from ? (double)(to - from) / 1e9 : 0.0;
+}
+
+void dps_fe_metrics_finished(struct dps_frontend *f, const struct fe_req *r, uint64_t now)
+{
+	dps_fe_hist_add(&f->e2e, seconds_between(r->t_arrive, now));
+	if (r->n_gen > 1)
+		dps_fe_hist_add(&f->tpot, seconds_between(r->t_first, r->t_last) / (r->n_gen - 1));
+	dps_fe_hist_add(&f->prompt_len, r->n_prompt);
+	dps_fe_hist_add(&f->gen_len, r->n_gen);
+	if (r->index == 0) /* once per HTTP request, with its "n" (each choice counts the rest) */
+		dps_fe_hist_add(&f->n_param, r->g ? r->g->n : 1);
+	dps_fe_hist_add(&f->max_tokens, r->max_tokens);
+}
+
+/* vLLM's phases of a finished request: queue, arrival to the first step; prefill, first step
+ * to first token; decode, first token to last; inference, first step to last token. Times are
+ * the supervisor's for arrival and tokens, the replica's for the first step (one clock). */
+void dps_fe_metrics_phases(struct dps_frontend *f, const struct fe_req *r)
+{
+	dps_fe_hist_add(&f->queue, seconds_between(r->t_arrive, r->t_sched));
+	dps_fe_hist_add(&f->prefill, seconds_between(r->t_sched, r->t_first));
+	dps_fe_hist_add(&f->decode, seconds_between(r->t_first, r->t_last));
+	dps_fe_hist_add(&f->infer, seconds_between(r->t_sched, r->t_last));
 }
 
 void dps_fe_hist_add(struct hist *h, double v)
@@ -84,20 +144,20 @@ static void spec_metrics(struct dps_frontend *f, FILE *o, const char *name)
 	}
 	if (!t.spec_k)
 		return;
-	fprintf(o, "# HELP vllm:spec_decode_num_drafts Verifications of a draft.\n"
-		   "# TYPE vllm:spec_decode_num_drafts counter\n"
+	fprintf(o, "# HELP vllm:spec_decode_num_drafts_total Verifications of a draft.\n"
+		   "# TYPE vllm:spec_decode_num_drafts_total counter\n"
 		   "vllm:spec_decode_num_drafts_total{model_name=\"%s\"} %llu\n"
-		   "# HELP vllm:spec_decode_num_draft_tokens Draft tokens verified.\n"
-		   "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+		   "# HELP vllm:spec_decode_num_draft_tokens_total Draft tokens verified.\n"
+		   "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
 		   "vllm:spec_decode_num_draft_tokens_total{model_name=\"%s\"} %llu\n"
-		   "# HELP vllm:spec_decode_num_accepted_tokens Draft tokens accepted.\n"
-		   "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+		   "# HELP vllm:spec_decode_num_accepted_tokens_total Draft tokens accepted.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
 		   "vllm:spec_decode_num_accepted_tokens_total{model_name=\"%s\"} %llu\n",
 		name, (unsigned long long)t.spec_drafts, name,
 		(unsigned long long)t.spec_draft_tokens, name, (unsigned long long)t.spec_accepted);
-	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted at "
-		   "each draft position.\n"
-		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n");
+	fprintf(o, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Draft tokens "
+		   "accepted at each draft position.\n"
+		   "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n");
 	for (int j = 0; j < t.spec_k && j < DPS_MAX_SPEC; j++)
 		fprintf(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
 			   "position=\"%d\"} %llu\n", name, j,
@@ -190,6 +250,22 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 		   &f->tpot);
 	hist_print(o, "vllm:e2e_request_latency_seconds", "Time from arrival to the last token.",
 		   &f->e2e);
+	hist_print(o, "vllm:request_queue_time_seconds", "Time from arrival to the request's "
+		   "first step on its replica (requests that produced a token).", &f->queue);
+	hist_print(o, "vllm:request_prefill_time_seconds", "Time from the first step to the first "
+		   "token.", &f->prefill);
+	hist_print(o, "vllm:request_decode_time_seconds", "Time from the first token to the last.",
+		   &f->decode);
+	hist_print(o, "vllm:request_inference_time_seconds", "Time from the first step to the last "
+		   "token.", &f->infer);
+	hist_print(o, "vllm:request_prompt_tokens", "Prompt tokens of each finished request.",
+		   &f->prompt_len);
+	hist_print(o, "vllm:request_generation_tokens", "Tokens generated for each finished "
+		   "request.", &f->gen_len);
+	hist_print(o, "vllm:request_params_n", "The n parameter of each finished request.",
+		   &f->n_param);
+	hist_print(o, "vllm:request_params_max_tokens", "The max_tokens of each finished request "
+		   "(given, or the default).", &f->max_tokens);
 	fprintf(o, "# HELP dpshard:engine_steps_total Steps run (replica 0 and every other).\n"
 		   "# TYPE dpshard:engine_steps_total counter\n"
 		   "dpshard:engine_steps_total %llu\n", (unsigned long long)steps);
@@ -223,6 +299,7 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 	fprintf(o, "# HELP dpshard:up 1 when every rank serves, 0 while loading, draining or "
 		   "recovering.\n# TYPE dpshard:up gauge\ndpshard:up %d\n",
 		f->state == DPS_FE_READY);
+	dps_fe_metrics_process(f, o);
 }
 
 void dps_fe_metrics_page(struct dps_frontend *f, uint64_t conn)

@@ -2,8 +2,8 @@
 /*
  * engine/runtime/supervisor.c - the rank supervisor of supervisor.h. One call per instance: set-up,
  * fork, an io_uring loop over polls of the pidfds, the eventfd and the signalfd (and whatever
- * else the caller runs on the ring), and tear-down. Only this file and main() decide that
- * processes end.
+ * else the caller runs on the ring), and tear-down; on the loop's timer, the check of the
+ * ranks' heartbeats. Only this file and main() decide that processes end.
  */
 #include <fcntl.h>
 #include <liburing.h>
@@ -47,6 +47,9 @@ struct sup {
 	unsigned char *armed;        /* (world + 2): a poll is in flight for evfd, sigfd, pidfd r */
 	int n_armed;
 	uint64_t gen;                /* this run's number, in the user_data of its polls */
+	struct dps_hang_watch *hang; /* (world) */
+	uint64_t hang_checked;       /* when the heartbeats were last checked (0: never) */
+	int hung_rank;               /* the rank killed for hanging, or -1 */
 };
 
 /* The instance this process supervises, for dps_sup_send (one at a time per process). */
@@ -60,6 +63,15 @@ int dps_sup_send(int rank, const void *msg, size_t len)
 		return -ESRCH;
 	rc = dps_ring_push(&active->from_sup[rank], msg, len, 1);
 	return rc == -ETIMEDOUT ? -EAGAIN : rc;
+}
+
+int dps_sup_rank_pids(int *pids, int max)
+{
+	int n = 0;
+
+	for (; active && n < max && n < active->lay.world; n++)
+		pids[n] = (int)active->pids[n];
+	return n;
 }
 
 void dps_sup_stop(int signo)
@@ -139,6 +151,8 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 		_exit(1);
 	}
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
+	/* Every wait of this process from now on says that it is alive (shm/wait.h). */
+	dps_wait_set_beat(&w.beat->count);
 	rc = s->o->rank_fn(&w, s->o->rank_arg);
 	dps_world_detach(&w);
 	fflush(NULL);
@@ -159,6 +173,20 @@ static void sup_raise_abort(struct sup *s)
 		return;
 	dps_abort_raise(&s->ctl->abort);
 	s->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
+}
+
+/*
+ * Rank r failed as err says (the first failure of the run): recorded, logged, the others
+ * aborted, the caller told. Every kind of failure (death, early exit, hang) goes through here.
+ */
+static void sup_fail(struct sup *s, int r, const char *err)
+{
+	s->res->failed_rank = r;
+	s->res->failed_ns = dps_now_ns();
+	dps_error("%s; stopping the other ranks", err);
+	sup_raise_abort(s);
+	if (s->o->fail_fn)
+		s->o->fail_fn(err, s->o->msg_arg);
 }
 
 static void sup_drain(struct sup *s)
@@ -210,10 +238,10 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == DPS_EXIT_ABORTED && s->abort_deadline)
 		return; /* stopped because we asked it to */
+	if (r == s->hung_rank)
+		return; /* killed by us for hanging: already reported */
 	describe_rank(s, r, who, sizeof(who));
 	if (s->res->failed_rank < 0 && !s->res->stop_signal) {
-		s->res->failed_rank = r;
-		s->res->failed_ns = dps_now_ns();
 		if (WIFSIGNALED(st)) {
 			s->res->failed_signal = WTERMSIG(st);
 			snprintf(err, errlen, "%s was killed by signal %d (%s)", who, WTERMSIG(st),
@@ -222,10 +250,7 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 			s->res->failed_status = WEXITSTATUS(st);
 			snprintf(err, errlen, "%s exited with status %d", who, WEXITSTATUS(st));
 		}
-		dps_error("%s; stopping the other ranks", err);
-		sup_raise_abort(s);
-		if (s->o->fail_fn)
-			s->o->fail_fn(err, s->o->msg_arg);
+		sup_fail(s, r, err);
 	} else if (WIFSIGNALED(st)) {
 		dps_warn("%s was killed by signal %d (%s)", who, WTERMSIG(st), strsignal(WTERMSIG(st)));
 	}
@@ -251,15 +276,71 @@ static void sup_check_early(struct sup *s, char *err, size_t errlen)
 	if (!s->early_deadline || s->abort_deadline || dps_now_ns() < s->early_deadline)
 		return;
 	describe_rank(s, s->early_rank, who, sizeof(who));
-	s->res->failed_rank = s->early_rank;
 	s->res->failed_status = 0;
-	s->res->failed_ns = dps_now_ns();
-	snprintf(err, errlen, "%s exited while %d other rank(s) kept running; stopping them", who,
-		 s->alive);
-	dps_error("%s", err);
-	sup_raise_abort(s);
-	if (s->o->fail_fn)
-		s->o->fail_fn(err, s->o->msg_arg);
+	snprintf(err, errlen, "%s exited while %d other rank(s) kept running", who, s->alive);
+	sup_fail(s, s->early_rank, err);
+}
+
+uint64_t dps_hang_watch_check(struct dps_hang_watch *h, uint64_t count, int expected,
+			      uint64_t now_ns)
+{
+	if (!expected) {
+		h->since_ns = 0;
+		h->count = count;
+		return 0;
+	}
+	if (!h->since_ns || count != h->count) {
+		/* Just became expected, or moved: the clock starts now. */
+		h->since_ns = now_ns ? now_ns : 1;
+		h->count = count;
+		return 0;
+	}
+	return now_ns - h->since_ns;
+}
+
+/*
+ * The heartbeat check (on the loop's timer): a rank expected to progress whose heartbeat has
+ * not moved for rank_timeout_ms fails like a dead rank, and is killed at once (SIGKILL also
+ * ends a stopped process; a spinning one would never notice the abort). Returns the ms until
+ * the next check.
+ */
+static int sup_check_hung(struct sup *s, char *err, size_t errlen)
+{
+	const uint64_t limit = (uint64_t)s->o->rank_timeout_ms * 1000000ull;
+	const uint64_t now = dps_now_ns();
+	unsigned period = s->o->rank_timeout_ms / 8;
+
+	period = period < 20 ? 20 : period > 1000 ? 1000 : period;
+	/*
+	 * Only time the supervisor watched counts: after a gap in its own loop (it was stopped,
+	 * or starved of CPU) every clock starts again rather than blaming the ranks for it.
+	 */
+	if (s->hang_checked && now - s->hang_checked > limit / 2)
+		for (int r = 0; r < s->lay.world; r++)
+			s->hang[r].since_ns = 0;
+	s->hang_checked = now;
+	for (int r = 0; r < s->lay.world; r++) {
+		const struct dps_beat *b = &s->ctl->beat[r];
+		const uint64_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+		const int expected = s->pids[r] > 0 &&
+				     (atomic_load_explicit(&b->busy, memory_order_relaxed) ||
+				      (s->o->pending_fn && s->o->pending_fn(r, s->o->msg_arg)));
+		const uint64_t stuck = dps_hang_watch_check(&s->hang[r], count, expected, now);
+		char who[64];
+
+		if (stuck < limit)
+			continue;
+		describe_rank(s, r, who, sizeof(who));
+		snprintf(err, errlen, "%s, pid %ld, made no progress for %.1f s with work pending "
+			 "(the rank timeout is %.1f s): it is hung", who, (long)s->pids[r],
+			 (double)stuck / 1e9, (double)s->o->rank_timeout_ms / 1e3);
+		s->res->hung_ms = stuck / 1000000ull;
+		s->hung_rank = r;
+		kill(s->pids[r], SIGKILL);
+		sup_fail(s, r, err);
+		break;
+	}
+	return (int)period;
 }
 
 /* The descriptor of poll slot i: 0 the eventfd, 1 the signalfd, 2 + r rank r's pidfd. */
@@ -375,6 +456,12 @@ static int sup_loop(struct sup *s, char *err, size_t errlen)
 		if (s->o->tick_fn && !s->abort_deadline)
 			timeout = s->o->tick_fn(s->o->msg_arg);
 		sup_check_early(s, err, errlen);
+		if (s->o->rank_timeout_ms && !s->abort_deadline && s->res->failed_rank < 0) {
+			const int t = sup_check_hung(s, err, errlen);
+
+			if (!s->abort_deadline)
+				timeout = timeout < 0 || t < timeout ? t : timeout;
+		}
 		if (s->early_deadline && !s->abort_deadline) {
 			uint64_t now = dps_now_ns();
 
@@ -465,7 +552,8 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 				&s->ctl->abort, -1);
 	}
 	s->armed = calloc((size_t)s->lay.world + 2, 1);
-	if (!s->armed)
+	s->hang = calloc((size_t)s->lay.world, sizeof(*s->hang));
+	if (!s->armed || !s->hang)
 		return -ENOMEM;
 	if (o->ring) {
 		s->ring = o->ring;
@@ -512,6 +600,7 @@ static void sup_teardown(struct sup *s)
 	if (s->ring == &s->own)
 		io_uring_queue_exit(&s->own);
 	free(s->armed);
+	free(s->hang);
 	free(s->to_sup);
 	free(s->from_sup);
 	free(s->pids);
@@ -525,7 +614,7 @@ static void sup_teardown(struct sup *s)
 int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *err,
 		size_t errlen)
 {
-	struct sup s = { .o = o, .res = res, .evfd = -1, .sigfd = -1 };
+	struct sup s = { .o = o, .res = res, .evfd = -1, .sigfd = -1, .hung_rank = -1 };
 	const pid_t me = getpid();
 	int rc, r;
 

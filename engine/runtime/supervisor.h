@@ -12,6 +12,9 @@
  * (signal, or an exit status other than 0) the supervisor raises the abort word, so every
  * peer's pending collective returns -DPS_EABORT within DPS_WAIT_SLICE_MS, names the dead rank
  * and how it died, gives the others a grace period to exit, kills what is left, and returns.
+ * A rank that is expected to progress and does not (its heartbeat, struct dps_beat, has not
+ * moved for opts.rank_timeout_ms) has failed the same way: it is named, killed at once, and
+ * the others are stopped as for a death.
  */
 #ifndef DPS_ENGINE_SUPERVISOR_H
 #define DPS_ENGINE_SUPERVISOR_H
@@ -69,6 +72,16 @@ struct dps_sup_opts {
 	int (*signal_fn)(int signo, void *arg);
 	/* fail_fn(why, msg_arg): the moment a rank failure is seen (the run then winds down). */
 	void (*fail_fn)(const char *why, void *arg);
+	/*
+	 * Hung ranks (docs/DESIGN.md section 1). A rank is expected to progress while
+	 * pending_fn(rank, msg_arg) returns non-zero (work the caller gave it is not done; NULL:
+	 * never) or while its own busy flag is set (dps_world_set_busy). Only that time counts:
+	 * a rank whose heartbeat has not moved for rank_timeout_ms of it has failed (0: never
+	 * checked). The loop checks on its wait timeout, every rank_timeout_ms / 8 (at least
+	 * 20 ms, at most 1 s).
+	 */
+	unsigned rank_timeout_ms;
+	int (*pending_fn)(int rank, void *arg);
 };
 
 struct dps_sup_result {
@@ -78,7 +91,25 @@ struct dps_sup_result {
 	uint64_t failed_ns;        /* dps_now_ns() when the supervisor saw it fail */
 	int stop_signal;           /* SIGTERM/SIGINT that stopped the instance, or 0 */
 	int killed;                /* ranks killed after the grace period */
+	uint64_t hung_ms;          /* the failed rank hung (made no progress) this long, or 0 */
 };
+
+/*
+ * What the supervisor remembers of one rank's heartbeat between two checks. Zero it to
+ * start.
+ */
+struct dps_hang_watch {
+	uint64_t count;            /* the heartbeat last read */
+	uint64_t since_ns;         /* since when it is expected and unmoved (0: not expected) */
+};
+
+/*
+ * One check of one rank at time now_ns: count is its heartbeat now, expected whether it must
+ * progress now. Returns for how long (ns) it has been expected without its heartbeat moving;
+ * 0 when it moved, or is not expected (time while not expected never counts, however long).
+ */
+uint64_t dps_hang_watch_check(struct dps_hang_watch *h, uint64_t count, int expected,
+			      uint64_t now_ns);
 
 /*
  * Runs an instance to completion. Returns 0 when every rank exited 0; -DPS_ERANK when a rank
@@ -95,6 +126,12 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
  * again on a later tick), -EMSGSIZE, or -ESRCH outside dps_sup_run.
  */
 int dps_sup_send(int rank, const void *msg, size_t len);
+
+/*
+ * From the supervisor, while dps_sup_run runs: the process ids of the first max ranks in
+ * pids (0 for a rank already reaped). Returns the ranks written, 0 outside dps_sup_run.
+ */
+int dps_sup_rank_pids(int *pids, int max);
 
 /*
  * From the supervisor, while dps_sup_run runs: stops the instance as signal signo would

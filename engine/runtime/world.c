@@ -83,7 +83,7 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 		rc = col.rc;
 		goto err;
 	}
-	off = dps_align_up(sizeof(struct dps_ctl), 4096);
+	off = dps_align_up(sizeof(struct dps_ctl) + sizeof(struct dps_beat) * (size_t)l->world, 4096);
 	for (i = 0; i < l->n_comms; i++) {
 		sz = dps_comm_shm_size(l->comms[i].n, l->slot_bytes);
 		if (l->comms[i].n > 1 && sz == 0)
@@ -143,7 +143,7 @@ void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int d)
 
 void dps_layout_init_shm(const struct dps_layout *l, void *base)
 {
-	memset(base, 0, sizeof(struct dps_ctl));
+	memset(base, 0, sizeof(struct dps_ctl) + sizeof(struct dps_beat) * (size_t)l->world);
 	for (int i = 0; i < l->n_comms; i++)
 		dps_comm_shm_init((char *)base + l->comms[i].off, l->comms[i].n, l->slot_bytes);
 	for (int r = 0; r < l->world; r++) {
@@ -182,6 +182,7 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 	w->dp_rank = r / w->tp;
 	w->lay = l;
 	w->ctl = base;
+	w->beat = &w->ctl->beat[r];
 	w->comms = calloc((size_t)l->n_comms, sizeof(*w->comms));
 	if (!w->comms)
 		return -ENOMEM;

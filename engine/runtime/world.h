@@ -21,11 +21,31 @@
 #include "shm/ring.h"
 #include "shm/seg.h"
 
-/* Instance control block, at offset 0 of the segment. */
+/*
+ * A rank's heartbeat, on a cache line of its own (its rank writes it often, the supervisor
+ * reads it once per check: no other rank's line may share it). Every atomic here is relaxed
+ * on both sides: no data is published through them, the supervisor only compares what it
+ * reads from one check to the next (docs/DESIGN.md section 1, "hung ranks").
+ */
+struct dps_beat {
+	/* Bumped by the rank at every step, every layer of a step and every slice of a wait
+	 * (dps_beat(), shm/wait.h); only ever increases. */
+	_Alignas(DPS_CACHELINE) _Atomic uint64_t count;
+	/* Set by a rank that must progress whatever the supervisor's caller knows (a benchmark's
+	 * loop of steps); 0 otherwise. */
+	_Atomic uint32_t busy;
+	char pad[DPS_CACHELINE - sizeof(uint64_t) - sizeof(uint32_t)];
+};
+
+/* Instance control block, at offset 0 of the segment: the abort word, then one heartbeat
+ * line per world rank. */
 struct dps_ctl {
 	_Alignas(DPS_CACHELINE) _Atomic uint32_t abort; /* raised by the supervisor; read by every wait */
 	char pad[DPS_CACHELINE - sizeof(uint32_t)];
+	struct dps_beat beat[]; /* (world) */
 };
+
+_Static_assert(sizeof(struct dps_beat) == DPS_CACHELINE, "one heartbeat per cache line");
 
 #define DPS_SETS_MAX (3 + 2 * DPS_MAX_COMP_SIZES)
 
@@ -79,6 +99,7 @@ struct dps_world {
 	struct dps_comm *comp_tp_c[DPS_COMP_COUNT], *dp_col_c[DPS_COMP_COUNT];
 	struct dps_ring to_sup, from_sup;
 	struct dps_ring replica;  /* TP > 1: the batch ring of this rank's replica (reader tp_rank-1) */
+	struct dps_beat *beat;    /* this rank's heartbeat, &ctl->beat[rank] */
 	unsigned ncpus;           /* CPUs this rank may use */
 };
 
@@ -92,6 +113,12 @@ void dps_world_detach(struct dps_world *w);
 
 /* The communicator of rank w->rank's group in set gs (a set of w->lay->groups). */
 struct dps_comm *dps_world_comm(struct dps_world *w, const struct dps_groupset *gs);
+
+/* Marks this rank as one that must progress now (busy 1) or not (0); see struct dps_beat. */
+static inline void dps_world_set_busy(struct dps_world *w, int busy)
+{
+	atomic_store_explicit(&w->beat->busy, (uint32_t)(busy != 0), memory_order_relaxed);
+}
 
 /* Sets the all-reduce switch point and the forced algorithm on every communicator. */
 void dps_world_set_algo(struct dps_world *w, size_t oneshot_max, enum dps_coll_algo algo);

@@ -39,6 +39,7 @@ struct dps_engine_client {
 	int first_unsent;          /* requests before it are all sent or finished */
 	int64_t base;              /* the id of reqs[0]: finished requests are dropped in front */
 	int n_ready;               /* ranks that reported the model loaded */
+	int coupled;               /* the replicas step together (a rank said so when loaded) */
 };
 
 int dps_engine_client_new(struct dps_engine_client **out, int dp, int tp,
@@ -248,6 +249,8 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 
 		if (!q || q->finished)
 			return;
+		if (m->t_scheduled && c->cb.scheduled)
+			c->cb.scheduled(c->cb.arg, q->user, m->t_scheduled);
 		creq_end(c, q, (enum dps_finish)m->finish, m->n_gen);
 	} else if (h.type == M_STATS && len >= sizeof(struct m_stats)) {
 		const struct m_stats *m = msg;
@@ -255,6 +258,7 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 		if (c->cb.stats && m->replica >= 0 && m->replica < c->dp)
 			c->cb.stats(c->cb.arg, m->replica, &m->st, (int)h.count);
 	} else if (h.type == M_READY) {
+		c->coupled |= h.count != 0;
 		if (++c->n_ready == c->dp * c->tp && c->cb.ready)
 			c->cb.ready(c->cb.arg);
 	}
@@ -269,6 +273,18 @@ void dps_engine_load(const struct dps_engine_client *c, int d, int *waiting, int
 int dps_engine_ready(const struct dps_engine_client *c)
 {
 	return c->n_ready >= c->dp * c->tp;
+}
+
+int dps_engine_rank_pending(int rank, void *client)
+{
+	const struct dps_engine_client *c = client;
+	const int d = rank / c->tp;
+
+	/* Loading is not stepping: until every rank is ready, nothing is expected of any. */
+	if (!dps_engine_ready(c) || d < 0 || d >= c->dp)
+		return 0;
+	/* Coupled replicas all run every step (an idle one its dummy batch). */
+	return c->coupled ? c->outstanding > 0 : c->waiting[d] + c->running[d] > 0;
 }
 
 void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why)

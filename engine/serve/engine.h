@@ -8,7 +8,7 @@
  * Messages. The client sends a replica's TP rank 0, through its ring, requests (a header
  * and the prompt, in as many messages as the ring's slots need), cancellations, wake-ups and
  * the final stop. Rank 0 answers with every token as it is sampled and a done message with the
- * finish reason, and the counts of its scheduler at exit.
+ * finish reason and the time of the request's first step, and the counts of its scheduler at exit.
  *
  * The loop of a replica. TP rank 0 takes the messages, asks the scheduler for a batch and
  * publishes it to the replica's other ranks through the replica's batch ring (one writer, a
@@ -87,7 +87,9 @@ struct dps_engine_client;
 /*
  * Callbacks of the client, in the supervisor. stats: a replica's counts, every
  * DPS_ENGINE_STATS_MS while it runs (final 0) and once at exit (final 1); ready: every rank
- * has loaded the model.
+ * has loaded the model; scheduled (may be NULL): just before done, the dps_now_ns() at which
+ * the replica's scheduler first put the request in a batch, when it ever did (vLLM's
+ * scheduled_ts: the end of its queue time and the start of its prefill).
  */
 struct dps_engine_cb {
 	void (*token)(void *arg, void *user, int token);
@@ -95,6 +97,7 @@ struct dps_engine_cb {
 	void (*stats)(void *arg, int replica, const struct dps_engine_stats *st, int final);
 	void *arg;
 	void (*ready)(void *arg);
+	void (*scheduled)(void *arg, void *user, uint64_t t_ns);
 	/* A token of a request with want_logprobs, with them (NULL: token is called instead). */
 	void (*token_lp)(void *arg, void *user, const struct dps_token_logprobs *lp);
 };
@@ -137,8 +140,14 @@ void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why);
 /* Requests sent to each replica so far (dp entries). */
 const uint64_t *dps_engine_sent(const struct dps_engine_client *c);
 
-/* For dps_sup_opts: msg_fn and tick_fn with msg_arg = the client. */
+/* For dps_sup_opts: msg_fn, tick_fn and pending_fn with msg_arg = the client. */
 void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client);
 int dps_engine_tick(void *client);
+/*
+ * Whether world rank `rank` has work of this client to do now: every rank is loaded and its
+ * replica has requests queued or running (any replica, when the replicas are coupled). The
+ * hung-rank rule of the supervisor counts only that time.
+ */
+int dps_engine_rank_pending(int rank, void *client);
 
 #endif

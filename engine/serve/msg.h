@@ -4,9 +4,9 @@
  * replica's TP rank 0, through the rank's rings (engine/runtime/world.h). Down: a request (its
  * header and the prompt, in as many messages as the ring's slots need), a cancellation, a
  * wake-up, the final stop. Up: the sampled tokens (with their log-probabilities for a request
- * that asks for them, M_TOKENS_LP: a request's tokens all go one way, so each request's
- * order holds), a request's end with its finish reason,
- * the replica's counts (every DPS_ENGINE_STATS_MS and at exit), and "loaded" from every rank.
+ * that asks for them, M_TOKENS_LP: a request's tokens all go one way, so each request's order
+ * holds), a request's end with its finish reason and the time of its first step, the
+ * replica's counts (every DPS_ENGINE_STATS_MS and at exit), and "loaded" from every rank.
  * Every field is checked by its reader before use.
  */
 #ifndef DPS_ENGINE_SERVE_MSG_H
@@ -64,6 +64,8 @@ struct m_tokens_lp {
 struct m_done {
 	struct m_hdr h;
 	int32_t finish, n_gen;
+	uint64_t t_scheduled;  /* CLOCK_MONOTONIC ns of its first step on the replica (0: none);
+				* one clock for every process of the machine */
 };
 
 struct m_stats {

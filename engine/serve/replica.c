@@ -64,7 +64,7 @@ static void on_done(void *arg, struct dps_req *r)
 {
 	struct replica *R = arg;
 	struct m_done d = { { M_DONE, 0, (int64_t)r->id }, (int32_t)r->finish,
-			    r->n_ids - r->n_prompt };
+			    r->n_ids - r->n_prompt, r->t_scheduled };
 
 	flush_tokens(R);
 	send_up(R, &d, sizeof(d));
@@ -83,7 +83,7 @@ static struct dps_req *find_req(struct dps_sched *s, int64_t id)
 
 static void reject(struct replica *R, int64_t id)
 {
-	struct m_done d = { { M_DONE, 0, id }, DPS_FINISH_ERROR, 0 };
+	struct m_done d = { { M_DONE, 0, id }, DPS_FINISH_ERROR, 0, 0 };
 
 	send_up(R, &d, sizeof(d));
 }
@@ -346,11 +346,48 @@ static int publish_rows(struct replica *R, int *hdr)
 	return 0;
 }
 
+/*
+ * Test-only fault injection (docs/DESIGN.md section 5): DPSHARD_FAULT=spin:RANK:STEP, read
+ * once at rank start, makes world rank RANK spin for ever, without a heartbeat, when it is
+ * about to run its step number STEP (from 0), as a rank stuck in a loop would. Any other value
+ * is refused by name. Returns 0 or -EINVAL.
+ */
+static int fault_parse(struct replica *R)
+{
+	const char *f = getenv("DPSHARD_FAULT");
+	long rank, step;
+	char tail;
+
+	R->fault_spin = -1;
+	if (!f || !*f)
+		return 0;
+	if (sscanf(f, "spin:%ld:%ld%c", &rank, &step, &tail) != 2 || rank < 0 || step < 0) {
+		fprintf(stderr, "rank %d: DPSHARD_FAULT=%s is not a fault this build injects (the "
+			"one it knows is spin:RANK:STEP)\n", R->w->rank, f);
+		return -EINVAL;
+	}
+	if (rank == R->w->rank)
+		R->fault_spin = step;
+	return 0;
+}
+
+static void fault_maybe_spin(const struct replica *R)
+{
+	if (R->fault_spin < 0 || R->st.steps != (uint64_t)R->fault_spin)
+		return;
+	fprintf(stderr, "rank %d: DPSHARD_FAULT: spinning at step %ld\n", R->w->rank,
+		R->fault_spin);
+	for (volatile unsigned long spin = 0;; spin++) {
+		/* no heartbeat, no abort check: only SIGKILL ends this */
+	}
+}
+
 static int run_rows(struct replica *R, int prefill, int n, float **logits)
 {
 	struct dps_rows rows;
 	int rc = 0;
 
+	fault_maybe_spin(R);
 	for (int i = 0; i < n; i++)
 		R->table[i] = R->tix[i] >= 0 ? R->tables + (size_t)R->tix[i] * (size_t)R->bpr : NULL;
 	rows = (struct dps_rows){ n, R->tokens, R->pos, R->slot, (const int *const *)R->table,
@@ -395,6 +432,9 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->w = w;
 	R->o = o;
 	R->tp0 = w->tp_rank == 0;
+	rc = fault_parse(R);
+	if (rc)
+		return rc;
 	rc = dps_gemm_setup(o->blis_arch ? o->blis_arch : "auto",
 			    o->threads ? o->threads : (int)w->ncpus, err, sizeof(err));
 	if (!rc)
@@ -553,7 +593,8 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 	rc = replica_init(&R, w, o);
 	if (!rc) {
 		/* Loaded: every rank says so (the service is ready when all have). */
-		const struct m_hdr m = { M_READY, 0, w->rank };
+		/* (count: whether the replicas step together, for the client's hung-rank rule) */
+		const struct m_hdr m = { M_READY, (uint32_t)R.coupled, w->rank };
 
 		for (int i = 0; i < w->lay->n_comms; i++)
 			w->comms[i].timing = 1;
@@ -563,6 +604,13 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		int hdr[H_LEN] = { 0 }, prefill, n;
 		float *logits = NULL;
 
+		dps_beat(); /* each turn of the loop is progress (the supervisor's hung-rank rule) */
+		/* A busy uncoupled replica may never wait: it must see a peer's failure here, or it
+		 * runs on until the supervisor's grace period ends and it is killed. */
+		if (dps_abort_raised(&w->ctl->abort)) {
+			rc = -DPS_EABORT;
+			break;
+		}
 		if (R.tp0) {
 			const uint64_t now = dps_now_ns();
 

@@ -410,6 +410,8 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 		remove_from(s->waiting, &s->n_waiting, r);
 		r->state = DPS_REQ_RUNNING;
 		r->seq = ++s->admitted;
+		if (!r->t_scheduled) /* one clock read per request, not per step */
+			r->t_scheduled = dps_now_ns();
 		s->running[s->n_running++] = r;
 		add_rows(s, r, take);
 		budget -= take;

@@ -65,6 +65,8 @@ struct dps_req {
 	int preempted;              /* times preempted */
 	struct dps_rng rng;
 	uint64_t seq;               /* admission order, for "newest" */
+	uint64_t t_scheduled;       /* dps_now_ns() of its first admission (0: never yet), kept
+				     * across preemption: vLLM's scheduled_ts */
 	int draft[DPS_MAX_SPEC];    /* target ids the draft proposed after the last token */
 	int n_draft;                /* 0, or spec_k when the next step verifies them */
 	struct dps_seen seen;       /* with penalties: the tokens of ids, counted */

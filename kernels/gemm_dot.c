@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gemm_dot.c - dpshard's batch-invariant product out = x . W^T (see gemm.h): every
+ * output summed in the one order gemm.h defines, which depends on k only. Three
+ * implementations of that order, bit for bit the same: AVX-512 (16-lane accumulators), AVX2
+ * with FMA (each 16-lane accumulator as two 8-lane halves, summed one after the other: the
+ * lanes are independent, so the halves need not run together), and the plain-C twin with
+ * fmaf. dps_linear_f32 (gemm.c) calls them on its slices of columns, for decode (m = the
+ * batch, W streamed from memory once) and prefill (m up to --max-num-batched-tokens).
+ *
+ * Blocking: a slice of W is taken W_BLOCK_BYTES of rows at a time (kept in L2) and, for each,
+ * x X_BLOCK_BYTES of rows at a time; inside, four rows of W against up to four (AVX-512) or
+ * three (AVX2) rows of x per register tile. The blocking changes which tile computes an output
+ * and when, never the order of its sum.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "kernels/dot_int.h"
+#include "kernels/gemm.h"
+
+#define X_BLOCK_BYTES ((size_t)96 << 10)
+#define W_BLOCK_BYTES ((size_t)192 << 10)
+#define GROUP 4 /* rows of W per register tile */
+
+/* ---- the plain-C twin ---------------------------------------------------------------- */
+
+/* One output in the order of gemm.h. Lanes past k add fmaf(0, 0, a) = a, as the masked loads. */
+static float dot_ref(const float *restrict x, const float *restrict w, int k)
+{
+	float a[16] = { 0.0f };
+
+	for (int c0 = 0; c0 < k; c0 += 16)
+		for (int l = 0; l < 16; l++)
+			a[l] = c0 + l < k ? fmaf(w[c0 + l], x[c0 + l], a[l]) : a[l];
+	return dps_dot_tree_ref(a);
+}
+
+void dps_gemm_f32_ref(float *restrict out, int ldo, const float *restrict x,
+		      const float *restrict W, int m, int n, int k)
+{
+	for (int i = 0; i < m; i++)
+		for (int r = 0; r < n; r++)
+			out[(size_t)i * (size_t)ldo + (size_t)r] =
+				dot_ref(x + (size_t)i * (size_t)k, W + (size_t)r * (size_t)k, k);
+}
+
+/* ---- the blocking, shared by both ISAs ------------------------------------------------ */
+
+/* mi (<= the x block) rows of x against rows r0 .. r0 + nr - 1 (nr <= GROUP) of W. */
+typedef void tile_fn(float *restrict out, int ldo, const float *restrict x,
+		     const float *restrict W, int mi, int r0, int nr, int k);
+
+/* Whole groups of rows of size `bytes` at most, at least one group. */
+static int rows_in(size_t bytes, int k)
+{
+	const size_t row = sizeof(float) * (size_t)(k > 0 ? k : 1);
+	const size_t rows = bytes / row / GROUP * GROUP;
+
+	return rows < GROUP ? GROUP : rows > (1u << 20) ? 1 << 20 : (int)rows;
+}
+
+/*
+ * Assumptions: x is m x k, W is n x k, out is m x n with row stride ldo, all row-major, any
+ * alignment. The W block is the outer loop, so W is read from memory once per call.
+ */
+static void gemm_blocked(tile_fn *tile, int mb_max, float *restrict out, int ldo,
+			 const float *restrict x, const float *restrict W, int m, int n, int k)
+{
+	const int mb_fit = rows_in(X_BLOCK_BYTES, k), nb = rows_in(W_BLOCK_BYTES, k);
+	const int mb = mb_fit < mb_max ? mb_fit : mb_max;
+
+	for (int r0 = 0; r0 < n; r0 += nb) {
+		const int r1 = n - r0 < nb ? n : r0 + nb;
+
+		for (int i0 = 0; i0 < m; i0 += mb) {
+			const int mi = m - i0 < mb ? m - i0 : mb;
+			float *oi = out + (size_t)i0 * (size_t)ldo;
+			const float *xi = x + (size_t)i0 * (size_t)k;
+
+			for (int r = r0; r < r1; r += GROUP)
+				tile(oi, ldo, xi, W, mi, r, r1 - r < GROUP ? r1 - r : GROUP, k);
+		}
+	}
+}
+
+/* ---- AVX-512 -------------------------------------------------------------------------- */
+
+/*
+ * Four rows of W against mr (1..4, a constant where it is inlined) rows of x: out[i][r0 + q]
+ * for q < nr, each one 16-lane accumulator over k in order, masked at the tail, then the tree
+ * of dot_int.h. Inlined once per mr so the loops unroll and the sixteen accumulators stay in
+ * registers.
+ *
+ * Assumptions: x is mr x k and W n x k row-major (stride k), out has row stride ldo, any
+ * alignment; rows r0 + nr .. r0 + 3 of W are not read (their loads repeat row r0); the next
+ * four rows of W are prefetched in step with these (decode streams W once).
+ */
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
+block_avx512(float *restrict out, int ldo, const float *restrict x, const float *restrict W,
+	     int r0, int nr, int k, const int mr)
+{
+	const int tail = k % 16;
+	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
+	const float *w0 = W + (size_t)r0 * (size_t)k;
+	const float *w1 = nr > 1 ? w0 + k : w0, *w2 = nr > 2 ? w0 + 2 * k : w0;
+	const float *w3 = nr > 3 ? w0 + 3 * k : w0;
+	__m512 a[4][GROUP]; /* a[i][q]: row i of x against row r0 + q of W */
+	int c = 0;
+
+#pragma GCC unroll 4
+	for (int i = 0; i < mr; i++)
+		a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
+	for (; c + 16 <= k; c += 16) {
+		const __m512 w0v = _mm512_loadu_ps(w0 + c), w1v = _mm512_loadu_ps(w1 + c);
+		const __m512 w2v = _mm512_loadu_ps(w2 + c), w3v = _mm512_loadu_ps(w3 + c);
+
+		_mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + 5 * (size_t)k + c), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + 6 * (size_t)k + c), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + 7 * (size_t)k + c), _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int i = 0; i < mr; i++) {
+			const __m512 xv = _mm512_loadu_ps(x + (size_t)i * (size_t)k + c);
+
+			a[i][0] = _mm512_fmadd_ps(w0v, xv, a[i][0]);
+			a[i][1] = _mm512_fmadd_ps(w1v, xv, a[i][1]);
+			a[i][2] = _mm512_fmadd_ps(w2v, xv, a[i][2]);
+			a[i][3] = _mm512_fmadd_ps(w3v, xv, a[i][3]);
+		}
+	}
+	if (tail) {
+		const __m512 w0v = _mm512_maskz_loadu_ps(mask, w0 + c);
+		const __m512 w1v = _mm512_maskz_loadu_ps(mask, w1 + c);
+		const __m512 w2v = _mm512_maskz_loadu_ps(mask, w2 + c);
+		const __m512 w3v = _mm512_maskz_loadu_ps(mask, w3 + c);
+
+#pragma GCC unroll 4
+		for (int i = 0; i < mr; i++) {
+			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)i * (size_t)k + c);
+
+			a[i][0] = _mm512_fmadd_ps(w0v, xv, a[i][0]);
+			a[i][1] = _mm512_fmadd_ps(w1v, xv, a[i][1]);
+			a[i][2] = _mm512_fmadd_ps(w2v, xv, a[i][2]);
+			a[i][3] = _mm512_fmadd_ps(w3v, xv, a[i][3]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < mr; i++) {
+		float s[4];
+
+		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a[i][0]), dps_dot_halves512(a[i][1]),
+						 dps_dot_halves512(a[i][2]), dps_dot_halves512(a[i][3])));
+		for (int q = 0; q < nr; q++)
+			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
+	}
+}
+
+__attribute__((target("avx512f,avx2,fma"))) static void
+tile_avx512(float *restrict out, int ldo, const float *restrict x, const float *restrict W,
+	    int mi, int r0, int nr, int k)
+{
+	int i = 0;
+
+	for (; i + 4 <= mi; i += 4)
+		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
+			     nr, k, 4);
+	switch (mi - i) {
+	case 1:
+		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
+			     nr, k, 1);
+		break;
+	case 2:
+		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
+			     nr, k, 2);
+		break;
+	case 3:
+		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
+			     nr, k, 3);
+		break;
+	default:
+		break;
+	}
+}
+
+void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
+			 const float *restrict W, int m, int n, int k)
+{
+	gemm_blocked(tile_avx512, 1 << 20, out, ldo, x, W, m, n, k);
+}
+
+void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
+			   const float *restrict W, int rows, int cols)
+{
+	dps_gemm_f32_avx512(out, rows, x, W, 1, rows, cols);
+}
+
+/* ---- AVX2 with FMA -------------------------------------------------------------------- */
+
+/*
+ * One half of block_avx2 over the columns [c0, c1) (c0 a multiple of 16; c1 too, or k): lanes
+ * off .. off + 7 (off 0 or 8) of the accumulators of mr rows of x against w[0..3], continued
+ * from acc[i][q][off ..] and left there.
+ */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[GROUP], int k,
+	  int c0, int c1, const int off, const int mr, const int pf)
+{
+	const int tail = c1 % 16, c16 = c1 - tail;
+	const int cnt = tail - off < 0 ? 0 : tail - off > 8 ? 8 : tail - off;
+	__m256 a[3][GROUP];
+
+#pragma GCC unroll 3
+	for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+		for (int q = 0; q < GROUP; q++)
+			a[i][q] = _mm256_loadu_ps(acc[i][q] + off);
+	for (int c = c0 + off; c < c16; c += 16) {
+		const __m256 w0v = _mm256_loadu_ps(w[0] + c), w1v = _mm256_loadu_ps(w[1] + c);
+		const __m256 w2v = _mm256_loadu_ps(w[2] + c), w3v = _mm256_loadu_ps(w[3] + c);
+
+		if (pf && !off) { /* one prefetch per line of the next four rows */
+			_mm_prefetch((const char *)(w[0] + 4 * (size_t)k + c), _MM_HINT_T0);
+			_mm_prefetch((const char *)(w[0] + 5 * (size_t)k + c), _MM_HINT_T0);
+			_mm_prefetch((const char *)(w[0] + 6 * (size_t)k + c), _MM_HINT_T0);
+			_mm_prefetch((const char *)(w[0] + 7 * (size_t)k + c), _MM_HINT_T0);
+		}
+#pragma GCC unroll 3
+		for (int i = 0; i < mr; i++) {
+			const __m256 xv = _mm256_loadu_ps(x + (size_t)i * (size_t)k + c);
+
+			a[i][0] = _mm256_fmadd_ps(w0v, xv, a[i][0]);
+			a[i][1] = _mm256_fmadd_ps(w1v, xv, a[i][1]);
+			a[i][2] = _mm256_fmadd_ps(w2v, xv, a[i][2]);
+			a[i][3] = _mm256_fmadd_ps(w3v, xv, a[i][3]);
+		}
+	}
+	if (cnt) {
+		const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt),
+							_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		const int c = c16 + off;
+		const __m256 w0v = _mm256_maskload_ps(w[0] + c, mask);
+		const __m256 w1v = _mm256_maskload_ps(w[1] + c, mask);
+		const __m256 w2v = _mm256_maskload_ps(w[2] + c, mask);
+		const __m256 w3v = _mm256_maskload_ps(w[3] + c, mask);
+
+#pragma GCC unroll 3
+		for (int i = 0; i < mr; i++) {
+			const __m256 xv = _mm256_maskload_ps(x + (size_t)i * (size_t)k + c, mask);
+
+			a[i][0] = _mm256_fmadd_ps(w0v, xv, a[i][0]);
+			a[i][1] = _mm256_fmadd_ps(w1v, xv, a[i][1]);
+			a[i][2] = _mm256_fmadd_ps(w2v, xv, a[i][2]);
+			a[i][3] = _mm256_fmadd_ps(w3v, xv, a[i][3]);
+		}
+	}
+#pragma GCC unroll 3
+	for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+		for (int q = 0; q < GROUP; q++)
+			_mm256_storeu_ps(acc[i][q] + off, a[i][q]);
+}
+
+/*
+ * mr (<= 3) rows of x against four rows of W over the columns [c0, c1): lanes 0..7 of every
+ * accumulator first, then lanes 8..15, twelve 8-lane accumulators at a time in the sixteen
+ * ymm registers, continued from acc. Lane l still sums elements l, l + 16, l + 32, ... in that
+ * order, with the same FMAs, so the results are those of AVX-512 bit for bit.
+ *
+ * Assumptions: x is mr x k and W n x k row-major (stride k), any alignment; rows r0 + nr ..
+ * r0 + 3 of W are not read (their loads repeat row r0); maskload reads nothing past the mask.
+ */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+block_avx2(float acc[][GROUP][16], const float *restrict x, const float *restrict W, int r0,
+	   int nr, int k, int c0, int c1, const int mr, const int pf)
+{
+	const float *w0 = W + (size_t)r0 * (size_t)k;
+	const float *const w[GROUP] = { w0, nr > 1 ? w0 + k : w0, nr > 2 ? w0 + 2 * k : w0,
+					nr > 3 ? w0 + 3 * k : w0 };
+
+	half_avx2(acc, x, w, k, c0, c1, 0, mr, pf);
+	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf);
+}
+
+/* Columns of a chunk: the four rows of W stay in L1 while every row of the x block passes. */
+#define KC_AVX2 1024
+#define MB_AVX2 48 /* the most rows of x per tile_avx2 (its accumulators: 12 KiB of stack) */
+
+/*
+ * The x block (mi <= MB_AVX2 rows) against four rows of W, in chunks of KC_AVX2 columns: the
+ * accumulators wait in acc between chunks. The first tile of each chunk prefetches the next
+ * rows of W; the others find theirs in cache.
+ */
+__attribute__((target("avx2,fma"))) static void
+tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *restrict W, int mi,
+	  int r0, int nr, int k)
+{
+	const size_t lx = (size_t)k;
+	float acc[MB_AVX2][GROUP][16];
+
+	memset(acc, 0, sizeof(acc[0]) * (size_t)mi); /* +0 in every lane */
+
+	for (int c0 = 0; c0 < k || c0 == 0; c0 += KC_AVX2) {
+		const int c1 = k - c0 < KC_AVX2 ? k : c0 + KC_AVX2;
+		int i = 0;
+
+		if (mi >= 3) {
+			block_avx2(acc, x, W, r0, nr, k, c0, c1, 3, 1);
+			for (i = 3; i + 3 <= mi; i += 3)
+				block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 3, 0);
+		}
+		if (mi - i == 2)
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 2, i == 0);
+		else if (mi - i == 1)
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 1, i == 0);
+		if (c1 >= k)
+			break;
+	}
+	for (int i = 0; i < mi; i++) {
+		float s[4];
+
+		_mm_storeu_ps(s, dps_dot_reduce4(
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][0]), _mm256_loadu_ps(acc[i][0] + 8)),
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][1]), _mm256_loadu_ps(acc[i][1] + 8)),
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][2]), _mm256_loadu_ps(acc[i][2] + 8)),
+				    _mm256_add_ps(_mm256_loadu_ps(acc[i][3]), _mm256_loadu_ps(acc[i][3] + 8))));
+		for (int q = 0; q < nr; q++)
+			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
+	}
+}
+
+void dps_gemm_f32_avx2(float *restrict out, int ldo, const float *restrict x,
+		       const float *restrict W, int m, int n, int k)
+{
+	gemm_blocked(tile_avx2, MB_AVX2, out, ldo, x, W, m, n, k);
+}
