@@ -170,7 +170,7 @@ static void kick_send(struct dps_http *h, struct conn *c)
  */
 static void conn_trim(struct dps_http *h)
 {
-	if (h->peak < TRIM_PEAK || h->n_used > h->peak / 8)
+	if (h->o.no_trim || h->peak < TRIM_PEAK || h->n_used > h->peak / 8)
 		return;
 	h->peak = h->n_used;
 #ifdef __GLIBC__

@@ -16,6 +16,8 @@
  * connection is closed after idle_timeout_ms; a client that does not read its response within
  * send_timeout_ms, or lets more than 16 MiB queue up, is dropped. A client that closes or
  * half-closes its side is gone: on_close tells the frontend, which cancels its request.
+ * When a burst of connections drains, the free pages of the heap go back to the kernel
+ * (malloc_trim), so that bursts do not leave the supervisor's memory higher each time.
  *
  * Connections are named by a handle (slot and generation), so a late response to a closed
  * connection is refused (-ENOTCONN) instead of reaching the next client of the slot.
@@ -46,6 +48,7 @@ struct dps_http_opts {
 	size_t max_body;          /* bytes (0: 1 MiB) */
 	int max_conns;            /* at once (0: 1024); more get 503 (64 at a time), then close */
 	unsigned header_timeout_ms, idle_timeout_ms, send_timeout_ms; /* 0: 30 s, 75 s, 60 s */
+	int no_trim;              /* keep freed heap pages after a burst drains (to measure) */
 	void (*on_request)(void *arg, const struct dps_http_req *r);
 	void (*on_close)(void *arg, uint64_t conn); /* the connection is gone (any reason) */
 	void *arg;
