@@ -518,10 +518,6 @@ int dps_cmd_serve(int argc, char **argv)
 						  .max_body = max_body, .max_conns = max_conns,
 						  .header_timeout_ms = (unsigned)header_timeout,
 						  .idle_timeout_ms = (unsigned)idle_timeout,
-						  /* DPSHARD_MALLOC_TRIM=0: the memory of bursts stays
-						   * resident (tests/serve_soak.py's deliberate fault) */
-						  .no_trim = getenv("DPSHARD_MALLOC_TRIM") &&
-							     !strcmp(getenv("DPSHARD_MALLOC_TRIM"), "0"),
 						  .on_request = dps_frontend_on_request,
 						  .on_close = dps_frontend_on_close };
 
