@@ -48,7 +48,6 @@ struct dps_http_opts {
 	size_t max_body;          /* bytes (0: 1 MiB) */
 	int max_conns;            /* at once (0: 1024); more get 503 (64 at a time), then close */
 	unsigned header_timeout_ms, idle_timeout_ms, send_timeout_ms; /* 0: 30 s, 75 s, 60 s */
-	int no_trim;              /* keep freed heap pages after a burst drains (to measure) */
 	void (*on_request)(void *arg, const struct dps_http_req *r);
 	void (*on_close)(void *arg, uint64_t conn); /* the connection is gone (any reason) */
 	void *arg;
