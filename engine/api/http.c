@@ -21,6 +21,9 @@
 
 #include <http_parser.h>
 #include <liburing.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "common/dps.h"
 #include "engine/api/http_int.h"
@@ -28,6 +31,10 @@
 enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
 
 #define RECV_CHUNK 16384
+/* The receive buffers all connections share (http_rbuf.c): a receive holds one only from the
+ * arrival of its bytes until they are copied, so a few cover any number of connections. */
+#define RECV_BUFS 64
+#define RECV_BGID 0x4854 /* the buffer group's id on the shared ring */
 #define IN_MAX (256u << 10)   /* unparsed bytes kept while a request is served */
 #define OUT_MAX (16u << 20)   /* response bytes a slow reader may let queue up */
 #define LINGER_MS 2000
@@ -36,13 +43,15 @@ enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
  * crash). Only when these are taken too is a client closed without an answer. */
 #define SPARE_CONNS 64
 #define RETRY_AFTER_S 1
+/* A burst of at least this many connections that drains to an eighth of it gives the heap's
+ * free pages back (conn_trim). */
+#define TRIM_PEAK 64
 
 struct conn {
 	int used, fd;
 	uint32_t gen;
 	struct preq q;
 	struct buf in;             /* received, not yet parsed */
-	char *rbuf;                /* the receive in flight writes here */
 	struct buf out, sending;   /* queued response bytes; the bytes of the send in flight */
 	size_t sent;               /* of sending */
 	int recv_inflight, send_inflight;
@@ -62,7 +71,9 @@ struct dps_http {
 	uint64_t accept_retry;     /* accepting failed (descriptors out): try again then */
 	uint64_t accept_warned, refuse_warned;
 	struct conn *c;            /* (n_slots): max_conns, then SPARE_CONNS */
+	struct dps_http_rbufs *rbufs;
 	int n_slots, n_used, n_refused;
+	int peak;                  /* connections open at most since the last trim */
 	char unix_path[108];
 };
 
@@ -119,7 +130,9 @@ static void arm_recv(struct dps_http *h, struct conn *c)
 	if (c->recv_inflight || (c->closing && !c->lingering) || c->in.len >= IN_MAX ||
 	    !(sqe = sqe_get(h)))
 		return;
-	io_uring_prep_recv(sqe, c->fd, c->rbuf, RECV_CHUNK, 0);
+	io_uring_prep_recv(sqe, c->fd, NULL, RECV_CHUNK, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = RECV_BGID;
 	io_uring_sqe_set_data64(sqe, udata(OP_RECV, (int)(c - h->c), c->gen));
 	c->recv_inflight = 1;
 }
@@ -151,6 +164,26 @@ static void kick_send(struct dps_http *h, struct conn *c)
 		c->t_progress = dps_now_ns();
 }
 
+/*
+ * After a burst has drained: gives the free pages of the heap back to the kernel. A burst of N
+ * connections frees N sets of buffers (the input's and the parser's, the request's job and
+ * state), but glibc returns memory to the kernel only from the top of the heap, and the few
+ * chunks that outlive a burst pin it: without this, each burst left the pages it had touched
+ * resident, and the supervisor's RSS crept up by hundreds of KB per burst of 1,000 until the
+ * whole high-water heap was resident. malloc_trim(0) releases the free pages anywhere in every
+ * arena (the prep workers' too). Once per drained burst, never per connection: a trim walks
+ * the free lists, and pages given back are faulted in again by the next burst.
+ */
+static void conn_trim(struct dps_http *h)
+{
+	if (h->peak < TRIM_PEAK || h->n_used > h->peak / 8)
+		return;
+	h->peak = h->n_used;
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
+}
+
 /* Frees the slot once no request of it is in flight. */
 static void conn_reap(struct dps_http *h, struct conn *c)
 {
@@ -163,13 +196,12 @@ static void conn_reap(struct dps_http *h, struct conn *c)
 	dps_http_buf_free(&c->in);
 	dps_http_buf_free(&c->out);
 	dps_http_buf_free(&c->sending);
-	free(c->rbuf);
-	c->rbuf = NULL;
 	c->used = 0;
 	c->fd = -1;
 	c->gen = (c->gen + 1) & 0x7fffffffu;
 	h->n_used--;
 	h->n_refused -= c->refused;
+	conn_trim(h);
 }
 
 /* The connection ends now (client gone, error, or done): tell the frontend once. */
@@ -383,17 +415,15 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	}
 	c->used = 1;
 	c->fd = fd;
-	c->rbuf = malloc(RECV_CHUNK);
 	dps_http_preq_init(&c->q, h->o.max_body);
 	c->t_active = dps_now_ns();
 	h->n_used++;
+	h->peak = h->n_used > h->peak ? h->n_used : h->peak;
 	if (c >= h->c + h->o.max_conns) {
 		c->refused = 1;
 		h->n_refused++;
 	}
-	if (!c->rbuf) {
-		conn_gone(h, c);
-	} else if (c->refused) {
+	if (c->refused) {
 		char why[96];
 		const uint64_t now = dps_now_ns();
 
@@ -412,6 +442,42 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	arm_accept(h);
 }
 
+/* A receive of c completed with res (bytes, or -errno); data: the buffer the kernel filled. */
+static void on_recv(struct dps_http *h, struct conn *c, int res, const char *data)
+{
+	c->recv_inflight = 0;
+	if (res == -ENOBUFS) {
+		/* Every shared buffer was taken when the bytes came: the completions that took
+		 * them give them back before the next submit, so ask again. */
+		if (c->closing && !c->lingering)
+			conn_reap(h, c);
+		else
+			arm_recv(h, c);
+		return;
+	}
+	if (res <= 0 || !data) {
+		/* The client closed (or half-closed) its side, or the socket failed. */
+		c->lingering = 0;
+		conn_gone(h, c);
+		return;
+	}
+	if (c->lingering) { /* dropped */
+		arm_recv(h, c);
+		return;
+	}
+	if (c->closing) {
+		conn_reap(h, c);
+		return;
+	}
+	c->t_active = dps_now_ns();
+	if (dps_http_buf_add(&c->in, data, (size_t)res, IN_MAX + RECV_CHUNK)) {
+		conn_gone(h, c);
+		return;
+	}
+	process(h, c);
+	arm_recv(h, c);
+}
+
 void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 {
 	const uint64_t u = io_uring_cqe_get_data64(cqe);
@@ -423,34 +489,21 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 		on_accept(h, cqe);
 		return;
 	}
+	if (op == OP_RECV && (cqe->flags & IORING_CQE_F_BUFFER)) {
+		const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+
+		if (slot < h->n_slots && h->c[slot].used && (h->c[slot].gen & 0x3fffffffu) == gen)
+			on_recv(h, &h->c[slot], cqe->res, dps_http_rbufs_data(h->rbufs, bid));
+		dps_http_rbufs_put(h->rbufs, bid); /* (after the copy; before the next submit) */
+		return;
+	}
 	if (slot >= h->n_slots)
 		return;
 	c = &h->c[slot];
 	if (!c->used || (c->gen & 0x3fffffffu) != gen)
 		return;
 	if (op == OP_RECV) {
-		c->recv_inflight = 0;
-		if (cqe->res <= 0) {
-			/* The client closed (or half-closed) its side, or the socket failed. */
-			c->lingering = 0;
-			conn_gone(h, c);
-			return;
-		}
-		if (c->lingering) { /* dropped */
-			arm_recv(h, c);
-			return;
-		}
-		if (c->closing) {
-			conn_reap(h, c);
-			return;
-		}
-		c->t_active = dps_now_ns();
-		if (dps_http_buf_add(&c->in, c->rbuf, (size_t)cqe->res, IN_MAX + RECV_CHUNK)) {
-			conn_gone(h, c);
-			return;
-		}
-		process(h, c);
-		arm_recv(h, c);
+		on_recv(h, c, cqe->res, NULL);
 	} else if (op == OP_SEND) {
 		c->send_inflight = 0;
 		if (cqe->res <= 0) {
@@ -645,11 +698,20 @@ int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dp
 	}
 	for (int i = 0; i < h->n_slots; i++)
 		h->c[i].fd = -1;
+	rc = dps_http_rbufs_new(&h->rbufs, ring, RECV_BUFS, RECV_CHUNK, RECV_BGID);
+	if (rc) {
+		snprintf(err, errlen, "cannot register %d receive buffers on the io_uring (provided "
+			 "buffer rings need Linux 5.19): %s", RECV_BUFS, strerror(-rc));
+		free(h->c);
+		free(h);
+		return rc;
+	}
 	rc = h->o.unix_path ? dps_http_listen_unix(h->o.unix_path, &h->lfd, h->unix_path,
 						    sizeof(h->unix_path), err, errlen)
 			     : dps_http_listen_tcp(h->o.host ? h->o.host : "127.0.0.1", h->o.port,
 						   &h->lfd, &h->port, err, errlen);
 	if (rc) {
+		dps_http_rbufs_free(h->rbufs, 0);
 		free(h->c);
 		free(h);
 		return rc;
@@ -705,6 +767,8 @@ void dps_http_close_fds(struct dps_http *h)
 
 void dps_http_free(struct dps_http *h)
 {
+	int busy = 0;
+
 	if (!h)
 		return;
 	if (h->lfd >= 0)
@@ -721,10 +785,10 @@ void dps_http_free(struct dps_http *h)
 		dps_http_buf_free(&c->in);
 		dps_http_buf_free(&c->out);
 		dps_http_buf_free(&c->sending);
-		/* rbuf may still be the target of a receive in flight: the ring goes with us */
-		if (!c->recv_inflight)
-			free(c->rbuf);
+		busy |= c->recv_inflight;
 	}
+	/* a receive in flight may still write into a buffer: the ring goes with us */
+	dps_http_rbufs_free(h->rbufs, busy);
 	free(h->c);
 	free(h);
 }

@@ -16,6 +16,8 @@
  * connection is closed after idle_timeout_ms; a client that does not read its response within
  * send_timeout_ms, or lets more than 16 MiB queue up, is dropped. A client that closes or
  * half-closes its side is gone: on_close tells the frontend, which cancels its request.
+ * When a burst of connections drains, the free pages of the heap go back to the kernel
+ * (malloc_trim), so that bursts do not leave the supervisor's memory higher each time.
  *
  * Connections are named by a handle (slot and generation), so a late response to a closed
  * connection is refused (-ENOTCONN) instead of reaching the next client of the slot.

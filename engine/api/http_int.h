@@ -45,6 +45,20 @@ void dps_http_preq_free(struct preq *q);
 size_t dps_http_preq_feed(struct preq *q, const char *data, size_t len, int *status);
 
 /*
+ * The receive buffers (http_rbuf.c): n buffers of size bytes (n a power of two) registered
+ * on ring as provided-buffer group bgid, for receives with IOSQE_BUFFER_SELECT. new: 0,
+ * -EINVAL, -ENOMEM, or -errno of the registration (a kernel before 5.19). data: buffer bid's
+ * bytes; put: gives buffer bid back to the kernel once its bytes are copied. free(busy): busy
+ * when a receive may still be in flight (the memory then stays mapped).
+ */
+struct dps_http_rbufs;
+int dps_http_rbufs_new(struct dps_http_rbufs **out, struct io_uring *ring, unsigned n,
+		       unsigned size, int bgid);
+const char *dps_http_rbufs_data(const struct dps_http_rbufs *b, unsigned bid);
+void dps_http_rbufs_put(struct dps_http_rbufs *b, unsigned bid);
+void dps_http_rbufs_free(struct dps_http_rbufs *b, int busy);
+
+/*
  * The listener (http_listen.c): a TCP socket bound to host:port (0: any free port, *bound
  * says which), or a Unix socket at path (its path copied to bound). Each returns 0 with *lfd
  * listening, or -errno with err naming the address.
