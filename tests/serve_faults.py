@@ -103,6 +103,11 @@ def check_recovery(srv, label, hung_pid, t_fault, ts, out, ends, want, reqs):
         S.check(j.get("status") == "recovering" and "hung" in j.get("reason", ""),
                 "%s: /health's reason: %s" % (label, j))
     S.check(srv.wait_ready(60), "%s: the service did not recover" % label)
+    took = [e - t_fault for e in ends if e]
+    if took:  # the figures of README's "Reliability in brief"
+        print("%s: %d requests failed %.1f-%.1f s after the fault (--rank-timeout %d); "
+              "/health 503 on %d polls; ready again %.1f s after the fault" %
+              (label, len(took), min(took), max(took), TIMEOUT, len(bad), time.time() - t_fault))
     got = []
     for r in reqs:
         st, j = srv.complete(r)
