@@ -213,11 +213,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dps-metrics-")
     srv = None
     try:
-        model = os.path.join(tmp, "st260")
-        subprocess.run([DPSHARD, "convert", "llama2c",
-                        os.path.join(serve.ST260, "stories260K.bin"),
-                        os.path.join(serve.ST260, "tok512.bin"), model],
-                       check=True, capture_output=True)
+        model = serve.st260(tmp)
         t_start = time.time()
         srv = Server(tmp, model, "--data-parallel-size", "2", "--kv-cache-memory", "32M",
                      "--max-model-len", "300")

@@ -170,6 +170,14 @@ class Server:
             self.log.close()
 
 
+def st260(tmp, name="st260"):
+    """The built-in stories260K converted into the model directory tmp/name; returns its path."""
+    model = os.path.join(tmp, name)
+    subprocess.run([DPSHARD, "convert", "llama2c", os.path.join(ST260, "stories260K.bin"),
+                    os.path.join(ST260, "tok512.bin"), model], check=True, capture_output=True)
+    return model
+
+
 def oracle(tmp, model, reqs, name="oracle"):
     """Token ids of each request from `dpshard generate --requests` (no HTTP)."""
     path = os.path.join(tmp, name + ".jsonl")
@@ -236,12 +244,10 @@ def main():
 
 
 def run(tmp):
-    model = os.path.join(tmp, "st260")
     if not os.path.exists(os.path.join(ST260, "stories260K.bin")):
         fail("%s is missing from the source tree" % ST260)
         return 1
-    subprocess.run([DPSHARD, "convert", "llama2c", os.path.join(ST260, "stories260K.bin"),
-                    os.path.join(ST260, "tok512.bin"), model], check=True, capture_output=True)
+    model = st260(tmp)
     slow = os.path.join(tmp, "slow")  # long generations, for clients that leave mid-way
     subprocess.run([DPSHARD, "mkmodel", "--preset", "small", "--max-position-embeddings", "4096",
                     "--out", slow], check=True, capture_output=True)

@@ -301,11 +301,7 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="dps-serve-api-")
     try:
-        model = os.path.join(tmp, "st260")
-        subprocess.run([DPSHARD, "convert", "llama2c",
-                        os.path.join(serve.ST260, "stories260K.bin"),
-                        os.path.join(serve.ST260, "tok512.bin"), model],
-                       check=True, capture_output=True)
+        model = serve.st260(tmp)
         test_startup(tmp, model)
         test_connection_cap(tmp, model)
         test_surface(tmp, model)

@@ -303,11 +303,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dps-serve-oai-")
     srv = None
     try:
-        model = os.path.join(tmp, "st260")
-        subprocess.run([DPSHARD, "convert", "llama2c",
-                        os.path.join(serve.ST260, "stories260K.bin"),
-                        os.path.join(serve.ST260, "tok512.bin"), model],
-                       check=True, capture_output=True)
+        model = serve.st260(tmp)
         with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
             json.dump({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"},
                       f)
