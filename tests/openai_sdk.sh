@@ -11,7 +11,8 @@ set -u
 dpshard=${DPSHARD:?DPSHARD must name the built binary}
 src=${DPSHARD_SRCDIR:-.}
 build=${DPSHARD_BUILDDIR:-.}
-npm_dir=$build/tests/npm-sdk
+# The folder of chat_e2e.sh, which installs the same openai@4 (one install, not two).
+npm_dir=$build/tests/npm-e2e
 
 skip() {
 	if [ "${DPSHARD_REQUIRE_ORACLES:-0}" = 1 ]; then
