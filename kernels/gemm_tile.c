@@ -33,6 +33,8 @@
 #define LANES 16		     /* gemm.h's lanes */
 #define B_BLOCK_BYTES ((size_t)256 << 10) /* packed W per block: half of a Zen 3 L2 */
 
+#define PACK_AHEAD 4 /* lines of W prefetched ahead of the packing, per row */
+
 #define MR_AVX2 6 /* 6 x 16: twelve ymm accumulators, two of W, one broadcast */
 #define NR_AVX2 16
 #define MR_AVX512 12 /* 12 x 32: twenty-four zmm accumulators */
@@ -140,7 +142,12 @@ pack_rows16_avx2(float *restrict p, const float *restrict src, int e0, int w, in
 {
 	const size_t lane = (size_t)T * (size_t)w; /* floats between lanes l and l + 1 */
 
-	for (int t = 0; t < T; t++)
+	for (int t = 0; t < T; t++) {
+		/* W comes from memory, sixteen rows at once: more than the hardware prefetches */
+		for (int e = 0; e < 16 && t + PACK_AHEAD < T; e++)
+			_mm_prefetch((const char *)(src + (size_t)e * (size_t)k +
+						    (size_t)(LANES * (t + PACK_AHEAD))),
+				     _MM_HINT_T0);
 		for (int rb = 0; rb < 16; rb += 8)
 			for (int cb = 0; cb < 16; cb += 8) {
 				const float *s = src + (size_t)rb * (size_t)k + (size_t)(LANES * t + cb);
@@ -169,6 +176,7 @@ pack_rows16_avx2(float *restrict p, const float *restrict src, int e0, int w, in
 					_mm256_storeu_ps(d + (size_t)(cb + c + 4) * lane, hi);
 				}
 			}
+	}
 }
 
 /* ---- the tree ------------------------------------------------------------------------- */
