@@ -6,7 +6,9 @@
  * with FMA (each 16-lane accumulator as two 8-lane halves, summed one after the other: the
  * lanes are independent, so the halves need not run together), and the plain-C twin with
  * fmaf. dps_linear_f32 (gemm.c) calls them on its slices of columns, for decode (m = the
- * batch, W streamed from memory once) and prefill (m up to --max-num-batched-tokens).
+ * batch, W streamed from memory once) and prefill (m up to --max-num-batched-tokens); from
+ * GEMM_TILE_M_MIN rows on the fast two hand the product to the register-tile form of the same
+ * order (gemm_tile.c), and take it back only if its buffers cannot be allocated.
  *
  * Blocking: a slice of W is taken W_BLOCK_BYTES of rows at a time (kept in L2) and, for each,
  * x X_BLOCK_BYTES of rows at a time; inside, four rows of W against up to four (AVX-512) or
