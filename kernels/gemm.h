@@ -14,9 +14,12 @@
  *   then h[l] = a[l] + a[l + 8] (l < 8), q[l] = h[l] + h[l + 4] (l < 4),
  *   d[l] = q[l] + q[l + 2] (l < 2), out = d[0] + d[1].
  *
- * dps_gemm_f32_ref writes exactly that with fmaf; the AVX-512 kernel keeps each a in one zmm
- * register, the AVX2 one in two ymm halves summed one after the other; all three give the same
- * bits (tests/check_gemm.c). The MXFP4 products (mxfp4.h) sum in the same order.
+ * dps_gemm_f32_ref writes exactly that with fmaf (a lane with no element left is not touched).
+ * Below GEMM_TILE_M_MIN rows of x the AVX-512 kernel keeps each a in one zmm register, the AVX2
+ * one in two ymm halves summed one after the other; from there on both run each lane as one
+ * sequential chain in a register tile of outputs (gemm_tile.c) and apply the tree across the
+ * tile. All give the same bits (tests/check_gemm.c). The MXFP4 products (mxfp4.h) sum in the
+ * same order.
  *
  * BLIS (Debian's 0.9.0 links statically; it does not recognise Zen 5) stays available as an
  * explicit choice: "skx" (AVX-512 packed kernels), "zen3", "haswell", "generic", or
@@ -55,7 +58,8 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 /*
  * out (m x n, row stride ldo) = x (m x k) . W^T in the order above, single-threaded (the caller
  * slices the columns). W is read from memory once per call: rows of W are taken in blocks that
- * stay in L2, x in blocks under each. Any alignment. The first requires AVX-512F, the second
+ * stay in L2, x in blocks under each (from GEMM_TILE_M_MIN rows on, both packed into the
+ * calling thread's buffers, which stay allocated until it exits). Any alignment. The first requires AVX-512F, the second
  * AVX2 and FMA (the caller checks); the third is their plain-C twin, bit for bit the same.
  */
 void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,

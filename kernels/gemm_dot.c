@@ -6,7 +6,9 @@
  * with FMA (each 16-lane accumulator as two 8-lane halves, summed one after the other: the
  * lanes are independent, so the halves need not run together), and the plain-C twin with
  * fmaf. dps_linear_f32 (gemm.c) calls them on its slices of columns, for decode (m = the
- * batch, W streamed from memory once) and prefill (m up to --max-num-batched-tokens).
+ * batch, W streamed from memory once) and prefill (m up to --max-num-batched-tokens); from
+ * GEMM_TILE_M_MIN rows on the fast two hand the product to the register-tile form of the same
+ * order (gemm_tile.c), and take it back only if its buffers cannot be allocated.
  *
  * Blocking: a slice of W is taken W_BLOCK_BYTES of rows at a time (kept in L2) and, for each,
  * x X_BLOCK_BYTES of rows at a time; inside, four rows of W against up to four (AVX-512) or
@@ -21,6 +23,7 @@
 
 #include "kernels/dot_int.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_int.h"
 
 #define X_BLOCK_BYTES ((size_t)96 << 10)
 #define W_BLOCK_BYTES ((size_t)192 << 10)
@@ -28,7 +31,7 @@
 
 /* ---- the plain-C twin ---------------------------------------------------------------- */
 
-/* One output in the order of gemm.h. Lanes past k add fmaf(0, 0, a) = a, as the masked loads. */
+/* One output in the order of gemm.h. Lanes past k keep their sums, as in the masked tails. */
 static float dot_ref(const float *restrict x, const float *restrict w, int k)
 {
 	float a[16] = { 0.0f };
@@ -142,10 +145,11 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const float 
 		for (int i = 0; i < mr; i++) {
 			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)i * (size_t)k + c);
 
-			a[i][0] = _mm512_fmadd_ps(w0v, xv, a[i][0]);
-			a[i][1] = _mm512_fmadd_ps(w1v, xv, a[i][1]);
-			a[i][2] = _mm512_fmadd_ps(w2v, xv, a[i][2]);
-			a[i][3] = _mm512_fmadd_ps(w3v, xv, a[i][3]);
+			/* lanes past k keep their sums (an FMA of zeros would turn -0 into +0) */
+			a[i][0] = _mm512_mask3_fmadd_ps(w0v, xv, a[i][0], mask);
+			a[i][1] = _mm512_mask3_fmadd_ps(w1v, xv, a[i][1], mask);
+			a[i][2] = _mm512_mask3_fmadd_ps(w2v, xv, a[i][2], mask);
+			a[i][3] = _mm512_mask3_fmadd_ps(w3v, xv, a[i][3], mask);
 		}
 	}
 #pragma GCC unroll 4
@@ -189,6 +193,8 @@ tile_avx512(float *restrict out, int ldo, const float *restrict x, const float *
 void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 			 const float *restrict W, int m, int n, int k)
 {
+	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_f32_avx512(out, ldo, x, W, m, n, k))
+		return;
 	gemm_blocked(tile_avx512, 1 << 20, out, ldo, x, W, m, n, k);
 }
 
@@ -247,14 +253,17 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[
 		const __m256 w2v = _mm256_maskload_ps(w[2] + c, mask);
 		const __m256 w3v = _mm256_maskload_ps(w[3] + c, mask);
 
+		const __m256 keep = _mm256_castsi256_ps(mask);
+
 #pragma GCC unroll 3
 		for (int i = 0; i < mr; i++) {
 			const __m256 xv = _mm256_maskload_ps(x + (size_t)i * (size_t)k + c, mask);
 
-			a[i][0] = _mm256_fmadd_ps(w0v, xv, a[i][0]);
-			a[i][1] = _mm256_fmadd_ps(w1v, xv, a[i][1]);
-			a[i][2] = _mm256_fmadd_ps(w2v, xv, a[i][2]);
-			a[i][3] = _mm256_fmadd_ps(w3v, xv, a[i][3]);
+			/* lanes past k keep their sums (an FMA of zeros would turn -0 into +0) */
+			a[i][0] = _mm256_blendv_ps(a[i][0], _mm256_fmadd_ps(w0v, xv, a[i][0]), keep);
+			a[i][1] = _mm256_blendv_ps(a[i][1], _mm256_fmadd_ps(w1v, xv, a[i][1]), keep);
+			a[i][2] = _mm256_blendv_ps(a[i][2], _mm256_fmadd_ps(w2v, xv, a[i][2]), keep);
+			a[i][3] = _mm256_blendv_ps(a[i][3], _mm256_fmadd_ps(w3v, xv, a[i][3]), keep);
 		}
 	}
 #pragma GCC unroll 3
@@ -335,5 +344,7 @@ tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *re
 void dps_gemm_f32_avx2(float *restrict out, int ldo, const float *restrict x,
 		       const float *restrict W, int m, int n, int k)
 {
+	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_f32_avx2(out, ldo, x, W, m, n, k))
+		return;
 	gemm_blocked(tile_avx2, MB_AVX2, out, ldo, x, W, m, n, k);
 }

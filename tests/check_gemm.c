@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_int.h"
 #include "kernels/kernels.h"
 
 static const char *const specs[] = { "auto", "skx", "zen3", "haswell", "generic", "skx:zen3" };
@@ -106,14 +107,19 @@ static float *rand_floats(size_t n, unsigned seed)
 START_TEST(test_twin_bits)
 {
 	/*
-	 * Every m mod 4 and mod 3, n mod 4, k mod 16, both sides of the x and W blocks, with a row
+	 * Every m mod 4 and mod 3, n mod 4, k mod 16, both forms (dot product and tile), both
+	 * sides of the x and W blocks, with a row
 	 * stride wider than n: the fast path gives the plain-C twin's bits, and the twin is within
 	 * rounding of a double-precision sum (an oracle that shares none of its order).
 	 */
 	static const int shapes[][3] = { { 1, 1, 1 },	  { 2, 5, 17 },	  { 3, 6, 31 },
 					 { 4, 7, 64 },	  { 5, 9, 100 },  { 8, 13, 768 },
 					 { 9, 64, 33 },	  { 13, 3, 8 },	  { 40, 70, 2880 },
-					 { 130, 11, 200 }, { 7, 5, 0 } };
+					 { 130, 11, 200 }, { 7, 5, 0 },
+					 /* the tile form (GEMM_TILE_M_MIN on): partial tiles, k with
+					  * and without a tail, several blocks of W (k = 2880) */
+					 { 48, 16, 16 },   { 61, 33, 47 }, { 97, 37, 64 },
+					 { 50, 70, 2880 }, { 203, 100, 771 } };
 	gemm_fn *const fn = own_paths[_i];
 
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
@@ -168,14 +174,48 @@ START_TEST(test_other_order_is_caught)
 }
 END_TEST
 
+START_TEST(test_signed_zero_tail)
+{
+	/*
+	 * Lanes past k keep their sums (gemm.h): with every product an underflowing -0, every lane
+	 * sum is -0 and so is the output, on every path and both forms; an FMA of zeros in the
+	 * tail lanes (as the masked loads once did) would make it +0. k = 17: one lane of two
+	 * terms, fifteen of one.
+	 */
+	enum { M = 64, N = 40, K = 17 };
+	float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K);
+	float *got = malloc(sizeof(float) * M * N);
+
+	for (int i = 0; i < M * K; i++)
+		x[i] = -0x1p-80f;
+	for (int i = 0; i < N * K; i++)
+		w[i] = 0x1p-80f;
+	dps_gemm_f32_ref(got, N, x, w, M, N, K);
+	for (int e = 0; e < M * N; e++)
+		ck_assert_msg(got[e] == 0.0f && signbit(got[e]), "ref [%d]: %a", e, (double)got[e]);
+	for (int p = 0; p < n_own; p++)
+		for (int m = 1; m <= M; m += M - 1) {
+			memset(got, 0, sizeof(float) * M * N);
+			own_paths[p](got, N, x, w, m, N, K);
+			for (int e = 0; e < m * N; e++)
+				ck_assert_msg(got[e] == 0.0f && signbit(got[e]), "%s m=%d [%d]: %a",
+					      own_names[p], m, e, (double)got[e]);
+		}
+	free(x);
+	free(w);
+	free(got);
+}
+END_TEST
+
 START_TEST(test_batch_invariant)
 {
 	/*
 	 * Under auto, each row of an m-row product has the bits of the same row computed alone and
 	 * of the plain-C twin, for m on both sides of every size the kernels ever switched at (47,
-	 * 128), any number of threads, and a row moved to another place in the batch.
+	 * 128, GEMM_TILE_M_MIN), any number of threads, and a row moved to another place in the
+	 * batch.
 	 */
-	static const int ms[] = { 1, 2, 127, 128, 129, 256, 300 };
+	static const int ms[] = { 1, 2, GEMM_TILE_M_MIN - 1, GEMM_TILE_M_MIN, 127, 128, 129, 256, 300 };
 	enum { N = 203, K = 771, M = 300 };
 	float *x = rand_floats((size_t)M * K, 13), *w = rand_floats((size_t)N * K, 14);
 	float *ref = malloc(sizeof(float) * M * N), *all = malloc(sizeof(float) * M * N);
@@ -269,6 +309,7 @@ int main(void)
 		       "CPU lacks\n");
 	}
 	tcase_add_loop_test(tc, test_twin_bits, 0, n_own);
+	tcase_add_test(tc, test_signed_zero_tail);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
