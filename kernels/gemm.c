@@ -4,6 +4,7 @@
  * every projection of every layer; the selection runs once.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ static struct {
 	int ready;
 	enum own_isa own; /* "auto": dpshard's batch-invariant kernel (gemm_dot.c); else BLIS */
 	int threads;
+	int warned; /* the self-check's warning was printed */
 	int small_m_max;
 	cntx_t *big, *small;
 	struct dps_pool *pool; /* the rank's threads; each runs its slice single-threaded */
@@ -119,8 +121,42 @@ static int setup_blis(const char *spec, char *msg, size_t msglen)
 	return 0;
 }
 
+/*
+ * Whether the SIMD kernel of `isa` gives the plain-C twin's bits on shapes that take both of
+ * its forms (the dot form below GEMM_TILE_M_MIN rows, the tile form above), with tails in
+ * every dimension and signed zeros. A wrong kernel must never compute silently: when the
+ * check fails, setup falls back to a narrower kernel and says so in the description. It costs
+ * a few hundred microseconds, once per process.
+ */
+static int own_selfcheck(enum own_isa isa)
+{
+	enum { M = 53, N = 21, K = 70 };
+	static float x[M * K], W[N * K], got[M * N], want[M * N];
+	uint32_t r = 0x9e3779b9u;
+
+	for (int i = 0; i < M * K || i < N * K; i++) {
+		r = r * 1664525u + 1013904223u;
+		if (i < M * K)
+			x[i] = (float)((int)(r >> 8) % 2001 - 1000) / 256.0f;
+		r = r * 1664525u + 1013904223u;
+		if (i < N * K)
+			W[i] = (r >> 28) == 0 ? -0.0f : (float)((int)(r >> 8) % 2001 - 1000) / 512.0f;
+	}
+	for (int m = 1; m <= M; m += M - 1) {
+		dps_gemm_f32_ref(want, N, x, W, m, N, K);
+		if (isa == OWN_AVX512)
+			dps_gemm_f32_avx512(got, N, x, W, m, N, K);
+		else
+			dps_gemm_f32_avx2(got, N, x, W, m, N, K);
+		if (memcmp(got, want, sizeof(float) * (size_t)m * N))
+			return 0;
+	}
+	return 1;
+}
+
 int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 {
+	const char *fallback = "";
 	const int own = !spec || !strcmp(spec, "auto");
 	size_t len;
 	int rc;
@@ -143,9 +179,25 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 	      : __builtin_cpu_supports("avx512f") ? OWN_AVX512
 	      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? OWN_AVX2
 										 : OWN_REF;
+	if (g.own == OWN_AVX512 && !own_selfcheck(OWN_AVX512)) {
+		fallback = "the AVX-512 kernel differs from its plain-C twin on this CPU";
+		g.own = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? OWN_AVX2
+											  : OWN_REF;
+	}
+	if (g.own == OWN_AVX2 && !own_selfcheck(OWN_AVX2)) {
+		fallback = "the AVX2 kernel differs from its plain-C twin on this CPU";
+		g.own = OWN_REF;
+	}
+	if (*fallback && !g.warned) {
+		/* Never silent, and once per process: setup runs again when the threads change. */
+		fprintf(stderr, "dpshard: WARNING: %s; using the %s kernel\n", fallback,
+			g.own == OWN_AVX2 ? "AVX2" : "plain-C");
+		g.warned = 1;
+	}
 	if (own)
-		snprintf(g.desc, sizeof(g.desc), "dpshard's batch-invariant %s kernels",
-			 g.own == OWN_AVX512 ? "AVX-512" : g.own == OWN_AVX2 ? "AVX2" : "plain-C");
+		snprintf(g.desc, sizeof(g.desc), "dpshard's batch-invariant %s kernels%s%s%s",
+			 g.own == OWN_AVX512 ? "AVX-512" : g.own == OWN_AVX2 ? "AVX2" : "plain-C",
+			 *fallback ? " (WARNING: " : "", fallback, *fallback ? ")" : "");
 	len = strlen(g.desc);
 	snprintf(g.desc + len, sizeof(g.desc) - len, ", %d thread(s)%s", g.threads,
 		 own ? "" : " (not batch-invariant: a row's sums depend on the rows beside it)");
