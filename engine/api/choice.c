@@ -304,6 +304,16 @@ const struct dps_engine_cb dps_frontend_engine_cb = { on_token, on_done, on_stat
 						       on_ready, on_scheduled, on_token_lp };
 
 
+/* A choice choice_new made that was never queued (nor listed): what it holds, and it. */
+static void choice_discard(struct fe_req *r)
+{
+	for (int i = 0; i < r->n_stop; i++)
+		free(r->stop[i]);
+	dps_tok_stream_free(r->ts);
+	free(r->text);
+	free(r);
+}
+
 /* Choice c of the request job parsed (prompt c / n, sample c % n): a new fe_req. */
 static struct fe_req *choice_new(struct dps_frontend *f, struct dps_prep_job *job,
 				 struct fe_group *g, int c)
@@ -348,11 +358,7 @@ static struct fe_req *choice_new(struct dps_frontend *f, struct dps_prep_job *jo
 	r->text0 = r->len;
 	return r;
 err:
-	for (int i = 0; i < r->n_stop; i++)
-		free(r->stop[i]);
-	dps_tok_stream_free(r->ts);
-	free(r->text);
-	free(r);
+	choice_discard(r);
 	return NULL;
 }
 
@@ -413,14 +419,8 @@ err:
 		rs[c]->conn_gone = 1;
 		dps_engine_cancel(f->client, rs[c]->eid);
 	}
-	for (int c = sent; c < made; c++) {
-		rs[c]->g = NULL;
-		for (int i = 0; i < rs[c]->n_stop; i++)
-			free(rs[c]->stop[i]);
-		dps_tok_stream_free(rs[c]->ts);
-		free(rs[c]->text);
-		free(rs[c]);
-	}
+	for (int c = sent; c < made; c++)
+		choice_discard(rs[c]);
 	if (g && !sent) {
 		free(g->body);
 		free(g->body_len);

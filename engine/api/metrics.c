@@ -72,7 +72,9 @@ void dps_fe_metrics_finished(struct dps_frontend *f, const struct fe_req *r, uin
 		dps_fe_hist_add(&f->tpot, seconds_between(r->t_first, r->t_last) / (r->n_gen - 1));
 	dps_fe_hist_add(&f->prompt_len, r->n_prompt);
 	dps_fe_hist_add(&f->gen_len, r->n_gen);
-	if (r->index == 0) /* once per HTTP request, with its "n" (each choice counts the rest) */
+	/* Once per prompt, with its "n": vLLM makes each prompt of a batch its own request with
+	 * the body's n (choice i * n is prompt i's first sample). */
+	if (!r->g || r->index % r->g->n == 0)
 		dps_fe_hist_add(&f->n_param, r->g ? r->g->n : 1);
 	dps_fe_hist_add(&f->max_tokens, r->max_tokens);
 }

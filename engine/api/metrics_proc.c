@@ -90,6 +90,7 @@ static long open_fds(void)
 void dps_fe_metrics_process(struct dps_frontend *f, FILE *o)
 {
 	const double page = (double)sysconf(_SC_PAGESIZE), tick = (double)sysconf(_SC_CLK_TCK);
+	static struct proc_stat rs[1024]; /* (world) (static: 32 KB; only the loop thread scrapes) */
 	int pids[1024];
 	const int world = dps_sup_rank_pids(pids, (int)(sizeof(pids) / sizeof(pids[0])));
 	const int tp = f->o.tp > 0 ? f->o.tp : 1;
@@ -123,17 +124,21 @@ void dps_fe_metrics_process(struct dps_frontend *f, FILE *o)
 			(unsigned long long)(rl.rlim_cur == RLIM_INFINITY ? (rlim_t)-1 : rl.rlim_cur));
 	/* Each rank by itself: its private weights and KV cache, and the pages of the shared
 	 * segment it touched (which every rank that touched them also counts). */
+	/* Each rank's stat read once per scrape (pids[r] = 0 after: gone, left out of both). */
+	for (int r = 0; r < world; r++)
+		if (pids[r] > 0 && proc_stat_read(pids[r], &rs[r]))
+			pids[r] = 0;
 	fprintf(o, "# HELP dpshard:rank_resident_memory_bytes Resident memory of a rank (shared "
 		   "pages counted by each rank that touched them: do not sum for a total).\n"
 		   "# TYPE dpshard:rank_resident_memory_bytes gauge\n");
 	for (int r = 0; r < world; r++)
-		if (pids[r] > 0 && !proc_stat_read(pids[r], &ps))
+		if (pids[r] > 0)
 			fprintf(o, "dpshard:rank_resident_memory_bytes{rank=\"%d\",engine=\"%d\"} "
-				   "%.0f\n", r, r / tp, (double)ps.rss_pages * page);
+				   "%.0f\n", r, r / tp, (double)rs[r].rss_pages * page);
 	fprintf(o, "# HELP dpshard:rank_cpu_seconds_total User and system CPU time of a rank "
 		   "(since it last started).\n# TYPE dpshard:rank_cpu_seconds_total counter\n");
 	for (int r = 0; r < world; r++)
-		if (pids[r] > 0 && !proc_stat_read(pids[r], &ps))
+		if (pids[r] > 0)
 			fprintf(o, "dpshard:rank_cpu_seconds_total{rank=\"%d\",engine=\"%d\"} %.2f\n",
-				r, r / tp, ps.cpu_s);
+				r, r / tp, rs[r].cpu_s);
 }

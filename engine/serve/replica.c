@@ -33,9 +33,14 @@ static int flush_tokens(struct replica *R)
 		R->out->h.count = 0;
 	}
 	if (R->out_lp->h.count) {
+		int lp_rc;
+
 		R->out_lp->h.type = M_TOKENS_LP;
-		rc |= send_up(R, R->out_lp, sizeof(*R->out_lp) +
-					    R->out_lp->h.count * sizeof(struct m_tok_lp));
+		lp_rc = send_up(R, R->out_lp, sizeof(*R->out_lp) +
+					      R->out_lp->h.count * sizeof(struct m_tok_lp));
+		/* Sent even when the first failed; the first error is the one returned (OR-ing
+		 * two -errno values makes a code that is neither). */
+		rc = rc ? rc : lp_rc;
 		R->out_lp->h.count = 0;
 	}
 	return rc;
