@@ -23,7 +23,9 @@ struct dps_logprob {
 struct dps_token_logprobs {
 	int32_t token;
 	float logprob;                       /* of token */
-	int32_t n_top, pad;
+	int32_t n_top;
+	int32_t prompt;                      /* 1: a prompt token's (not sampled), set by the
+					      * scheduler; dps_logprobs sets 0 */
 	struct dps_logprob top[DPS_MAX_LOGPROBS]; /* (n_top) likeliest first; equal logits: the
 						   * lower id first */
 };

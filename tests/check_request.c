@@ -20,7 +20,8 @@
  * outputs, ...; one loop case per field) is refused by name over HTTP, in completions and
  * chat, and accepted at its neutral value. What is computed: batched prompts (each with the
  * rules of one), "n" (with "best_of" only equal to it), "logprobs" in both shapes, "echo"
- * (the prompt's text kept, or its ids decoded; refused with logprobs).
+ * (the prompt's text kept, or its ids decoded; with logprobs it asks for the prompt's too,
+ * not streamed), "max_tokens" 0 only with echo.
  */
 #include <check.h>
 #include <errno.h>
@@ -678,8 +679,35 @@ START_TEST(test_logprobs_echo)
 					 sizeof(err)), "%s", err);
 	ck_assert_ptr_null(r.prompts[0].text);
 	dps_request_free(&r);
-	refused_in(&l, "{\"prompt\": \"Once\", \"echo\": true, \"logprobs\": 1}",
-		   DPS_REQ_COMPLETIONS, "\"echo\" with \"logprobs\"");
+	ck_assert_int_eq(r.p.prompt_logprobs, 0);
+	/* echo with logprobs: the prompt's too; not streamed */
+	b = "{\"prompt\": \"Once upon a time\", \"echo\": true, \"logprobs\": 1}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert(r.p.want_logprobs && r.p.prompt_logprobs && r.p.top_logprobs == 1);
+	dps_request_free(&r);
+	b = "{\"prompt\": \"Once upon a time\", \"echo\": true}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert(!r.p.want_logprobs && !r.p.prompt_logprobs);
+	dps_request_free(&r);
+	refused_in(&l, "{\"prompt\": \"Once\", \"echo\": true, \"logprobs\": 1, \"stream\": true}",
+		   DPS_REQ_COMPLETIONS, "\"stream\" with \"echo\" and \"logprobs\"");
+	/* max_tokens 0: the prompt alone, only with echo (vLLM) */
+	b = "{\"prompt\": \"Once upon a time\", \"echo\": true, \"logprobs\": 0, "
+	    "\"max_tokens\": 0}";
+	ck_assert_msg(!dps_request_parse(b, strlen(b), DPS_REQ_COMPLETIONS, &l, &r, err,
+					 sizeof(err)), "%s", err);
+	ck_assert_int_eq(r.p.max_tokens, 0);
+	ck_assert(r.p.prompt_logprobs && r.p.top_logprobs == 0);
+	dps_request_free(&r);
+	refused_in(&l, "{\"prompt\": \"Once\", \"max_tokens\": 0}", DPS_REQ_COMPLETIONS,
+		   "\"max_tokens\" 0 needs \"echo\"");
+	refused_in(&l, "{\"prompt\": \"Once\", \"max_tokens\": -1, \"echo\": true}",
+		   DPS_REQ_COMPLETIONS, "max_tokens");
+	refused_in(&l, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+		   "\"max_completion_tokens\": 0}", DPS_REQ_CHAT,
+		   "\"max_completion_tokens\" 0 needs \"echo\"");
 	dps_tok_free(tok);
 	dps_chat_free(chat);
 }

@@ -19,8 +19,13 @@ TP=1 x DP=2 (stories260K), with the helpers of serve.py:
   the same as the whole response's;
 - echo: the text is the prompt's (as given, or for the ids of a text that text: they are
   decoded with the special tokens left out) then the completion's, streamed too;
-- what stays refused by name: echo with logprobs, logprobs above 20, best_of other than n,
-  prompt_logprobs, response_format json.
+- echo with logprobs (lm-eval's loglikelihood), on a prompt of several prefill chunks
+  (--max-num-batched-tokens 8): the first prompt token's entries null, every later one the
+  oracle's log p(t_i | t_<i) and k likeliest, the completion's entries those of the same
+  request without echo, tokens and text_offset over the echoed text; max_tokens 0 gives the
+  prompt alone (and is refused without echo); a prompt entry read one position off is caught;
+- what stays refused by name: echo with logprobs streamed, logprobs above 20, best_of other
+  than n, prompt_logprobs, response_format json.
 Each check is a function returning its problems; it is also run on a deliberately wrong
 expectation (a shifted log-probability, a swapped choice) and must report it.
 Exit status: 0 pass, 1 fail, 77 skip.
@@ -254,6 +259,84 @@ def test_logprobs(srv, tmp, model):
     check(s == content, "chat stream: logprobs differ from the whole response's")
 
 
+def prompt_lp_problems(lp, ids, rows, k, label, shift=0):
+    """Problems of the echoed prompt's entries of completions' logprobs lp against the oracle:
+    entry 0 null in both lists, entry i (i >= 1) log p(ids[i] | ids[:i]) from row i - 1 (row
+    i - 1 + shift: a fault when shift is not 0) and the oracle's k likeliest among its top
+    (which also holds the prompt token itself when it is not among them)."""
+    bad = []
+    tl, tops = lp["token_logprobs"], lp["top_logprobs"]
+    if len(tl) < len(ids) or len(tops) < len(ids):
+        return ["%s: %d entries for a prompt of %d" % (label, len(tl), len(ids))]
+    if tl[0] is not None or tops[0] is not None:
+        bad.append("%s: the first prompt token has %s, %s, want null" % (label, tl[0], tops[0]))
+    for i in range(1, len(ids)):
+        row = rows[i - 1 + shift]
+        if tl[i] is None or abs(tl[i] - row[ids[i]]) > TOL:
+            bad.append("%s: prompt token %d (%d) logprob %s, oracle %.7f" % (label, i, ids[i],
+                                                                           tl[i], row[ids[i]]))
+            continue
+        got = sorted(tops[i].values(), reverse=True)
+        want = sorted(row, reverse=True)[:k]
+        if len(got) not in (k, k + 1) or any(abs(a - b) > TOL for a, b in zip(got[:k], want)):
+            bad.append("%s: prompt token %d top %s, oracle %s" % (label, i, got, want))
+        if not any(abs(v - tl[i]) <= TOL for v in got):
+            bad.append("%s: prompt token %d is not in its top entries" % (label, i))
+    return bad
+
+
+def test_echo_logprobs(srv, tmp, model):
+    """echo with logprobs (lm-eval's loglikelihood): the prompt's entries, then the completion's
+    unchanged; the prompt is longer than a prefill chunk (--max-num-batched-tokens 8)."""
+    text = ("Once upon a time, there was a little girl named Lily. She loved to play outside "
+            "with her big red ball.")
+    ids = post(srv, "/tokenize", {"prompt": text})[1]["tokens"]
+    check(len(ids) > 3 * 8, "the echo prompt (%d tokens) spans too few prefill chunks" % len(ids))
+    req = {"prompt": text, "max_tokens": 4, "temperature": 0, "logprobs": 3}
+    st, e = post(srv, "/v1/completions", dict(req, echo=True))
+    check(st == 200, "echo with logprobs: %d %s" % (st, e))
+    if st != 200:
+        return
+    _, p = post(srv, "/v1/completions", req)
+    c, pc = e["choices"][0], p["choices"][0]
+    lp, plp, n = c["logprobs"], pc["logprobs"], len(ids)
+    gen = pc["token_ids"]
+    rows = log_softmax_rows(model, ids + gen[:-1], n, tmp)
+    report(prompt_lp_problems(lp, ids, rows, 3, "echo"))
+    check(prompt_lp_problems(lp, ids, rows, 3, "fault", shift=1),
+          "a prompt entry read from the wrong position was not reported")
+    check(c["token_ids"] == gen and lp["token_logprobs"][n:] == plp["token_logprobs"] and
+          lp["top_logprobs"][n:] == plp["top_logprobs"] and lp["tokens"][n:] == plp["tokens"],
+          "echo: the completion's logprobs changed: %s, want %s" % (lp["token_logprobs"][n:],
+                                                                   plp["token_logprobs"]))
+    # (each prompt token's own text: BOS and the word-start spaces of a SentencePiece model
+    # do not spell the prompt as given, in vLLM either)
+    check(len(lp["tokens"]) == n + len(gen) and "".join(lp["tokens"][n:]) == pc["text"] and
+          c["text"] == text + pc["text"] and "".join(lp["tokens"][1:n]).strip() == text,
+          "echo: tokens %s do not make the text %r" % (lp["tokens"][:4], c["text"]))
+    offs, o = [], 0
+    for t in lp["tokens"]:
+        offs.append(o)
+        o += len(t)
+    check(lp["text_offset"] == offs, "echo: text_offset %s, want %s" % (lp["text_offset"], offs))
+    check(e["usage"]["prompt_tokens"] == n and e["usage"]["completion_tokens"] == len(gen),
+          "echo: usage %s" % e["usage"])
+    # max_tokens 0: the prompt alone, the same entries (bit for bit, on either replica)
+    for _ in range(2):
+        st, z = post(srv, "/v1/completions", dict(req, echo=True, max_tokens=0))
+        check(st == 200, "echo with max_tokens 0: %d %s" % (st, z))
+        if st != 200:
+            return
+        zc = z["choices"][0]
+        check(zc["text"] == text and zc["logprobs"]["token_logprobs"] == lp["token_logprobs"][:n]
+              and zc["logprobs"]["tokens"] == lp["tokens"][:n] and zc["token_ids"] == [] and
+              z["usage"]["completion_tokens"] == 0 and zc["finish_reason"] == "length",
+              "echo with max_tokens 0: %s" % zc)
+    st, r = post(srv, "/v1/completions", dict(req, max_tokens=0))
+    check(st == 400 and "\"max_tokens\" 0 needs \"echo\"" in r["error"]["message"],
+          "max_tokens 0 without echo: %d %s" % (st, r))
+
+
 def test_echo(srv):
     for prompt in ("Once upon a time", ["Lily and Ben", "The cat"]):
         st, e = post(srv, "/v1/completions", {"prompt": prompt, "max_tokens": 6,
@@ -279,7 +362,7 @@ def test_echo(srv):
 
 
 def test_refused(srv):
-    for body, name in (({"echo": True, "logprobs": 1}, "\"echo\""),
+    for body, name in (({"echo": True, "logprobs": 1, "stream": True}, "\"stream\""),
                        ({"logprobs": 21}, "\"logprobs\""),
                        ({"best_of": 2}, "\"best_of\""),
                        ({"prompt_logprobs": 1}, "\"prompt_logprobs\""),
@@ -308,12 +391,14 @@ def main():
             json.dump({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"},
                       f)
         srv = Server(tmp, model, "--data-parallel-size", "2", "--kv-cache-memory", "32M",
-                     "--max-model-len", "256", name="oai")
+                     "--max-model-len", "256", "--max-num-seqs", "8",
+                     "--max-num-batched-tokens", "8", name="oai")
         check(srv.wait_ready(), "the server did not become ready")
         test_batched(srv, tmp, model)
         test_n(srv, tmp, model)
         test_logprobs(srv, tmp, model)
         test_echo(srv)
+        test_echo_logprobs(srv, tmp, model)
         test_refused(srv)
         check(srv.stop() == 0, "serve did not exit 0 on SIGTERM")
         srv = None

@@ -51,6 +51,7 @@ void dps_fe_req_free(struct dps_frontend *f, struct fe_req *r)
 	dps_tok_stream_free(r->ts);
 	free(r->gen);
 	free(r->lps);
+	free(r->plps);
 	free(r->text);
 	if (r->g)
 		group_unref(r->g);
@@ -258,6 +259,13 @@ static void on_token(void *arg, void *user, int token)
 
 static void on_token_lp(void *arg, void *user, const struct dps_token_logprobs *lp)
 {
+	struct fe_req *r = user;
+
+	if (lp->prompt) { /* a prompt token's entry: kept for the echoed prompt's logprobs */
+		if (r->plps && r->n_plps < r->n_prompt)
+			r->plps[r->n_plps++] = *lp;
+		return;
+	}
 	take_token(arg, user, lp->token, lp);
 }
 
@@ -307,6 +315,7 @@ const struct dps_engine_cb dps_frontend_engine_cb = { on_token, on_done, on_stat
 /* A choice choice_new made that was never queued (nor listed): what it holds, and it. */
 static void choice_discard(struct fe_req *r)
 {
+	free(r->plps);
 	for (int i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
 	dps_tok_stream_free(r->ts);
@@ -342,6 +351,15 @@ static struct fe_req *choice_new(struct dps_frontend *f, struct dps_prep_job *jo
 	r->max_tokens = q->p.max_tokens;
 	r->min_tokens = q->p.min_tokens;
 	r->want_lp = q->p.want_logprobs;
+	if (q->p.prompt_logprobs) {
+		r->plps = calloc((size_t)pr->n, sizeof(*r->plps));
+		if (!r->plps)
+			goto err;
+		/* The first prompt token follows nothing: null in both lists, as vLLM gives it. */
+		r->plps[0] = (struct dps_token_logprobs){ .token = pr->ids[0], .n_top = -1,
+							  .prompt = 1 };
+		r->n_plps = 1;
+	}
 	for (int i = 0; i < q->n_stop; i++) {
 		const size_t l = strlen(q->stop[i]);
 

@@ -60,6 +60,10 @@ struct fe_req {
 	int want_lp;                  /* "logprobs": lps holds every generated token's */
 	struct dps_token_logprobs *lps; /* (cap_gen) */
 	long lp_offset;               /* completions: the next token's text_offset */
+	/* "echo" with "logprobs": an entry per prompt token (the first has none: n_top -1), in
+	 * order as the engine sends them before the first generated token */
+	struct dps_token_logprobs *plps; /* (n_prompt) */
+	int n_plps;
 	int chat;                     /* answered as chat.completion(.chunk) */
 	struct dps_tok_stream *ts;    /* the text of the tokens (NULL: no tokenizer) */
 	int *gen, n_gen, cap_gen;

@@ -393,10 +393,19 @@ static int choices(enum dps_req_format fmt, const struct dps_req_limits *lim,
 	if (out->echo && !lim->tok)
 		return dps_req_bad(err, errlen, "\"%s\" needs a tokenizer to give the prompt's text: "
 				   "this model has none", "echo");
-	if (out->echo && out->p.want_logprobs)
-		return dps_req_bad(err, errlen, "\"%s\" with \"logprobs\" is not supported by this "
-				   "server (it does not compute the prompt's log-probabilities): leave "
-				   "one of them out", "echo");
+	if (out->p.max_tokens == 0 && !out->echo)
+		return dps_req_bad(err, errlen, "\"%s\" 0 needs \"echo\": true (the prompt alone): "
+				   "give at least 1", fmt == DPS_REQ_CHAT && ps->max_tokens_set == 2 ?
+				   "max_completion_tokens" : "max_tokens");
+	/* echo with logprobs: the prompt's tokens' log-probabilities too (vLLM's answer). */
+	if (out->echo && out->p.want_logprobs) {
+		if (out->stream)
+			return dps_req_bad(err, errlen, "\"%s\" with \"echo\" and \"logprobs\" is not "
+					   "supported by this server (the prompt's log-probabilities "
+					   "are given in a whole body): leave one of them out",
+					   "stream");
+		out->p.prompt_logprobs = 1;
+	}
 	return 0;
 }
 

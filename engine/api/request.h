@@ -24,8 +24,8 @@
  * as given (also "prompt_ids" in a line); "messages" go through the model's chat template and
  * the text it renders is encoded without further special tokens (the template writes them;
  * "add_special_tokens": true adds them); "max_tokens" (in chat also "max_completion_tokens") 1
- * to 2^24, by default 16 for completions and the rest of the context for chat, as vLLM; the
- * sampling defaults are the caller's (the model's generation_config.json); "temperature" 0 to 2
+ * (0 with "echo") to 2^24, by default 16 for completions and the rest of the context for
+ * chat, as vLLM; the sampling defaults are the caller's (the model's generation_config.json); "temperature" 0 to 2
  * (0: greedy); "top_p" in (0, 1]; "top_k" -1 or 0 (both: every token) or a count; "seed" any
  * integer; "stop_token_ids" (a line's "stop_ids") at most 6 ids; "timeout_ms" from 1;
  * "ignore_eos" a boolean (without it the model's end ids end the request); vLLM's ranges for
@@ -37,7 +37,8 @@
  * "stream_options", "stop" strings; completions' list of prompts (texts or id lists, each
  * with the rules of one; a list of one is one prompt), "n" (prompts x n at most
  * DPS_REQ_MAX_CHOICES; "best_of" only equal to it), "echo" (completions; it needs a
- * tokenizer and is refused with logprobs), "logprobs" (completions: 0 to DPS_MAX_LOGPROBS;
+ * tokenizer; with logprobs it sets p.prompt_logprobs, and is refused when also streamed;
+ * "max_tokens" 0 needs it), "logprobs" (completions: 0 to DPS_MAX_LOGPROBS;
  * chat: a boolean, with "top_logprobs" in that range); and fields of vLLM's and OpenAI's
  * requests that this server does not compute, accepted only at their neutral value and
  * otherwise refused by name (prompt_logprobs, suffix, response_format other than text, guided_*,

@@ -221,9 +221,10 @@ int dps_req_field_common(const char *key, json_t *v, enum dps_req_format fmt,
 
 	if (!strcmp(key, "max_tokens") ||
 	    (fmt == DPS_REQ_CHAT && !strcmp(key, "max_completion_tokens"))) {
-		rc = dps_json_int(v, key, 1, 1 << 24, &l, err, errlen);
+		/* 0 only with "echo" (vLLM: the prompt alone), checked once every field is read */
+		rc = dps_json_int(v, key, 0, 1 << 24, &l, err, errlen);
 		out->p.max_tokens = (int)l;
-		ps->max_tokens_set = 1;
+		ps->max_tokens_set = strcmp(key, "max_tokens") ? 2 : 1; /* 2: by its chat name */
 	} else if (!strcmp(key, "temperature")) {
 		rc = dps_json_num(v, key, 0, 2, &d, err, errlen);
 		out->p.sampling.temperature = (float)d;

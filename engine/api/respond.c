@@ -139,36 +139,58 @@ static void lp_top_dict(FILE *o, const struct dps_frontend *f, const struct dps_
 		free(seen[k]);
 }
 
-/* Completions' logprobs of r's tokens [a, b): text_offset continues from r->lp_offset. */
+/* Entry i of completions' logprobs list: the echoed prompt's n_plps first, then r's tokens
+ * from a on (the caller gives the prompt's only with the whole body). */
+static const struct dps_token_logprobs *lp_entry(const struct fe_req *r, int np, int a, int i)
+{
+	return i < np ? &r->plps[i] : &r->lps[a + i - np];
+}
+
+/*
+ * Completions' logprobs of r's tokens [a, b), after the echoed prompt's entries when a is 0
+ * and the choice has them (the first prompt token's null): text_offset continues from
+ * r->lp_offset, through the prompt's tokens first.
+ */
 static void lp_completions(FILE *o, const struct dps_frontend *f, struct fe_req *r, int a, int b)
 {
-	long *off = malloc(sizeof(long) * (size_t)(b > a ? b - a : 1));
+	const int np = a == 0 && !r->stream ? r->n_plps : 0, n = np + (b > a ? b - a : 0);
+	long *off = malloc(sizeof(long) * (size_t)(n ? n : 1));
 
 	fprintf(o, "{\"tokens\": [");
-	for (int i = a; i < b; i++) {
+	for (int i = 0; i < n; i++) {
 		size_t l = 0;
-		char *s = token_text(f, r->gen[i], &l);
+		char *s = token_text(f, lp_entry(r, np, a, i)->token, &l);
 
-		fprintf(o, "%s", i > a ? ", " : "");
+		fprintf(o, "%s", i ? ", " : "");
 		dps_json_text(o, s ? s : "", s ? l : 0);
 		if (off)
-			off[i - a] = r->lp_offset;
+			off[i] = r->lp_offset;
 		r->lp_offset += s ? code_points(s, l) : 0;
 		free(s);
 	}
 	fprintf(o, "], \"token_logprobs\": [");
-	for (int i = a; i < b; i++) {
-		fprintf(o, "%s", i > a ? ", " : "");
-		lp_num(o, r->lps[i].logprob);
+	for (int i = 0; i < n; i++) {
+		const struct dps_token_logprobs *t = lp_entry(r, np, a, i);
+
+		fprintf(o, "%s", i ? ", " : "");
+		if (t->n_top < 0)
+			fprintf(o, "null");
+		else
+			lp_num(o, t->logprob);
 	}
 	fprintf(o, "], \"top_logprobs\": [");
-	for (int i = a; i < b; i++) {
-		fprintf(o, "%s", i > a ? ", " : "");
-		lp_top_dict(o, f, &r->lps[i]);
+	for (int i = 0; i < n; i++) {
+		const struct dps_token_logprobs *t = lp_entry(r, np, a, i);
+
+		fprintf(o, "%s", i ? ", " : "");
+		if (t->n_top < 0)
+			fprintf(o, "null");
+		else
+			lp_top_dict(o, f, t);
 	}
 	fprintf(o, "], \"text_offset\": [");
-	for (int i = a; i < b && off; i++)
-		fprintf(o, "%s%ld", i > a ? ", " : "", off[i - a]);
+	for (int i = 0; i < n && off; i++)
+		fprintf(o, "%s%ld", i ? ", " : "", off[i]);
 	fprintf(o, "]}");
 	free(off);
 }

@@ -211,7 +211,8 @@ static void deliver(struct dps_engine_client *c, int64_t id, int token,
 		c->waiting[q->replica]--;
 		c->running[q->replica]++;
 	}
-	q->n_gen++;
+	if (!lp || !lp->prompt) /* a prompt token's entry is not a generated token */
+		q->n_gen++;
 	if (lp && c->cb.token_lp)
 		c->cb.token_lp(c->cb.arg, q->user, lp);
 	else if (c->cb.token)
@@ -241,6 +242,7 @@ void dps_engine_on_msg(int rank, const void *msg, size_t len, void *client)
 
 			if (lp.n_top < 0 || lp.n_top > DPS_MAX_LOGPROBS)
 				lp.n_top = 0; /* checked before use, as every field */
+			lp.prompt = lp.prompt != 0;
 			deliver(c, m->t[i].id, lp.token, &lp);
 		}
 	} else if (h.type == M_DONE && len >= sizeof(struct m_done)) {

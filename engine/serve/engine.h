@@ -98,7 +98,8 @@ struct dps_engine_cb {
 	void *arg;
 	void (*ready)(void *arg);
 	void (*scheduled)(void *arg, void *user, uint64_t t_ns);
-	/* A token of a request with want_logprobs, with them (NULL: token is called instead). */
+	/* A token of a request with want_logprobs, with them (NULL: token is called instead);
+	 * with prompt_logprobs first one call per prompt position from 1, lp->prompt set. */
 	void (*token_lp)(void *arg, void *user, const struct dps_token_logprobs *lp);
 };
 

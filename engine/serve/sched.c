@@ -160,7 +160,8 @@ struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *promp
 	struct dps_req *r;
 
 	*rc = -EINVAL;
-	if (n < 1 || n >= s->cfg.max_model_len || p->max_tokens < 1 || p->n_stop < 0 ||
+	if (n < 1 || n >= s->cfg.max_model_len || p->max_tokens < 0 || p->n_stop < 0 ||
+	    (p->prompt_logprobs && !p->want_logprobs) ||
 	    p->n_stop > DPS_MAX_STOP || p->min_tokens < 0 || p->n_bias < 0 ||
 	    p->n_bias > DPS_MAX_BIAS || !(p->pen.repetition >= 0.0f) ||
 	    !(fabsf(p->pen.presence) <= 2.0f) || !(fabsf(p->pen.frequency) <= 2.0f) ||
@@ -196,6 +197,7 @@ struct dps_req *dps_sched_add(struct dps_sched *s, uint64_t id, const int *promp
 		}
 	memcpy(r->ids, prompt, sizeof(int) * (size_t)n);
 	r->n_prompt = r->n_ids = n;
+	r->plp_next = 1;
 	r->state = DPS_REQ_WAITING;
 	dps_rng_seed(&r->rng, p->sampling.seed);
 	s->waiting[s->n_waiting++] = r;
@@ -324,6 +326,17 @@ static void add_spec_rows(struct dps_sched *s, struct dps_req *r)
 	r->computed = p0 + 1;
 }
 
+/*
+ * Whether the logits of r's row at position p are wanted: the last one's to sample from, and
+ * with prompt_logprobs those of every prompt position whose next token's entry is still due
+ * (not again after a preemption: plp_next only grows).
+ */
+static int row_wanted(const struct dps_req *r, int p)
+{
+	return p == r->n_ids - 1 ||
+	       (r->p.prompt_logprobs && p + 1 < r->n_prompt && p + 1 >= r->plp_next);
+}
+
 /* Appends rows for r's positions [computed, computed + take). */
 static void add_rows(struct dps_sched *s, struct dps_req *r, int take)
 {
@@ -337,10 +350,11 @@ static void add_rows(struct dps_sched *s, struct dps_req *r, int take)
 		b->pos[b->n] = p;
 		b->slot[b->n] = dps_kv_slot(r->blocks, bs, p);
 		b->table[b->n] = r->blocks;
-		b->want[b->n] = p == r->n_ids - 1;
+		b->want[b->n] = (unsigned char)row_wanted(r, p);
 		b->req[b->n] = r;
 		b->verify[b->n] = 0;
-		if (!b->want[b->n])
+		/* A row before the last is a prompt (or recomputed) row, wanted or not. */
+		if (p != r->n_ids - 1)
 			b->prefill = 1;
 		b->n++;
 	}
@@ -653,6 +667,22 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 			continue;
 		}
 		row = logits + (size_t)(o - 1) * (size_t)vocab;
+		if (b->pos[i] != r->n_ids - 1) {
+			/* A prompt position's row: the next prompt token's entry, from the raw row. */
+			const int p = b->pos[i];
+
+			DPS_ASSERT(r->p.prompt_logprobs && p + 1 == r->plp_next);
+			dps_logprobs(row, vocab, r->ids[p + 1], r->p.top_logprobs, &r->lp);
+			r->lp.prompt = 1;
+			r->plp_next = p + 2;
+			if (emit)
+				emit(arg, r, r->ids[p + 1]);
+			continue;
+		}
+		if (r->p.max_tokens == 0) { /* the prompt alone ("echo" with "max_tokens": 0) */
+			finish(s, r, DPS_FINISH_LENGTH);
+			continue;
+		}
 		if (keep_raw(s, r, row, vocab)) {
 			finish(s, r, DPS_FINISH_ERROR);
 			continue;

@@ -40,7 +40,8 @@ enum dps_finish {
 const char *dps_finish_name(enum dps_finish f);
 
 struct dps_req_params {
-	int max_tokens;                 /* tokens to generate at most (>= 1) */
+	int max_tokens;                 /* tokens to generate at most (>= 1; 0 with
+					 * prompt_logprobs or echo: the prefill alone, then "length") */
 	int stop[DPS_MAX_STOP], n_stop; /* token ids that end the request (not emitted) */
 	struct dps_sampling sampling;   /* seed: the request's own */
 	uint64_t deadline_ns;           /* dps_now_ns() after which it ends with "timeout" (0: none) */
@@ -52,6 +53,10 @@ struct dps_req_params {
 	/* Log-probabilities of each sampled token (0: none), and of the top_logprobs likeliest
 	 * tokens (0 to DPS_MAX_LOGPROBS): the raw model output's (kernels/logits.h). */
 	int want_logprobs, top_logprobs;
+	/* With want_logprobs: every prompt token's log-probability after the tokens before it
+	 * (positions 1 .. n_prompt - 1) and the top_logprobs likeliest there, sent before the
+	 * first sampled token (completions' "echo" with "logprobs"). */
+	int prompt_logprobs;
 };
 
 struct dps_req {
@@ -70,7 +75,11 @@ struct dps_req {
 	int draft[DPS_MAX_SPEC];    /* target ids the draft proposed after the last token */
 	int n_draft;                /* 0, or spec_k when the next step verifies them */
 	struct dps_seen seen;       /* with penalties: the tokens of ids, counted */
-	struct dps_token_logprobs lp; /* with want_logprobs: the last sampled token's */
+	struct dps_token_logprobs lp; /* with want_logprobs: the last sampled token's (or, with
+				       * lp.prompt set, a prompt token's) */
+	int plp_next;               /* with prompt_logprobs: the next prompt position whose entry
+				     * is due (from 1), kept across preemption: a recomputed
+				     * prefill sends none twice */
 };
 
 struct dps_sched_cfg {
@@ -170,7 +179,9 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns);
  * token, max_tokens or max_model_len. eos (< 0: none) ends a request like a stop token.
  * A request with want_logprobs gets, before emit, req->lp: the log-softmax of the row as the
  * model gave it (vLLM V1's raw_logprobs) at the token and its top_logprobs likeliest.
- * For every sampled token calls emit(arg, req, token) (not for stop tokens), and for every
+ * For every sampled token calls emit(arg, req, token) (not for stop tokens); with
+ * prompt_logprobs, first emit(arg, req, prompt token) with req->lp.prompt set for every prompt
+ * position from 1 on, in order, each once (such a token is not appended); and for every
  * request that ended (including cancelled and timed-out ones) done(arg, req); the request is
  * freed after done returns. scratch: vocab ints.
  */
