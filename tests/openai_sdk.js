@@ -9,9 +9,10 @@
 //     the non-streamed response; system_fingerprint on every response and chunk, the same;
 //   - models.list names the served model and models.retrieve(id) returns it; another id is
 //     the SDK's NotFoundError (404);
-//   - a field dpshard refuses (echo with logprobs, best_of other than n, response_format) is
-//     the SDK's APIError with status 400 and the field's name in its message; n, echo and
-//     logprobs parse;
+//   - a field dpshard refuses (a stream of echo with logprobs, best_of other than n,
+//     response_format) is the SDK's APIError with status 400 and the field's name in its
+//     message; n, echo and logprobs parse, and echo with logprobs and max_tokens 0 gives the
+//     prompt's entries;
 //   - a wrong oracle text is reported (the check can fail).
 //   node openai_sdk.js NPM_DIR PORT DPSHARD MODEL_DIR
 'use strict';
@@ -147,8 +148,17 @@ async function main() {
   }
 
   // refused fields: APIError 400 naming the field
-  await refused('echo with logprobs', () => client.completions.create({ model, prompt,
-    echo: true, logprobs: 1 }), '"echo"');
+  await refused('a stream of echo with logprobs', () => client.completions.create({ model,
+    prompt, echo: true, logprobs: 1, stream: true }), '"stream"');
+  // echo with logprobs, as lm-evaluation-harness asks for a prompt's log-likelihood: the
+  // prompt's entries first, the first of them null (tests/serve_oai.py checks the values)
+  const ll = await client.completions.create({ model, prompt, echo: true, logprobs: 1,
+    max_tokens: 0 });
+  const llp = ll.choices[0].logprobs;
+  check(ll.choices[0].text === prompt && llp.token_logprobs[0] === null &&
+    llp.token_logprobs.length === ll.usage.prompt_tokens &&
+    llp.token_logprobs.slice(1).every((v) => typeof v === 'number' && v <= 0),
+    'echo with logprobs and max_tokens 0: ' + JSON.stringify(ll.choices[0]).slice(0, 300));
   await refused('best_of', () => client.completions.create({ model, prompt, n: 2, best_of: 3 }),
     '"best_of"');
   // n, echo and logprobs are served: the SDK parses them (tests/serve_oai.py checks values)
