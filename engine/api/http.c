@@ -35,6 +35,9 @@ enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
  * arrival of its bytes until they are copied, so a few cover any number of connections. */
 #define RECV_BUFS 64
 #define RECV_BGID 0x4854 /* the buffer group's id on the shared ring */
+/* With receives waiting for a buffer and none given back since, the tick arms a pool's worth
+ * of them at least this often (ms). */
+#define RECV_WAIT_MS 10
 #define IN_MAX (256u << 10)   /* unparsed bytes kept while a request is served */
 #define LINGER_MS 2000
 /* Slots beyond --max-connections, for the clients that come when all are taken: each gets a
@@ -69,6 +72,8 @@ struct conn *dps_http_conn_of(struct dps_http *h, uint64_t handle)
 	return c->used && !c->closing && c->gen == (uint32_t)(handle >> 32) ? c : NULL;
 }
 
+/* A submission entry; when the queue is full, what is queued is submitted first (mid-batch:
+ * so every receive buffer of a completion handled is given back before anything is armed). */
 static struct io_uring_sqe *sqe_get(struct dps_http *h)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(h->ring);
@@ -95,8 +100,8 @@ static void arm_recv(struct dps_http *h, struct conn *c)
 {
 	struct io_uring_sqe *sqe;
 
-	if (c->recv_inflight || (c->closing && !c->lingering) || c->in.len >= IN_MAX ||
-	    !(sqe = sqe_get(h)))
+	if (c->recv_inflight || c->wait.queued || (c->closing && !c->lingering) ||
+	    c->in.len >= IN_MAX || !(sqe = sqe_get(h)))
 		return;
 	io_uring_prep_recv(sqe, c->fd, NULL, RECV_CHUNK, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -155,6 +160,8 @@ static void conn_trim(struct dps_http *h)
 /* Frees the slot once no request of it is in flight. */
 static void conn_reap(struct dps_http *h, struct conn *c)
 {
+	if (c->closing && !c->lingering)
+		dps_http_rbufs_leave(h->rbufs, &c->wait); /* it reads no more */
 	if (!c->used || !c->closing || c->recv_inflight || c->send_inflight)
 		return;
 	if (c->lingering)
@@ -382,21 +389,50 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	arm_accept(h);
 }
 
-/* A receive of c completed with res (bytes, or -errno); data: the buffer the kernel filled. */
-static void on_recv(struct dps_http *h, struct conn *c, int res, const char *data)
+/* Arms the receive of a connection that waited for a buffer. */
+static void arm_waiter(struct dps_http *h, struct dps_http_waiter *w)
 {
+	h->rearms++;
+	arm_recv(h, (struct conn *)(void *)((char *)w - offsetof(struct conn, wait)));
+}
+
+/* Gives buffer bid back (-1: none), and with it a turn to the oldest receive waiting. */
+static void rbuf_give_back(struct dps_http *h, int bid)
+{
+	struct dps_http_waiter *w;
+
+	if (bid < 0 || !(w = dps_http_rbufs_put(h->rbufs, (unsigned)bid)))
+		return;
+	h->put_rearmed = 1;
+	arm_waiter(h, w);
+}
+
+/* A receive of c completed with res (bytes, or -errno), into buffer bid (-1: none). */
+static void on_recv(struct dps_http *h, struct conn *c, int res, int bid)
+{
+	const char *data = bid >= 0 ? dps_http_rbufs_data(h->rbufs, (unsigned)bid) : NULL;
+	int lost = 0;
+
 	c->recv_inflight = 0;
 	if (res == -ENOBUFS) {
-		/* Every shared buffer was taken when the bytes came: the completions that took
-		 * them give them back before the next submit, so ask again. */
-		if (c->closing && !c->lingering) {
+		/*
+		 * Every shared buffer was taken when the bytes came. Asking again at once would
+		 * fail again while the pool is empty (and the loop would never block): the
+		 * receive waits in line, and each buffer given back arms the oldest (the tick
+		 * the rest, so that none starves).
+		 */
+		if (c->closing && !c->lingering)
 			conn_reap(h, c);
-		} else {
-			h->rearms++;
-			arm_recv(h, c);
-		}
+		else
+			dps_http_rbufs_wait(h->rbufs, &c->wait);
 		return;
 	}
+	if (res > 0 && data && !c->closing) {
+		c->t_active = dps_now_ns();
+		lost = dps_http_buf_add(&c->in, data, (size_t)res, IN_MAX + RECV_CHUNK) != 0;
+	}
+	/* Copied: the buffer goes back before anything is armed, so before any submit. */
+	rbuf_give_back(h, bid);
 	if (res <= 0 || !data) {
 		/* The client closed (or half-closed) its side, or the socket failed. */
 		c->lingering = 0;
@@ -411,8 +447,7 @@ static void on_recv(struct dps_http *h, struct conn *c, int res, const char *dat
 		conn_reap(h, c);
 		return;
 	}
-	c->t_active = dps_now_ns();
-	if (dps_http_buf_add(&c->in, data, (size_t)res, IN_MAX + RECV_CHUNK)) {
+	if (lost) {
 		dps_http_conn_gone(h, c);
 		return;
 	}
@@ -435,8 +470,9 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 		const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
 
 		if (slot < h->n_slots && h->c[slot].used && (h->c[slot].gen & 0x3fffffffu) == gen)
-			on_recv(h, &h->c[slot], cqe->res, dps_http_rbufs_data(h->rbufs, bid));
-		dps_http_rbufs_put(h->rbufs, bid); /* (after the copy; before the next submit) */
+			on_recv(h, &h->c[slot], cqe->res, (int)bid);
+		else
+			rbuf_give_back(h, (int)bid);
 		return;
 	}
 	if (slot >= h->n_slots)
@@ -445,7 +481,7 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 	if (!c->used || (c->gen & 0x3fffffffu) != gen)
 		return;
 	if (op == OP_RECV) {
-		on_recv(h, c, cqe->res, NULL);
+		on_recv(h, c, cqe->res, -1);
 	} else if (op == OP_SEND) {
 		c->send_inflight = 0;
 		if (cqe->res <= 0) {
@@ -530,6 +566,17 @@ int dps_http_tick(struct dps_http *h)
 		}
 		next = due < next ? due : next;
 	}
+	/* Receives still waiting that no given-back buffer armed since the last tick (those it
+	 * armed had nothing to read yet): a pool's worth more, since more would only fail. */
+	if (!h->put_rearmed) {
+		struct dps_http_waiter *w;
+
+		for (int k = 0; k < RECV_BUFS && (w = dps_http_rbufs_next(h->rbufs)); k++)
+			arm_waiter(h, w);
+	}
+	h->put_rearmed = 0;
+	if (dps_http_rbufs_waiting(h->rbufs) && now + RECV_WAIT_MS * 1000000ull < next)
+		next = now + RECV_WAIT_MS * 1000000ull;
 	if (next == UINT64_MAX)
 		return -1;
 	return next <= now ? 0 : (int)((next - now) / 1000000ull) + 1;

@@ -76,6 +76,7 @@ void dps_http_rbufs_wait(struct dps_http_rbufs *b, struct dps_http_waiter *w);
 void dps_http_rbufs_leave(struct dps_http_rbufs *b, struct dps_http_waiter *w);
 struct dps_http_waiter *dps_http_rbufs_put(struct dps_http_rbufs *b, unsigned bid);
 struct dps_http_waiter *dps_http_rbufs_next(struct dps_http_rbufs *b);
+int dps_http_rbufs_waiting(const struct dps_http_rbufs *b); /* 1: a receive waits */
 
 /*
  * The listener (http_listen.c): a TCP socket bound to host:port (0: any free port, *bound
@@ -107,6 +108,7 @@ struct conn {
 	int http10;                /* an HTTP/1.0 client: no chunked encoding */
 	int closing, lingering, gone_told;
 	int refused;               /* a spare slot: answered 503 at once, nothing parsed */
+	struct dps_http_waiter wait; /* its receive waits for a buffer (http_rbuf.c) */
 	uint64_t t_first, t_active, t_progress, t_linger;
 };
 
@@ -121,6 +123,7 @@ struct dps_http {
 	int n_slots, n_used, n_refused;
 	int peak;                  /* connections open at most since the last trim */
 	uint64_t rearms;           /* receives armed again after they found no buffer */
+	int put_rearmed;           /* a buffer given back armed a waiter since the last tick */
 	char unix_path[108];
 };
 

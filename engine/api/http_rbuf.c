@@ -112,6 +112,11 @@ void dps_http_rbufs_leave(struct dps_http_rbufs *b, struct dps_http_waiter *w)
 	w->queued = 0;
 }
 
+int dps_http_rbufs_waiting(const struct dps_http_rbufs *b)
+{
+	return b->head != NULL;
+}
+
 struct dps_http_waiter *dps_http_rbufs_next(struct dps_http_rbufs *b)
 {
 	struct dps_http_waiter *w = b->head;
