@@ -14,11 +14,12 @@
 
 static struct dps_wait_policy policy = { .spins = 4000, .yields = 50 };
 
-_Atomic uint64_t *dps_wait_beat_word;
+_Atomic uint64_t *dps_wait_beat_word, *dps_wait_work_word;
 
-void dps_wait_set_beat(_Atomic uint64_t *word)
+void dps_wait_set_beat(_Atomic uint64_t *alive, _Atomic uint64_t *work)
 {
-	dps_wait_beat_word = word;
+	dps_wait_beat_word = alive;
+	dps_wait_work_word = work;
 }
 
 void dps_wait_set_policy(const struct dps_wait_policy *p)

@@ -13,11 +13,13 @@
  * core of its own spins longer; ranks that share cores go to sleep sooner so that the peer
  * they wait for can run.
  *
- * Progress. A process may name a heartbeat word (dps_wait_set_beat): every yield round and
- * every sleep slice of a wait bumps it, and so does dps_beat(), which long computations call
- * (once per layer). The supervisor reads the word to tell a rank that waits or works from one
- * that is stopped or stuck (docs/DESIGN.md section 1): a rank that waits for a peer keeps
- * beating, so the one that stops beating is the one to blame.
+ * Progress. A process may name two words (dps_wait_set_beat). "Alive": every yield round and
+ * every sleep slice of a wait bumps it, and so does dps_beat(). "Work": only dps_work() bumps
+ * it (and alive with it), which computations call (once per layer, once per step), never a
+ * wait. The supervisor reads both (docs/DESIGN.md section 1): a rank whose work stopped is
+ * stalled; if its alive word stopped too it is stopped or stuck, the one to blame (its peers
+ * that wait for it keep beating); if every stalled rank is still alive they all wait, on each
+ * other or on something that never comes: a deadlock.
  */
 #ifndef DPS_SHM_WAIT_H
 #define DPS_SHM_WAIT_H
@@ -62,12 +64,12 @@ static inline int dps_wword_wait(struct dps_wword *w, uint64_t target,
 				 uint64_t *seen);
 
 /*
- * The heartbeat word of this process (NULL: none, the default). The word must outlive every
- * later wait of the process; in a rank it is its line of the instance's control block.
+ * The alive and work words of this process (NULL: none, the default). They must outlive every
+ * later wait of the process; in a rank they are its line of the instance's control block.
  */
-void dps_wait_set_beat(_Atomic uint64_t *word);
+void dps_wait_set_beat(_Atomic uint64_t *alive, _Atomic uint64_t *work);
 
-extern _Atomic uint64_t *dps_wait_beat_word;
+extern _Atomic uint64_t *dps_wait_beat_word, *dps_wait_work_word;
 
 /* Says "this process advanced": one relaxed increment of the heartbeat word, if any. */
 static inline void dps_beat(void)
@@ -78,6 +80,16 @@ static inline void dps_beat(void)
 	 */
 	if (dps_wait_beat_word)
 		atomic_fetch_add_explicit(dps_wait_beat_word, 1, memory_order_relaxed);
+}
+
+/* Says "this process computed" (a layer, a step): one relaxed increment of the work word and
+ * of the alive word. Never called by a wait. */
+static inline void dps_work(void)
+{
+	/* Relaxed, as dps_beat: only compared from one check to the next. */
+	if (dps_wait_work_word)
+		atomic_fetch_add_explicit(dps_wait_work_word, 1, memory_order_relaxed);
+	dps_beat();
 }
 
 /* Slow paths, in wait.c. */

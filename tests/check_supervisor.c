@@ -455,7 +455,8 @@ END_TEST
 
 struct hang_arg {
 	int victim;     /* the rank that hangs */
-	int how;        /* 0: spins, busy; 1: stops itself (SIGSTOP); 2: sleeps 1.5 s, then works */
+	int how;        /* 0: spins, busy; 1: stops itself (SIGSTOP); 2: sleeps 1.5 s, then works;
+			 * 3: waits for a word nobody rings (alive, no work) */
 	int pending;    /* what pending_fn answers for every rank */
 };
 
@@ -486,6 +487,13 @@ static int hang_rank(struct dps_world *w, void *arg)
 
 			nanosleep(&ts, NULL); /* silent, and nothing asked of it */
 		}
+		if (h->how == 3) {
+			static struct dps_wword never; /* this process's own: nobody rings it */
+
+			rc = dps_wword_wait(&never, 1, &w->ctl->abort, 0, NULL);
+			sh->err_code[w->rank] = rc;
+			return rc;
+		}
 	}
 	/* The others wait for it in a barrier, which beats while it waits. */
 	rc = dps_coll_barrier(w->world_c);
@@ -509,6 +517,8 @@ static void check_hung(int how, int pending)
 	ck_assert_int_eq(res.failed_rank, 1);
 	snprintf(want, sizeof(want), "rank 1 (DP 0, TP 1), pid %d, made no progress", sh->pid[1]);
 	ck_assert_msg(strstr(err, want) && strstr(err, "rank timeout is 0.4 s"), "%s", err);
+	/* Its waiting peers beat: the silent one is blamed, not a deadlock. */
+	ck_assert_msg(!strstr(err, "deadlock") && !res.deadlock, "%s", err);
 	ck_assert_uint_ge(res.hung_ms, 400);
 	/* Named within the timeout and a few checks (50 ms each) of going silent, with slack
 	 * for a loaded machine; never before the timeout. */
@@ -556,6 +566,37 @@ START_TEST(test_idle_rank_not_hung)
 }
 END_TEST
 
+START_TEST(test_deadlock)
+{
+	/* Rank 1 waits for ever on a word nobody rings, the others for it in a barrier: every
+	 * rank beats alive and none works. A deadlock, naming them all; nobody is killed. */
+	struct hang_arg h = { .victim = 1, .how = 3, .pending = 1 };
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = hang_rank,
+				  .rank_arg = &h, .msg_arg = &h, .pending_fn = hang_pending,
+				  .rank_timeout_ms = 400, .grace_ms = 500 };
+	struct dps_sup_result res;
+	char err[512];
+	const uint64_t t0 = dps_now_ns();
+	double after;
+
+	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ERANK);
+	ck_assert_msg(strstr(err, "ranks 0 (DP 0, TP 0), 1 (DP 0, TP 1), 2 (DP 0, TP 2) made no "
+				  "progress for ") && strstr(err, "while waiting") &&
+		      strstr(err, ": deadlock") && !strstr(err, "hung"), "%s", err);
+	ck_assert_int_eq(res.deadlock, 3);
+	ck_assert_int_eq(res.failed_rank, 0);
+	ck_assert_uint_ge(res.hung_ms, 400);
+	after = ((double)res.failed_ns - (double)t0) / 1e9;
+	ck_assert_msg(after >= 0.4 && after < 3.0, "deadlock seen %.3f s after the start", after);
+	for (int r = 0; r < 3; r++)
+		ck_assert_int_eq(sh->err_code[r], -DPS_EABORT);
+	ck_assert_int_eq(res.killed, 0);
+	/* (The check can fail: check_hung's stopped and spinning ranks, whose peers wait the
+	 * same way, must not be called a deadlock.) */
+	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+}
+END_TEST
+
 static Suite *sup_suite(void)
 {
 	Suite *s = suite_create("supervisor");
@@ -587,6 +628,7 @@ static Suite *sup_suite(void)
 	tcase_add_test(tc, test_hung_rank_spinning);
 	tcase_add_test(tc, test_hung_rank_stopped);
 	tcase_add_test(tc, test_idle_rank_not_hung);
+	tcase_add_test(tc, test_deadlock);
 	suite_add_tcase(s, tc);
 	return s;
 }

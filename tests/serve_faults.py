@@ -4,7 +4,9 @@
 
 On TP=1 x DP=2 with --rank-timeout 2: a rank stopped with SIGSTOP while requests run, and a
 rank spinning in a loop (the test-only DPSHARD_FAULT=spin:RANK:STEP), must each be named in
-the log with its pid; the requests in flight must end with an error within the timeout and a
+the log with its pid as hung; a rank blocked in a real wait that nothing ever ends
+(DPSHARD_FAULT=wait:RANK:STEP: it keeps beating "alive" but does no work) must be named as a
+deadlock ("... made no progress for N s while waiting ...: deadlock"); in each case the requests in flight must end with an error within the timeout and a
 few seconds; /health must answer 503 with the reason while the ranks restart and 200 after;
 later requests must equal the oracle's tokens (`dpshard generate --requests`, as serve.py).
 An idle instance, even with a rank stopped, must stay healthy for several timeouts: the
@@ -78,9 +80,9 @@ def watch_health(srv, secs):
     return seen
 
 
-def check_recovery(srv, label, hung_pid, t_fault, ts, out, ends, want, reqs):
-    """The common outcome of a hang: errors in time, the rank named, 503 then 200, right
-    tokens after."""
+def check_recovery(srv, label, hung_pid, t_fault, ts, out, ends, want, reqs, why="hung"):
+    """The common outcome of a hang (why "hung") or a deadlock (why "deadlock"): errors in
+    time, the rank named, 503 then 200, right tokens after."""
     health = watch_health(srv, 1.0)
     for t in ts:
         t.join(60)
@@ -91,8 +93,12 @@ def check_recovery(srv, label, hung_pid, t_fault, ts, out, ends, want, reqs):
             S.check(TIMEOUT - 0.5 <= took <= TIMEOUT + SLACK,
                     "%s: request %d ended %.1f s after the fault (timeout %d s)" % (label, i, took, TIMEOUT))
     log = open(srv.log_path).read()
-    S.check("rank 1 (DP 1, TP 0), pid %d, made no progress" % hung_pid in log,
-            "%s: the log does not name the hung rank: %s" % (label, log[-1500:]))
+    if why == "hung":
+        named = "rank 1 (DP 1, TP 0), pid %d, made no progress" % hung_pid
+    else:
+        named = "rank 1 (DP 1, TP 0) made no progress for"
+    S.check(named in log and why in log and (why == "hung") == ("while waiting" not in log),
+            "%s: the log does not name the %s rank: %s" % (label, why, log[-1500:]))
     S.check(not alive(hung_pid), "%s: the hung rank %d is still alive" % (label, hung_pid))
     health += watch_health(srv, 0.5)
     bad = [h for h in health if h[1] == 503]
@@ -100,7 +106,7 @@ def check_recovery(srv, label, hung_pid, t_fault, ts, out, ends, want, reqs):
             "%s: /health while recovering: %s" % (label, health[:3]))
     if bad:
         j = json.loads(bad[0][2])
-        S.check(j.get("status") == "recovering" and "hung" in j.get("reason", ""),
+        S.check(j.get("status") == "recovering" and why in j.get("reason", ""),
                 "%s: /health's reason: %s" % (label, j))
     S.check(srv.wait_ready(60), "%s: the service did not recover" % label)
     took = [e - t_fault for e in ends if e]
@@ -169,6 +175,23 @@ def run(tmp):
     if len(ranks) == 2:
         check_recovery(srv, "spin", ranks[1], t_fault, ts, out, ends, want, reqs)
     S.check(srv.stop() == 0, "the spin server did not exit 0")
+
+    # ---- rank 1 waits for ever at its step 20, beating alive, doing no work: a deadlock ------
+    env = dict(os.environ, DPSHARD_FAULT="wait:1:20")
+    srv = S.Server(tmp, slow, *args, env=env, name="wait")
+    S.check(srv.wait_ready(), "the wait server did not become ready")
+    ranks = srv.children()
+    ts, out, ends = run_long(srv, 4, 3000)
+    log, deadline = "", time.time() + 20
+    while "DPSHARD_FAULT: waiting" not in log and time.time() < deadline:
+        time.sleep(0.05)
+        log = open(srv.log_path).read()
+    t_fault = time.time()
+    S.check("rank 1: DPSHARD_FAULT: waiting for ever at step 20" in log,
+            "the wait fault did not fire: %s" % log[-800:])
+    if len(ranks) == 2:
+        check_recovery(srv, "wait", ranks[1], t_fault, ts, out, ends, want, reqs, why="deadlock")
+    S.check(srv.stop() == 0, "the wait server did not exit 0")
 
     # ---- a fault this build does not inject is refused by name -------------------------------
     env = dict(os.environ, DPSHARD_FAULT="hang:1")

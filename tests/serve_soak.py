@@ -5,7 +5,11 @@ one rank) gets 30 bursts of 1,000 completions, each burst on 1,000 TCP connectio
 all open before the first request is sent. Checked: every answer of every burst is a 200 whose
 token ids equal those of `dpshard generate --requests` for the same request (the engine without
 HTTP, the oracle); and the supervisor's RSS (/proc/PID/status VmRSS, once the burst's
-connections are closed) after burst 30 is within 1 MiB of its RSS after burst 5.
+connections are closed) after burst 30 is within 1 MiB of its RSS after burst 5; and the
+receives the server armed again after finding its 64 shared buffers all taken
+(dpshard:http_receive_rearms_total in /metrics) stay O(N): at most 2 per client in each burst.
+Before the starved receives queued for a buffer, each one was armed again at once and failed
+again while the pool was empty, about N^2/64 times per burst.
 
 The checks can fail: a deliberately wrong oracle token is reported, and the same RSS reading
 and rule applied to a process that leaks 512 KiB per burst (a Python child keeping what it
@@ -17,6 +21,7 @@ import os
 import resource
 import selectors
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +37,7 @@ BASE_BURST = 5        # the RSS after this burst ...
 SLACK_KB = 1024       # ... and after the last differ by at most this
 FAULT_BURSTS = 10     # the deliberately leaking run
 LEAK_KB = 512         # what it leaks per burst
+REARMS_PER_CLIENT = 2 # receives armed again per client and burst, at most
 PROMPTS = ["Once upon a time", "Lily and Ben", "The cat", "One day"]
 failures = []
 
@@ -139,9 +145,10 @@ def settled_rss_kb(pid):
     return last
 
 
-def burst(port, n):
-    """n clients, all connected before any sends; returns each one's whole answer (bytes), or
-    an error string."""
+def burst(port, n, pid):
+    """n clients, all connected before any sends, all of whose requests are sent while the
+    server (pid) is stopped, so that every connection has data when it resumes; returns each
+    one's whole answer (bytes), or an error string."""
     sel = selectors.DefaultSelector()
     state = {}
     for i in range(n):
@@ -178,6 +185,25 @@ def burst(port, n):
     for s, st in state.items():
         if st["connected"]:
             sel.register(s, selectors.EVENT_WRITE)
+    unsent = sum(1 for st in state.values() if st["connected"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        while unsent and time.time() < deadline:
+            for key, _ in sel.select(1):
+                s, st = key.fileobj, state[key.fileobj]
+                try:
+                    st["out"] = st["out"][s.send(st["out"]):]
+                except BlockingIOError:
+                    continue
+                except OSError as e:
+                    finish(s, repr(e))
+                    unsent -= 1
+                    continue
+                if not st["out"]:
+                    sel.modify(s, selectors.EVENT_READ)
+                    unsent -= 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
     while pending and time.time() < deadline + 60:
         for key, ev in sel.select(1):
             s, st = key.fileobj, state[key.fileobj]
@@ -227,6 +253,27 @@ def check_answers(answers, want, label):
     return bad
 
 
+def receive_rearms(port):
+    """dpshard:http_receive_rearms_total from /metrics."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+    for line in got.decode(errors="replace").splitlines():
+        if line.startswith("dpshard:http_receive_rearms_total "):
+            return int(float(line.split()[1]))
+    raise RuntimeError("/metrics has no dpshard:http_receive_rearms_total")
+
+
+def rearms_excessive(deltas, clients):
+    """The rule: a burst whose re-armed receives exceed REARMS_PER_CLIENT per client."""
+    return [d for d in deltas if d > REARMS_PER_CLIENT * clients]
+
+
 def rss_grew(rss, base, last):
     """The rule: RSS after burst `last` minus RSS after burst `base` (1-based) above SLACK_KB."""
     return rss[last - 1] - rss[base - 1] > SLACK_KB
@@ -235,13 +282,15 @@ def rss_grew(rss, base, last):
 def soak(tmp, model, want, name, bursts):
     """Runs bursts against a fresh server; returns (RSS after each burst, wrong answers)."""
     srv = Server(tmp, model, name)
-    rss, bad = [], 0
+    rss, bad, rearms = [], 0, []
     t0 = time.time()
     try:
         start = rss_kb(srv.proc.pid)
         for b in range(bursts):
             t = time.time()
-            answers = burst(srv.port, CLIENTS)
+            r0 = receive_rearms(srv.port)
+            answers = burst(srv.port, CLIENTS, srv.proc.pid)
+            rearms.append(receive_rearms(srv.port) - r0)
             bad += check_answers(answers, want, "%s burst %d" % (name, b + 1))
             if b == 0 and name == "soak":
                 # The check can fail: a wrong oracle token is reported.
@@ -250,8 +299,8 @@ def soak(tmp, model, want, name, bursts):
                 if check_answers(answers[:1], wrong, "self-check") != 1:
                     fail("self-check: a wrong oracle token was not reported")
             rss.append(settled_rss_kb(srv.proc.pid))
-            print("%s burst %2d: %d answers in %.2f s, RSS %d KB" %
-                  (name, b + 1, CLIENTS, time.time() - t, rss[-1]), flush=True)
+            print("%s burst %2d: %d answers in %.2f s, RSS %d KB, %d receives re-armed" %
+                  (name, b + 1, CLIENTS, time.time() - t, rss[-1], rearms[-1]), flush=True)
     finally:
         status = srv.stop()
     if len(rss) == bursts:
@@ -260,7 +309,7 @@ def soak(tmp, model, want, name, bursts):
                time.time() - t0), flush=True)
     if status != 0:
         fail("%s: the server exited with %d: %s" % (name, status, open(srv.log_path).read()[-400:]))
-    return rss, bad
+    return rss, bad, rearms
 
 
 def main():
@@ -288,9 +337,18 @@ def main():
             fail("the oracle gave %d answers" % len(want))
             return 1
 
-        rss, bad = soak(tmp, model, want, "soak", BURSTS)
+        rss, bad, rearms = soak(tmp, model, want, "soak", BURSTS)
         if bad:
             fail("%d of %d answers wrong or missing" % (bad, BURSTS * CLIENTS))
+        over = rearms_excessive(rearms, CLIENTS)
+        if over:
+            fail("receives re-armed after finding no buffer: %s in %d burst(s) of %d clients "
+                 "(the rule: at most %d per client)" % (over[:5], len(over), CLIENTS,
+                                                       REARMS_PER_CLIENT))
+        # The rule can fail: the count of the old immediate re-arm (about N^2/64) breaks it.
+        if not rearms_excessive([CLIENTS * CLIENTS // 64], CLIENTS):
+            fail("self-check: %d re-arms in a burst of %d passed the rule" %
+                 (CLIENTS * CLIENTS // 64, CLIENTS))
         if rss_grew(rss, BASE_BURST, BURSTS):
             fail("the supervisor's RSS grew from %d KB after burst %d to %d KB after burst %d "
                  "(more than %d KB)" % (rss[BASE_BURST - 1], BASE_BURST, rss[-1], BURSTS, SLACK_KB))

@@ -142,6 +142,16 @@ static long find_stop(const struct fe_req *r, size_t from)
 	return best;
 }
 
+/* Cancels the engine requests of r's group still running (r itself has ended). */
+static void cancel_siblings(struct dps_frontend *f, const struct fe_req *r)
+{
+	if (!f->client || r->g->n_open == 0)
+		return;
+	for (const struct fe_req *o = f->head; o; o = o->next)
+		if (o != r && o->g == r->g && !o->answered)
+			dps_engine_cancel(f->client, o->eid);
+}
+
 /* The end of a request: its response (unless the client is gone), metrics, the log line. */
 void dps_fe_finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why)
 {
@@ -175,7 +185,11 @@ void dps_fe_finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	log_request(f, r, fin);
 	if (r->conn_gone)
 		return;
-	/* A whole body waits for every choice; one that failed makes it a 500. */
+	/* A whole body waits for every choice; one that failed makes it a 500, so the others
+	 * stop at once instead of running to their end for an answer nobody will read (their
+	 * "cancelled" ends count down n_open; the last one sends the 500). */
+	if (!r->stream && why == DPS_FINISH_ERROR && !r->g->failed)
+		cancel_siblings(f, r);
 	r->g->failed |= why == DPS_FINISH_ERROR;
 	if (!r->stream && r->g->failed) {
 		if (!r->g->n_open)
@@ -217,8 +231,18 @@ static void take_token(struct dps_frontend *f, struct fe_req *r, int token,
 	const char *piece;
 	long at;
 
-	if (r->answered || gen_room(r))
+	if (r->answered)
 		return;
+	if (gen_room(r)) {
+		/* Out of memory for the token: the choice cannot go on without it (its text and
+		 * usage would be wrong), so it stops and ends with an error. */
+		dps_warn("request %s: no memory for token %d of choice %d: failing it", r->id,
+			 r->n_gen, r->index);
+		if (f->client)
+			dps_engine_cancel(f->client, r->eid);
+		dps_fe_finish(f, r, DPS_FINISH_ERROR);
+		return;
+	}
 	if (r->want_lp) {
 		if (lp)
 			r->lps[r->n_gen] = *lp;

@@ -28,6 +28,9 @@ struct hist {
 	"the engine failed while running this request (a rank died, or the service stopped); " \
 	"it was not completed: send it again"
 
+/* The message of an answer the frontend had no memory to write (a plain literal: no escapes). */
+#define DPS_FE_OOM_MSG "the server ran out of memory while writing this response: send it again"
+
 /* An HTTP request of the API: its choices (one fe_req each) and what they share. */
 struct fe_group {
 	int n_choices, n_open;        /* choices; those not finished yet */

@@ -35,47 +35,18 @@ enum { OP_ACCEPT = 1, OP_RECV, OP_SEND };
  * arrival of its bytes until they are copied, so a few cover any number of connections. */
 #define RECV_BUFS 64
 #define RECV_BGID 0x4854 /* the buffer group's id on the shared ring */
+/* With receives waiting for a buffer and none given back since, the tick arms a pool's worth
+ * of them at least this often (ms). */
+#define RECV_WAIT_MS 10
 #define IN_MAX (256u << 10)   /* unparsed bytes kept while a request is served */
-#define OUT_MAX (16u << 20)   /* response bytes a slow reader may let queue up */
 #define LINGER_MS 2000
 /* Slots beyond --max-connections, for the clients that come when all are taken: each gets a
  * 503 with Retry-After and the lingering close of any response (a bare close would read as a
  * crash). Only when these are taken too is a client closed without an answer. */
 #define SPARE_CONNS 64
-#define RETRY_AFTER_S 1
 /* A burst of at least this many connections that drains to an eighth of it gives the heap's
  * free pages back (conn_trim). */
 #define TRIM_PEAK 64
-
-struct conn {
-	int used, fd;
-	uint32_t gen;
-	struct preq q;
-	struct buf in;             /* received, not yet parsed */
-	struct buf out, sending;   /* queued response bytes; the bytes of the send in flight */
-	size_t sent;               /* of sending */
-	int recv_inflight, send_inflight;
-	int serving;               /* a request went to the handler; its response is not done */
-	int streaming, resp_done, close_after;
-	int head;                  /* the request is HEAD: headers only */
-	int http10;                /* an HTTP/1.0 client: no chunked encoding */
-	int closing, lingering, gone_told;
-	int refused;               /* a spare slot: answered 503 at once, nothing parsed */
-	uint64_t t_first, t_active, t_progress, t_linger;
-};
-
-struct dps_http {
-	struct io_uring *ring;
-	struct dps_http_opts o;
-	int lfd, port, accept_armed;
-	uint64_t accept_retry;     /* accepting failed (descriptors out): try again then */
-	uint64_t accept_warned, refuse_warned;
-	struct conn *c;            /* (n_slots): max_conns, then SPARE_CONNS */
-	struct dps_http_rbufs *rbufs;
-	int n_slots, n_used, n_refused;
-	int peak;                  /* connections open at most since the last trim */
-	char unix_path[108];
-};
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
@@ -90,7 +61,7 @@ static uint64_t handle_of(const struct dps_http *h, const struct conn *c)
 }
 
 /* The live connection of a handle, or NULL. */
-static struct conn *conn_of(struct dps_http *h, uint64_t handle)
+struct conn *dps_http_conn_of(struct dps_http *h, uint64_t handle)
 {
 	const uint32_t slot = (uint32_t)handle;
 	struct conn *c;
@@ -101,6 +72,8 @@ static struct conn *conn_of(struct dps_http *h, uint64_t handle)
 	return c->used && !c->closing && c->gen == (uint32_t)(handle >> 32) ? c : NULL;
 }
 
+/* A submission entry; when the queue is full, what is queued is submitted first (mid-batch:
+ * so every receive buffer of a completion handled is given back before anything is armed). */
 static struct io_uring_sqe *sqe_get(struct dps_http *h)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(h->ring);
@@ -127,8 +100,8 @@ static void arm_recv(struct dps_http *h, struct conn *c)
 {
 	struct io_uring_sqe *sqe;
 
-	if (c->recv_inflight || (c->closing && !c->lingering) || c->in.len >= IN_MAX ||
-	    !(sqe = sqe_get(h)))
+	if (c->recv_inflight || c->wait.queued || (c->closing && !c->lingering) ||
+	    c->in.len >= IN_MAX || !(sqe = sqe_get(h)))
 		return;
 	io_uring_prep_recv(sqe, c->fd, NULL, RECV_CHUNK, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -137,7 +110,7 @@ static void arm_recv(struct dps_http *h, struct conn *c)
 	c->recv_inflight = 1;
 }
 
-static void kick_send(struct dps_http *h, struct conn *c)
+void dps_http_conn_kick_send(struct dps_http *h, struct conn *c)
 {
 	struct io_uring_sqe *sqe;
 	struct buf t;
@@ -187,6 +160,8 @@ static void conn_trim(struct dps_http *h)
 /* Frees the slot once no request of it is in flight. */
 static void conn_reap(struct dps_http *h, struct conn *c)
 {
+	if (c->closing && !c->lingering)
+		dps_http_rbufs_leave(h->rbufs, &c->wait); /* it reads no more */
 	if (!c->used || !c->closing || c->recv_inflight || c->send_inflight)
 		return;
 	if (c->lingering)
@@ -205,7 +180,7 @@ static void conn_reap(struct dps_http *h, struct conn *c)
 }
 
 /* The connection ends now (client gone, error, or done): tell the frontend once. */
-static void conn_gone(struct dps_http *h, struct conn *c)
+void dps_http_conn_gone(struct dps_http *h, struct conn *c)
 {
 	const uint64_t handle = handle_of(h, c);
 
@@ -242,41 +217,13 @@ static void conn_linger(struct dps_http *h, struct conn *c)
 	arm_recv(h, c);
 }
 
-static int queue(struct conn *c, const char *d, size_t n)
-{
-	return dps_http_buf_add(&c->out, d, n, OUT_MAX);
-}
-
-static int queue_head(struct conn *c, int status, const char *ctype, const char *len_or_chunked,
-		      const char *extra, int close)
-{
-	char head[512];
-	/* Every 503 says when to come back (a client's back-off, and what vLLM's proxies read). */
-	char retry[32] = "";
-	int n;
-
-	if (status == 503 && !(extra && strcasestr(extra, "Retry-After:")))
-		snprintf(retry, sizeof(retry), "Retry-After: %d\r\n", RETRY_AFTER_S);
-	n = snprintf(head, sizeof(head),
-		     "HTTP/1.1 %d %s\r\nServer: dpshard\r\nContent-Type: %s\r\n%s%s"
-		     "Connection: %s\r\n", status, dps_http_reason(status), ctype, len_or_chunked,
-		     retry, close ? "close" : "keep-alive");
-
-	if (n < 0 || (size_t)n >= sizeof(head))
-		return -EINVAL;
-	if (queue(c, head, (size_t)n) || (extra && queue(c, extra, strlen(extra))) ||
-	    queue(c, "\r\n", 2))
-		return -ENOBUFS;
-	return 0;
-}
-
 static void process(struct dps_http *h, struct conn *c);
 
 /* The response of the request being served is complete (all queued). */
-static void response_done(struct dps_http *h, struct conn *c)
+void dps_http_conn_done(struct dps_http *h, struct conn *c)
 {
 	c->resp_done = 1;
-	kick_send(h, c);
+	dps_http_conn_kick_send(h, c);
 }
 
 /* Called when everything queued has been sent. */
@@ -313,11 +260,11 @@ static void fail_request(struct dps_http *h, struct conn *c, int status, const c
 	c->close_after = 1;
 	c->out.len = 0;
 	snprintf(cl, sizeof(cl), "Content-Length: %d\r\n", n);
-	if (queue_head(c, status, "application/json", cl, NULL, 1) || queue(c, body, (size_t)n)) {
-		conn_gone(h, c);
+	if (dps_http_conn_queue_head(c, status, "application/json", cl, NULL, 1) || dps_http_conn_queue(c, body, (size_t)n)) {
+		dps_http_conn_gone(h, c);
 		return;
 	}
-	response_done(h, c);
+	dps_http_conn_done(h, c);
 }
 
 /* Parses what was received; hands a complete request to the handler. */
@@ -337,8 +284,8 @@ static void process(struct dps_http *h, struct conn *c)
 		}
 		if (c->q.want_continue) {
 			c->q.want_continue = 0;
-			if (!queue(c, "HTTP/1.1 100 Continue\r\n\r\n", 25))
-				kick_send(h, c);
+			if (!dps_http_conn_queue(c, "HTTP/1.1 100 Continue\r\n\r\n", 25))
+				dps_http_conn_kick_send(h, c);
 		}
 		if (!c->q.complete) {
 			if (!n)
@@ -442,23 +389,54 @@ static void on_accept(struct dps_http *h, const struct io_uring_cqe *cqe)
 	arm_accept(h);
 }
 
-/* A receive of c completed with res (bytes, or -errno); data: the buffer the kernel filled. */
-static void on_recv(struct dps_http *h, struct conn *c, int res, const char *data)
+/* Arms the receive of a connection that waited for a buffer. */
+static void arm_waiter(struct dps_http *h, struct dps_http_waiter *w)
 {
+	h->rearms++;
+	arm_recv(h, (struct conn *)(void *)((char *)w - offsetof(struct conn, wait)));
+}
+
+/* Gives buffer bid back (-1: none), and with it a turn to the oldest receive waiting. */
+static void rbuf_give_back(struct dps_http *h, int bid)
+{
+	struct dps_http_waiter *w;
+
+	if (bid < 0 || !(w = dps_http_rbufs_put(h->rbufs, (unsigned)bid)))
+		return;
+	h->put_rearmed = 1;
+	arm_waiter(h, w);
+}
+
+/* A receive of c completed with res (bytes, or -errno), into buffer bid (-1: none). */
+static void on_recv(struct dps_http *h, struct conn *c, int res, int bid)
+{
+	const char *data = bid >= 0 ? dps_http_rbufs_data(h->rbufs, (unsigned)bid) : NULL;
+	int lost = 0;
+
 	c->recv_inflight = 0;
 	if (res == -ENOBUFS) {
-		/* Every shared buffer was taken when the bytes came: the completions that took
-		 * them give them back before the next submit, so ask again. */
+		/*
+		 * Every shared buffer was taken when the bytes came. Asking again at once would
+		 * fail again while the pool is empty (and the loop would never block): the
+		 * receive waits in line, and each buffer given back arms the oldest (the tick
+		 * the rest, so that none starves).
+		 */
 		if (c->closing && !c->lingering)
 			conn_reap(h, c);
 		else
-			arm_recv(h, c);
+			dps_http_rbufs_wait(h->rbufs, &c->wait);
 		return;
 	}
+	if (res > 0 && data && !c->closing) {
+		c->t_active = dps_now_ns();
+		lost = dps_http_buf_add(&c->in, data, (size_t)res, IN_MAX + RECV_CHUNK) != 0;
+	}
+	/* Copied: the buffer goes back before anything is armed, so before any submit. */
+	rbuf_give_back(h, bid);
 	if (res <= 0 || !data) {
 		/* The client closed (or half-closed) its side, or the socket failed. */
 		c->lingering = 0;
-		conn_gone(h, c);
+		dps_http_conn_gone(h, c);
 		return;
 	}
 	if (c->lingering) { /* dropped */
@@ -469,9 +447,8 @@ static void on_recv(struct dps_http *h, struct conn *c, int res, const char *dat
 		conn_reap(h, c);
 		return;
 	}
-	c->t_active = dps_now_ns();
-	if (dps_http_buf_add(&c->in, data, (size_t)res, IN_MAX + RECV_CHUNK)) {
-		conn_gone(h, c);
+	if (lost) {
+		dps_http_conn_gone(h, c);
 		return;
 	}
 	process(h, c);
@@ -493,8 +470,9 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 		const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
 
 		if (slot < h->n_slots && h->c[slot].used && (h->c[slot].gen & 0x3fffffffu) == gen)
-			on_recv(h, &h->c[slot], cqe->res, dps_http_rbufs_data(h->rbufs, bid));
-		dps_http_rbufs_put(h->rbufs, bid); /* (after the copy; before the next submit) */
+			on_recv(h, &h->c[slot], cqe->res, (int)bid);
+		else
+			rbuf_give_back(h, (int)bid);
 		return;
 	}
 	if (slot >= h->n_slots)
@@ -503,11 +481,11 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 	if (!c->used || (c->gen & 0x3fffffffu) != gen)
 		return;
 	if (op == OP_RECV) {
-		on_recv(h, c, cqe->res, NULL);
+		on_recv(h, c, cqe->res, -1);
 	} else if (op == OP_SEND) {
 		c->send_inflight = 0;
 		if (cqe->res <= 0) {
-			conn_gone(h, c);
+			dps_http_conn_gone(h, c);
 			return;
 		}
 		if (c->closing) {
@@ -517,7 +495,7 @@ void dps_http_cqe(struct dps_http *h, const struct io_uring_cqe *cqe)
 		c->sent += (size_t)cqe->res;
 		c->t_progress = dps_now_ns();
 		if (c->sent < c->sending.len || c->out.len) {
-			kick_send(h, c);
+			dps_http_conn_kick_send(h, c);
 			return;
 		}
 		sent_all(h, c);
@@ -546,7 +524,7 @@ int dps_http_tick(struct dps_http *h)
 			continue;
 		/* An operation that found no submission slot is tried again here. */
 		if (!c->closing && !c->send_inflight && (c->sent < c->sending.len || c->out.len))
-			kick_send(h, c);
+			dps_http_conn_kick_send(h, c);
 		if (!c->recv_inflight && (!c->closing || c->lingering) && c->in.len < IN_MAX)
 			arm_recv(h, c);
 		if (c->lingering) {
@@ -566,7 +544,7 @@ int dps_http_tick(struct dps_http *h)
 			if (now >= due) {
 				dps_warn("dropping a client that reads nothing for %u ms",
 					 h->o.send_timeout_ms);
-				conn_gone(h, c);
+				dps_http_conn_gone(h, c);
 				continue;
 			}
 			next = due < next ? due : next;
@@ -582,90 +560,26 @@ int dps_http_tick(struct dps_http *h)
 		} else {
 			due = c->t_active + idle;
 			if (now >= due) {
-				conn_gone(h, c);
+				dps_http_conn_gone(h, c);
 				continue;
 			}
 		}
 		next = due < next ? due : next;
 	}
+	/* Receives still waiting that no given-back buffer armed since the last tick (those it
+	 * armed had nothing to read yet): a pool's worth more, since more would only fail. */
+	if (!h->put_rearmed) {
+		struct dps_http_waiter *w;
+
+		for (int k = 0; k < RECV_BUFS && (w = dps_http_rbufs_next(h->rbufs)); k++)
+			arm_waiter(h, w);
+	}
+	h->put_rearmed = 0;
+	if (dps_http_rbufs_waiting(h->rbufs) && now + RECV_WAIT_MS * 1000000ull < next)
+		next = now + RECV_WAIT_MS * 1000000ull;
 	if (next == UINT64_MAX)
 		return -1;
 	return next <= now ? 0 : (int)((next - now) / 1000000ull) + 1;
-}
-
-/* ---- responses ---------------------------------------------------------------------------------- */
-
-int dps_http_respond(struct dps_http *h, uint64_t conn, int status, const char *content_type,
-		     const char *body, size_t len, const char *extra, int close)
-{
-	struct conn *c = conn_of(h, conn);
-	char cl[48];
-
-	if (!c || !c->serving || c->streaming || c->resp_done)
-		return -ENOTCONN;
-	c->close_after |= close;
-	snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
-	if (queue_head(c, status, content_type, cl, extra, c->close_after) ||
-	    (len && !c->head && queue(c, body, len))) {
-		conn_gone(h, c);
-		return -ENOTCONN;
-	}
-	response_done(h, c);
-	return 0;
-}
-
-int dps_http_stream_start(struct dps_http *h, uint64_t conn, int status,
-			  const char *content_type)
-{
-	struct conn *c = conn_of(h, conn);
-
-	if (!c || !c->serving || c->streaming || c->resp_done)
-		return -ENOTCONN;
-	/* HTTP/1.0 knows no chunks: the body runs until the connection closes. */
-	if (c->http10)
-		c->close_after = 1;
-	if (queue_head(c, status, content_type, c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
-		       "Cache-Control: no-cache\r\n", c->close_after)) {
-		conn_gone(h, c);
-		return -ENOTCONN;
-	}
-	c->streaming = 1;
-	kick_send(h, c);
-	return 0;
-}
-
-int dps_http_stream_write(struct dps_http *h, uint64_t conn, const char *data, size_t len)
-{
-	struct conn *c = conn_of(h, conn);
-	char sz[24];
-	const int n = snprintf(sz, sizeof(sz), "%zx\r\n", len);
-
-	if (!c || !c->streaming || c->resp_done)
-		return -ENOTCONN;
-	if (!len || c->head)
-		return 0;
-	if ((!c->http10 && queue(c, sz, (size_t)n)) || queue(c, data, len) ||
-	    (!c->http10 && queue(c, "\r\n", 2))) {
-		dps_warn("dropping a client that lets %u MiB of its stream queue up", OUT_MAX >> 20);
-		conn_gone(h, c);
-		return -ENOTCONN;
-	}
-	kick_send(h, c);
-	return 0;
-}
-
-int dps_http_stream_end(struct dps_http *h, uint64_t conn)
-{
-	struct conn *c = conn_of(h, conn);
-
-	if (!c || !c->streaming || c->resp_done)
-		return -ENOTCONN;
-	if (!c->http10 && !c->head && queue(c, "0\r\n\r\n", 5)) {
-		conn_gone(h, c);
-		return -ENOTCONN;
-	}
-	response_done(h, c);
-	return 0;
 }
 
 int dps_http_start(struct dps_http **out, struct io_uring *ring, const struct dps_http_opts *o,
@@ -730,6 +644,11 @@ int dps_http_port(const struct dps_http *h)
 int dps_http_conns(const struct dps_http *h)
 {
 	return h->n_used - h->n_refused;
+}
+
+uint64_t dps_http_receive_rearms(const struct dps_http *h)
+{
+	return h->rearms;
 }
 
 int dps_http_unsent(const struct dps_http *h)

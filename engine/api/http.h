@@ -67,6 +67,8 @@ void dps_http_close_fds(struct dps_http *h);
 /* Connections open now; connections with response bytes not yet sent. */
 int dps_http_conns(const struct dps_http *h);
 int dps_http_unsent(const struct dps_http *h);
+/* Receives armed again after they found every shared buffer taken (-ENOBUFS), since start. */
+uint64_t dps_http_receive_rearms(const struct dps_http *h);
 /* Closes the listener (at shutdown: connections already open are still served). */
 void dps_http_stop_accepting(struct dps_http *h);
 /* Closes every connection and the listener, and frees the server. */

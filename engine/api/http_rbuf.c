@@ -6,6 +6,7 @@
  * connection's input and gives the buffer back at once. So the receive memory is the pool's,
  * whatever the number of connections: 1,000 clients in a burst, or 1,000 idle keep-alive
  * connections, no longer hold 16 KiB each. Needs Linux 5.19, as the multishot accept does.
+ * The receives that found the pool empty queue here for a buffer (dps_http_rbufs_wait).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@ struct dps_http_rbufs {
 	char *mem;                    /* (n, size) bytes: buffer bid at mem + bid * size */
 	unsigned n, size;
 	int bgid;
+	struct dps_http_waiter *head, *tail; /* the receives waiting for a buffer, oldest first */
 };
 
 int dps_http_rbufs_new(struct dps_http_rbufs **out, struct io_uring *ring, unsigned n,
@@ -80,13 +82,59 @@ const char *dps_http_rbufs_data(const struct dps_http_rbufs *b, unsigned bid)
 	return bid < b->n ? b->mem + (size_t)bid * b->size : NULL;
 }
 
-void dps_http_rbufs_put(struct dps_http_rbufs *b, unsigned bid)
+void dps_http_rbufs_wait(struct dps_http_rbufs *b, struct dps_http_waiter *w)
+{
+	if (w->queued)
+		return;
+	w->queued = 1;
+	w->next = NULL;
+	w->prev = b->tail;
+	if (b->tail)
+		b->tail->next = w;
+	else
+		b->head = w;
+	b->tail = w;
+}
+
+void dps_http_rbufs_leave(struct dps_http_rbufs *b, struct dps_http_waiter *w)
+{
+	if (!w->queued)
+		return;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		b->head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		b->tail = w->prev;
+	w->prev = w->next = NULL;
+	w->queued = 0;
+}
+
+int dps_http_rbufs_waiting(const struct dps_http_rbufs *b)
+{
+	return b->head != NULL;
+}
+
+struct dps_http_waiter *dps_http_rbufs_next(struct dps_http_rbufs *b)
+{
+	struct dps_http_waiter *w = b->head;
+
+	if (w)
+		dps_http_rbufs_leave(b, w);
+	return w;
+}
+
+struct dps_http_waiter *dps_http_rbufs_put(struct dps_http_rbufs *b, unsigned bid)
 {
 	if (bid >= b->n)
-		return;
+		return NULL;
+	/* (the advance is a release store of the tail: the kernel sees the entry first) */
 	io_uring_buf_ring_add(b->br, b->mem + (size_t)bid * b->size, b->size, (unsigned short)bid,
 			      io_uring_buf_ring_mask(b->n), 0);
 	io_uring_buf_ring_advance(b->br, 1);
+	return dps_http_rbufs_next(b);
 }
 
 void dps_http_rbufs_free(struct dps_http_rbufs *b, int busy)

@@ -277,6 +277,11 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 	fprintf(o, "# HELP dpshard:http_errors_total Requests answered with an error status.\n"
 		   "# TYPE dpshard:http_errors_total counter\n"
 		   "dpshard:http_errors_total %llu\n", (unsigned long long)f->http_errors);
+	fprintf(o, "# HELP dpshard:http_receive_rearms_total Receives armed again after they "
+		   "found every shared receive buffer taken.\n"
+		   "# TYPE dpshard:http_receive_rearms_total counter\n"
+		   "dpshard:http_receive_rearms_total %llu\n",
+		   (unsigned long long)(f->http ? dps_http_receive_rearms(f->http) : 0));
 	fprintf(o, "# HELP dpshard:rank_restarts_total Times the ranks were restarted after a "
 		   "failure.\n# TYPE dpshard:rank_restarts_total counter\n"
 		   "dpshard:rank_restarts_total %llu\n", (unsigned long long)f->restarts);

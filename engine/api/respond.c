@@ -27,17 +27,38 @@ void dps_fe_send_error(struct dps_frontend *f, uint64_t conn, int status, const 
 	char *body = NULL;
 	size_t n = 0;
 	FILE *o = open_memstream(&body, &n);
+	char fixed[256];
 
-	if (!o)
-		return;
-	fprintf(o, "{\"error\": {\"message\": ");
-	dps_json_string(o, msg, strlen(msg));
-	fprintf(o, ", \"type\": \"%s\", \"code\": %d}}\n", type, status);
-	fclose(o);
-	dps_http_respond(f->http, conn, status, "application/json", body, n,
-			 status == 401 ? "WWW-Authenticate: Bearer\r\n" : NULL, 0);
 	f->http_errors++;
+	if (o) {
+		fprintf(o, "{\"error\": {\"message\": ");
+		dps_json_string(o, msg, strlen(msg));
+		fprintf(o, ", \"type\": \"%s\", \"code\": %d}}\n", type, status);
+	}
+	if (!o || fclose(o) || !body) {
+		/* No memory for the message: the same status with a fixed one, from the stack, so
+		 * that the client still gets an answer now rather than at the idle timeout. */
+		free(body);
+		body = NULL;
+		n = (size_t)snprintf(fixed, sizeof(fixed), "{\"error\": {\"message\": \"%s\", "
+				     "\"type\": \"%s\", \"code\": %d}}\n", DPS_FE_OOM_MSG, type,
+				     status);
+	}
+	dps_http_respond(f->http, conn, status, "application/json", body ? body : fixed, n,
+			 status == 401 ? "WWW-Authenticate: Bearer\r\n" : NULL, 0);
 	free(body);
+}
+
+/* Ends r's stream without memory to write its end: a fixed error event, then [DONE]. */
+static void stream_fail_fixed(struct dps_frontend *f, const struct fe_req *r)
+{
+	static const char ev[] = "data: {\"error\": {\"message\": \"" DPS_FE_OOM_MSG "\", "
+				 "\"type\": \"internal_error\", \"code\": 500}}\n\n"
+				 "data: [DONE]\n\n";
+
+	f->http_errors++;
+	dps_http_stream_write(f->http, r->conn, ev, sizeof(ev) - 1);
+	dps_http_stream_end(f->http, r->conn);
 }
 
 static void fingerprint(FILE *o, const struct dps_frontend *f)
@@ -316,8 +337,10 @@ static void stream_end(struct dps_frontend *f, struct fe_req *r)
 	size_t n = 0;
 	FILE *o = open_memstream(&body, &n);
 
-	if (!o)
+	if (!o) {
+		stream_fail_fixed(f, r);
 		return;
+	}
 	if (r->include_usage) {
 		chunk_head(o, f, r, 0);
 		fprintf(o, ", \"choices\": [], ");
@@ -325,7 +348,11 @@ static void stream_end(struct dps_frontend *f, struct fe_req *r)
 		fprintf(o, "}\n\n");
 	}
 	fprintf(o, "data: [DONE]\n\n");
-	fclose(o);
+	if (fclose(o) || !body) {
+		free(body);
+		stream_fail_fixed(f, r);
+		return;
+	}
 	dps_http_stream_write(f->http, r->conn, body, n);
 	dps_http_stream_end(f->http, r->conn);
 	free(body);
@@ -340,8 +367,10 @@ static void body_end(struct dps_frontend *f, struct fe_req *r)
 	size_t n = 0;
 	FILE *o = open_memstream(&body, &n);
 
-	if (!o)
+	if (!o) {
+		dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
 		return;
+	}
 	fprintf(o, "{\"id\": \"%s\", \"object\": \"%s\", \"created\": %ld, \"model\": ", r->id,
 		r->chat ? "chat.completion" : "text_completion", r->created);
 	dps_json_string(o, model, strlen(model));
@@ -355,7 +384,11 @@ static void body_end(struct dps_frontend *f, struct fe_req *r)
 	fprintf(o, "], ");
 	usage(o, g);
 	fprintf(o, "}\n");
-	fclose(o);
+	if (fclose(o) || !body) {
+		free(body);
+		dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
+		return;
+	}
 	dps_http_respond(f->http, r->conn, 200, "application/json", body, n, NULL, 0);
 	free(body);
 }
@@ -369,8 +402,18 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 	if (r->stream)
 		dps_fe_stream_text(f, r, r->len);
 	o = open_memstream(&body, &n);
-	if (!o)
+	if (!o) {
+		/* No memory for this choice's end: a stream ends now with an error; a whole body
+		 * becomes a 500, sent by the last choice (now, if this one is it). */
+		if (r->stream) {
+			stream_fail_fixed(f, r);
+		} else {
+			r->g->failed = 1;
+			if (!r->g->n_open)
+				dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
+		}
 		return;
+	}
 	if (r->stream) {
 		chunk_head(o, f, r, 1);
 		if (r->chat)
@@ -383,7 +426,11 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 			fprintf(o, ", \"error\": {\"message\": \"%s\", \"type\": \"internal_error\", "
 				   "\"code\": 500}", DPS_FE_FAILED_MSG);
 		fprintf(o, "}\n\n");
-		fclose(o);
+		if (fclose(o) || !body) {
+			free(body);
+			stream_fail_fixed(f, r);
+			return;
+		}
 		dps_http_stream_write(f->http, r->conn, body, n);
 		free(body);
 		if (!r->g->n_open)
@@ -406,7 +453,13 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 			fprintf(o, "%s%d", i ? ", " : "", r->gen[i]);
 		fprintf(o, "]}");
 	}
-	fclose(o);
+	if (fclose(o) || !body) {
+		free(body);
+		r->g->failed = 1;
+		if (!r->g->n_open)
+			dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
+		return;
+	}
 	free(r->g->body[r->index]);
 	r->g->body[r->index] = body;
 	r->g->body_len[r->index] = n;

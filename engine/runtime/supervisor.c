@@ -47,7 +47,9 @@ struct sup {
 	unsigned char *armed;        /* (world + 2): a poll is in flight for evfd, sigfd, pidfd r */
 	int n_armed;
 	uint64_t gen;                /* this run's number, in the user_data of its polls */
-	struct dps_hang_watch *hang; /* (world) */
+	struct dps_hang_watch *hang; /* (world) each rank's work word */
+	struct dps_hang_watch *beats; /* (world) each rank's alive word */
+	unsigned char *stalled;      /* (world) work stopped for the timeout, at the last check */
 	uint64_t hang_checked;       /* when the heartbeats were last checked (0: never) */
 	int hung_rank;               /* the rank killed for hanging, or -1 */
 };
@@ -152,7 +154,7 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 	}
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
 	/* Every wait of this process from now on says that it is alive (shm/wait.h). */
-	dps_wait_set_beat(&w.beat->count);
+	dps_wait_set_beat(&w.beat->count, &w.beat->work);
 	rc = s->o->rank_fn(&w, s->o->rank_arg);
 	dps_world_detach(&w);
 	fflush(NULL);
@@ -299,16 +301,26 @@ uint64_t dps_hang_watch_check(struct dps_hang_watch *h, uint64_t count, int expe
 }
 
 /*
- * The heartbeat check (on the loop's timer): a rank expected to progress whose heartbeat has
- * not moved for rank_timeout_ms fails like a dead rank, and is killed at once (SIGKILL also
- * ends a stopped process; a spinning one would never notice the abort). Returns the ms until
- * the next check.
+ * The progress check (on the loop's timer), over two words per rank (struct dps_beat). A rank
+ * expected to progress whose work word has not moved for rank_timeout_ms is stalled. Among
+ * the stalled, one whose alive word stopped too (for a quarter of the timeout, at least 4 wait
+ * slices: a waiting rank beats every slice) is stopped or stuck: it fails like a dead rank,
+ * killed at once (SIGKILL also ends a stopped process; a spinning one would never notice the
+ * abort). When every stalled rank is still alive they all wait, for each other or for
+ * something that never comes (a lost wake-up, mismatched collectives): a deadlock, named with
+ * every stalled rank, and failed the same way (the abort word ends their waits). Returns the
+ * ms until the next check.
  */
 static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 {
 	const uint64_t limit = (uint64_t)s->o->rank_timeout_ms * 1000000ull;
+	const uint64_t slices = 4ull * DPS_WAIT_SLICE_MS * 1000000ull;
+	const uint64_t alive_limit = limit / 4 > slices ? limit / 4 : slices;
 	const uint64_t now = dps_now_ns();
 	unsigned period = s->o->rank_timeout_ms / 8;
+	int first = -1, n_stalled = 0;
+	uint64_t stalled_for = 0;
+	size_t len;
 
 	period = period < 20 ? 20 : period > 1000 ? 1000 : period;
 	/*
@@ -317,18 +329,27 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 	 */
 	if (s->hang_checked && now - s->hang_checked > limit / 2)
 		for (int r = 0; r < s->lay.world; r++)
-			s->hang[r].since_ns = 0;
+			s->hang[r].since_ns = s->beats[r].since_ns = 0;
 	s->hang_checked = now;
 	for (int r = 0; r < s->lay.world; r++) {
 		const struct dps_beat *b = &s->ctl->beat[r];
-		const uint64_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+		const uint64_t work = atomic_load_explicit(&b->work, memory_order_relaxed);
+		const uint64_t alive = atomic_load_explicit(&b->count, memory_order_relaxed);
 		const int expected = s->pids[r] > 0 &&
 				     (atomic_load_explicit(&b->busy, memory_order_relaxed) ||
 				      (s->o->pending_fn && s->o->pending_fn(r, s->o->msg_arg)));
-		const uint64_t stuck = dps_hang_watch_check(&s->hang[r], count, expected, now);
+		const uint64_t stuck = dps_hang_watch_check(&s->hang[r], work, expected, now);
+		const uint64_t silent = dps_hang_watch_check(&s->beats[r], alive, expected, now);
 		char who[64];
 
-		if (stuck < limit)
+		s->stalled[r] = stuck >= limit;
+		if (!s->stalled[r])
+			continue;
+		if (first < 0)
+			first = r;
+		n_stalled++;
+		stalled_for = stuck > stalled_for ? stuck : stalled_for;
+		if (silent < alive_limit)
 			continue;
 		describe_rank(s, r, who, sizeof(who));
 		snprintf(err, errlen, "%s, pid %ld, made no progress for %.1f s with work pending "
@@ -338,8 +359,25 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 		s->hung_rank = r;
 		kill(s->pids[r], SIGKILL);
 		sup_fail(s, r, err);
-		break;
+		return (int)period;
 	}
+	if (first < 0)
+		return (int)period;
+	/* Every stalled rank still beats: they all wait. */
+	len = (size_t)snprintf(err, errlen, "rank%s", n_stalled > 1 ? "s" : "");
+	for (int r = first, k = 0; r < s->lay.world && len < errlen; r++) {
+		if (!s->stalled[r])
+			continue;
+		len += (size_t)snprintf(err + len, errlen - len, "%s %d (DP %d, TP %d)",
+					k++ ? "," : "", r, r / s->o->par.tp, r % s->o->par.tp);
+	}
+	if (len < errlen)
+		snprintf(err + len, errlen - len, " made no progress for %.1f s while waiting, with "
+			 "work pending (the rank timeout is %.1f s): deadlock",
+			 (double)stalled_for / 1e9, (double)s->o->rank_timeout_ms / 1e3);
+	s->res->hung_ms = stalled_for / 1000000ull;
+	s->res->deadlock = n_stalled;
+	sup_fail(s, first, err);
 	return (int)period;
 }
 
@@ -553,7 +591,9 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	}
 	s->armed = calloc((size_t)s->lay.world + 2, 1);
 	s->hang = calloc((size_t)s->lay.world, sizeof(*s->hang));
-	if (!s->armed || !s->hang)
+	s->beats = calloc((size_t)s->lay.world, sizeof(*s->beats));
+	s->stalled = calloc((size_t)s->lay.world, 1);
+	if (!s->armed || !s->hang || !s->beats || !s->stalled)
 		return -ENOMEM;
 	if (o->ring) {
 		s->ring = o->ring;
@@ -601,6 +641,8 @@ static void sup_teardown(struct sup *s)
 		io_uring_queue_exit(&s->own);
 	free(s->armed);
 	free(s->hang);
+	free(s->beats);
+	free(s->stalled);
 	free(s->to_sup);
 	free(s->from_sup);
 	free(s->pids);

@@ -12,9 +12,10 @@
  * (signal, or an exit status other than 0) the supervisor raises the abort word, so every
  * peer's pending collective returns -DPS_EABORT within DPS_WAIT_SLICE_MS, names the dead rank
  * and how it died, gives the others a grace period to exit, kills what is left, and returns.
- * A rank that is expected to progress and does not (its heartbeat, struct dps_beat, has not
- * moved for opts.rank_timeout_ms) has failed the same way: it is named, killed at once, and
- * the others are stopped as for a death.
+ * A rank that is expected to progress and does not (its work word, struct dps_beat, has not
+ * moved for opts.rank_timeout_ms) has stalled: if its alive word stopped too it has failed
+ * the same way (named, killed at once, the others stopped as for a death); if every stalled
+ * rank is still alive, waiting, they are deadlocked: named together and stopped the same way.
  */
 #ifndef DPS_ENGINE_SUPERVISOR_H
 #define DPS_ENGINE_SUPERVISOR_H
@@ -92,6 +93,8 @@ struct dps_sup_result {
 	int stop_signal;           /* SIGTERM/SIGINT that stopped the instance, or 0 */
 	int killed;                /* ranks killed after the grace period */
 	uint64_t hung_ms;          /* the failed rank hung (made no progress) this long, or 0 */
+	int deadlock;              /* ranks that all waited without progress (failed_rank the
+				    * first), or 0 */
 };
 
 /*

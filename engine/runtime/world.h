@@ -28,13 +28,16 @@
  * reads from one check to the next (docs/DESIGN.md section 1, "hung ranks").
  */
 struct dps_beat {
-	/* Bumped by the rank at every step, every layer of a step and every slice of a wait
-	 * (dps_beat(), shm/wait.h); only ever increases. */
+	/* "Alive": bumped at every turn of the rank's loop, every layer and step, and every
+	 * slice of a wait (dps_beat(), shm/wait.h); only ever increases. */
 	_Alignas(DPS_CACHELINE) _Atomic uint64_t count;
+	/* "Work": bumped by every layer of a step and every completed step (dps_work()), never
+	 * by a wait; only ever increases. */
+	_Atomic uint64_t work;
 	/* Set by a rank that must progress whatever the supervisor's caller knows (a benchmark's
 	 * loop of steps); 0 otherwise. */
 	_Atomic uint32_t busy;
-	char pad[DPS_CACHELINE - sizeof(uint64_t) - sizeof(uint32_t)];
+	char pad[DPS_CACHELINE - 2 * sizeof(uint64_t) - sizeof(uint32_t)];
 };
 
 /* Instance control block, at offset 0 of the segment: the abort word, then one heartbeat

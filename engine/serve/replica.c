@@ -352,28 +352,47 @@ static int publish_rows(struct replica *R, int *hdr)
 }
 
 /*
- * Test-only fault injection (docs/DESIGN.md section 5): DPSHARD_FAULT=spin:RANK:STEP, read
- * once at rank start, makes world rank RANK spin for ever, without a heartbeat, when it is
- * about to run its step number STEP (from 0), as a rank stuck in a loop would. Any other value
- * is refused by name. Returns 0 or -EINVAL.
+ * Test-only fault injection (docs/DESIGN.md section 5), read once at rank start: world rank
+ * RANK, about to run its step number STEP (from 0), with DPSHARD_FAULT=spin:RANK:STEP spins
+ * for ever without a heartbeat, as a rank stuck in a loop would; with wait:RANK:STEP it
+ * blocks in a real wait on a word nobody rings (with the abort word, so it keeps its alive
+ * beat and does no work), as a lost wake-up would leave it. Any other value is refused by
+ * name. Returns 0 or -EINVAL.
  */
 static int fault_parse(struct replica *R)
 {
 	const char *f = getenv("DPSHARD_FAULT");
 	long rank, step;
-	char tail;
+	char kind[8], tail;
 
-	R->fault_spin = -1;
+	R->fault_spin = R->fault_wait = -1;
 	if (!f || !*f)
 		return 0;
-	if (sscanf(f, "spin:%ld:%ld%c", &rank, &step, &tail) != 2 || rank < 0 || step < 0) {
+	if (sscanf(f, "%7[a-z]:%ld:%ld%c", kind, &rank, &step, &tail) != 3 || rank < 0 ||
+	    step < 0 || (strcmp(kind, "spin") && strcmp(kind, "wait"))) {
 		fprintf(stderr, "rank %d: DPSHARD_FAULT=%s is not a fault this build injects (the "
-			"one it knows is spin:RANK:STEP)\n", R->w->rank, f);
+			"ones it knows are spin:RANK:STEP and wait:RANK:STEP)\n", R->w->rank, f);
 		return -EINVAL;
 	}
-	if (rank == R->w->rank)
-		R->fault_spin = step;
+	if (rank == R->w->rank) {
+		if (!strcmp(kind, "spin"))
+			R->fault_spin = step;
+		else
+			R->fault_wait = step;
+	}
 	return 0;
+}
+
+/* The wait fault: 0 when not due, else what the wait returns (-DPS_EABORT once aborted). */
+static int fault_maybe_wait(const struct replica *R)
+{
+	static struct dps_wword never; /* (this process's own: nobody else can ring it) */
+
+	if (R->fault_wait < 0 || R->st.steps != (uint64_t)R->fault_wait)
+		return 0;
+	fprintf(stderr, "rank %d: DPSHARD_FAULT: waiting for ever at step %ld\n", R->w->rank,
+		R->fault_wait);
+	return dps_wword_wait(&never, 1, &R->w->ctl->abort, 0, NULL);
 }
 
 static void fault_maybe_spin(const struct replica *R)
@@ -393,11 +412,15 @@ static int run_rows(struct replica *R, int prefill, int n, float **logits)
 	int rc = 0;
 
 	fault_maybe_spin(R);
+	rc = fault_maybe_wait(R);
+	if (rc)
+		return rc;
 	for (int i = 0; i < n; i++)
 		R->table[i] = R->tix[i] >= 0 ? R->tables + (size_t)R->tix[i] * (size_t)R->bpr : NULL;
 	rows = (struct dps_rows){ n, R->tokens, R->pos, R->slot, (const int *const *)R->table,
 				  R->want };
 	*logits = (float *)dps_shard_step_rows(&R->m, prefill, &rows, &rc);
+	dps_work(); /* a step done (also one with no layer: the supervisor's stall rule) */
 	R->st.steps++;
 	if (prefill)
 		R->st.prefill_steps++;
@@ -609,7 +632,7 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		int hdr[H_LEN] = { 0 }, prefill, n;
 		float *logits = NULL;
 
-		dps_beat(); /* each turn of the loop is progress (the supervisor's hung-rank rule) */
+		dps_beat(); /* each turn says it is alive; only steps are work (shm/wait.h) */
 		/* A busy uncoupled replica may never wait: it must see a peer's failure here, or it
 		 * runs on until the supervisor's grace period ends and it is killed. */
 		if (dps_abort_raised(&w->ctl->abort)) {

@@ -30,6 +30,7 @@ struct replica {
 	int zero_table;              /* index of the all-zero table of padding rows */
 	unsigned took;               /* messages taken since the last agreement */
 	long fault_spin;             /* test-only (DPSHARD_FAULT): spin at this step, or -1 */
+	long fault_wait;             /* test-only: wait for ever at this step, or -1 */
 	struct pending pend;
 	struct dps_engine_stats st;
 	/* this step's rows, as every rank of the replica holds them */

@@ -196,6 +196,7 @@ const float *dps_shard_draft_step(struct dps_shard *d, const struct dps_shard *t
 	if (!n && cm == 1)
 		return d->logits; /* nothing here, and no replica waits for this one */
 	d->steps++;
+	dps_work(); /* each draft pass is work (the supervisor's deadlock rule) */
 	d->cur_prefill = 0;
 	d->cur_layer = 0;
 	/* The draft MLP column's row counts: replicas draft different amounts. */

@@ -156,7 +156,7 @@ static const float *step_prefill(struct dps_shard *s, const struct dps_rows *r, 
 		const struct dps_shard_layer *w = &s->layers[l];
 
 		s->cur_layer = l;
-		dps_beat(); /* a long step still says that it advances (shm/wait.h) */
+		dps_work(); /* a long step still says that it advances (shm/wait.h) */
 		if (s->n_aux)
 			dps_shard_keep_aux(s, l, s->x, n);
 		for (int i = 0; i < n; i++)
@@ -284,7 +284,7 @@ static const float *step_decode(struct dps_shard *s, const struct dps_rows *r, i
 		float *xa = s->o; /* x at the attention's size */
 
 		s->cur_layer = l;
-		dps_beat(); /* a long step still says that it advances (shm/wait.h) */
+		dps_work(); /* a long step still says that it advances (shm/wait.h) */
 		if (s->n_aux)
 			dps_shard_keep_aux(s, l, s->x + (size_t)(s->d % cur) * (size_t)B * (size_t)dim, B);
 		rc = dps_dp_transition(s, s->x, xa, B, dim, cur, ca, s->col_c[DPS_COMP_ATTN],
