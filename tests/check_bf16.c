@@ -9,6 +9,12 @@
  * checked against round-to-nearest-even found by comparing neighbours in double, and two wrong
  * products are shown to be caught: the f32 weights before narrowing, and vdpbf16ps's order
  * (a pair of products added before it is accumulated).
+ *
+ * The engine: a BF16 checkpoint (mkmodel --dtype bf16) loaded with --dtype bf16 gives, on one
+ * rank, the logits of every prefill and greedy decode step bit for bit as the same checkpoint
+ * widened to f32 (--dtype f32), for a dense model, f32 experts and GPT-OSS's biases and sinks,
+ * in about half the bytes; the F32 checkpoint of the unrounded weights gives other logits.
+ * (Sharded layouts: tests/cli.sh compares their ids.)
  */
 #include <check.h>
 #include <math.h>
@@ -17,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/mkmodel.h"
+#include "engine/shard/shard.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_int.h"
 
@@ -226,6 +234,96 @@ START_TEST(test_wrong_products_are_caught)
 }
 END_TEST
 
+
+static char dir[64];
+static const char *const presets[] = { "tiny", "tiny-moe", "tiny-gpt-oss" };
+
+static void shard_load(struct dps_shard *sd, const char *path, enum dps_shard_dtype dt)
+{
+	struct dps_par_cfg par = { 0 };
+	char err[512];
+
+	par.tp = par.dp = par.attn_dp = par.emb_dp = par.mlp_dp = par.draft_mlp_dp = par.lm_head_dp = 1;
+	ck_assert_msg(!dps_shard_load(sd, NULL, &par, path,
+				      &(struct dps_shard_opts){ .max_pos = 32, .max_seqs = 1,
+								.max_rows = 8, .dtype = dt },
+				      err, sizeof(err)),
+		      "%s: %s", path, err);
+}
+
+static size_t shard_bytes(const struct dps_shard *sd)
+{
+	size_t n = 0;
+
+	for (int p = 0; p < DPS_PART_COUNT; p++)
+		if (p != DPS_PART_EXPERTS || !sd->cfg.mxfp4) /* MXFP4 experts stay MXFP4 */
+			n += sd->bytes[p];
+	return n;
+}
+
+/* A prompt of 6 tokens in one prefill step, then 8 greedy decode steps: every logit into lg. */
+static void greedy(struct dps_shard *sd, float *lg)
+{
+	const int V = sd->cfg.vocab_size;
+	int tok[8] = { 1, 5, 9, 2, 7, 3 }, pos[8], seq[8] = { 0 }, rc = 0;
+	const float *out;
+
+	for (int i = 0; i < 6; i++)
+		pos[i] = i;
+	out = dps_shard_step(sd, 1, 6, tok, pos, seq, NULL, &rc);
+	ck_assert_msg(out != NULL, "prefill: %d", rc);
+	memcpy(lg, out + (size_t)5 * V, sizeof(float) * (size_t)V);
+	for (int g = 0; g < 8; g++) {
+		int best = 0, p = 6 + g;
+
+		for (int v = 1; v < V; v++)
+			best = lg[(size_t)g * V + v] > lg[(size_t)g * V + best] ? v : best;
+		out = dps_shard_step(sd, 0, 1, &best, &p, seq, NULL, &rc);
+		ck_assert_msg(out != NULL, "decode step %d: %d", g, rc);
+		memcpy(lg + (size_t)(g + 1) * V, out, sizeof(float) * (size_t)V);
+	}
+}
+
+START_TEST(test_engine_bf16_is_widened_f32)
+{
+	struct dps_shard a, b;
+	char p16[128], p32[128];
+	float *la, *lb;
+	size_t V;
+
+	snprintf(p16, sizeof(p16), "%s/%s-bf16", dir, presets[_i]);
+	snprintf(p32, sizeof(p32), "%s/%s-f32", dir, presets[_i]);
+	shard_load(&a, p16, DPS_SHARD_DTYPE_BF16);
+	ck_assert_int_eq(a.wt, DPS_WT_BF16);
+	V = (size_t)a.cfg.vocab_size;
+	la = malloc(sizeof(float) * 9 * V);
+	lb = malloc(sizeof(float) * 9 * V);
+	greedy(&a, la);
+	shard_load(&b, p16, DPS_SHARD_DTYPE_F32);
+	ck_assert_int_eq(b.wt, DPS_WT_F32);
+	greedy(&b, lb);
+	ck_assert_msg(!memcmp(la, lb, sizeof(float) * 9 * V),
+		      "%s: BF16 logits differ from the widened f32 ones", presets[_i]);
+	/* The linear weights are nearly all of the bytes: BF16 about halves them. */
+	ck_assert_msg(shard_bytes(&a) < shard_bytes(&b) * 6 / 10, "%s: %zu bytes against %zu",
+		      presets[_i], shard_bytes(&a), shard_bytes(&b));
+	dps_shard_free(&b);
+	/* auto keeps a BF16 checkpoint BF16 */
+	shard_load(&b, p16, DPS_SHARD_DTYPE_AUTO);
+	ck_assert_int_eq(b.wt, DPS_WT_BF16);
+	dps_shard_free(&b);
+	/* The check can fail: the unrounded F32 checkpoint of the same seed differs. */
+	shard_load(&b, p32, DPS_SHARD_DTYPE_AUTO);
+	ck_assert_int_eq(b.wt, DPS_WT_F32);
+	greedy(&b, lb);
+	ck_assert(memcmp(la, lb, sizeof(float) * 9 * V));
+	dps_shard_free(&b);
+	dps_shard_free(&a);
+	free(la);
+	free(lb);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bf16");
@@ -255,11 +353,37 @@ int main(void)
 	tcase_add_test(tc, test_tile_form);
 	tcase_add_loop_test(tc, test_linear_threads, 0, 3);
 	tcase_add_test(tc, test_wrong_products_are_caught);
+	snprintf(dir, sizeof(dir), "/tmp/dps-bf16-XXXXXX");
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+		char path[128], err[256];
+
+		for (int f = 0; f < 2; f++) {
+			snprintf(path, sizeof(path), "%s/%s-%s", dir, presets[i], f ? "f32" : "bf16");
+			if (dps_mkmodel(&dps_mkmodel_preset(presets[i])->cfg, 11,
+					f ? DPS_ST_F32 : DPS_ST_BF16, path, err, sizeof(err))) {
+				fprintf(stderr, "mkmodel %s: %s\n", presets[i], err);
+				return 1;
+			}
+		}
+	}
+	tcase_add_loop_test(tc, test_engine_bf16_is_widened_f32, 0,
+			    (int)(sizeof(presets) / sizeof(presets[0])));
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	{
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd))
+			failed++;
+	}
 	return failed ? 1 : 0;
 }
