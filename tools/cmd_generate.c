@@ -370,8 +370,7 @@ int dps_cmd_generate(int argc, char **argv)
 		{ "chat", DPS_FLAG_BOOL, &chat, NULL,
 		  "the prompt is a user message, formatted by the model's chat template; only the "
 		  "reply is printed" },
-		{ "dtype", DPS_FLAG_CHOICE, &dtype, "auto|f32|bf16",
-		  "the linear weights in memory: auto (the checkpoint's: BF16 kept as BF16, F16 widened), f32 (widened, exact), bf16 (F32 and F16 rounded to nearest even; half the bytes); BF16 runs on the sharded engine, one rank included" },
+		dps_flag_dtype(&dtype),
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL (skx:zen3); WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
