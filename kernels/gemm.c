@@ -24,6 +24,7 @@ enum own_isa { OWN_NONE, OWN_REF, OWN_AVX2, OWN_AVX512 };
 static struct {
 	int ready;
 	enum own_isa own; /* "auto": dpshard's batch-invariant kernel (gemm_dot.c); else BLIS */
+	enum own_isa isa; /* dpshard's kernel this CPU runs (BF16 products take it under BLIS too) */
 	int threads;
 	int warned; /* the self-check's warning was printed */
 	int small_m_max;
@@ -131,7 +132,8 @@ static int setup_blis(const char *spec, char *msg, size_t msglen)
 static int own_selfcheck(enum own_isa isa)
 {
 	enum { M = 53, N = 21, K = 70 };
-	static float x[M * K], W[N * K], got[M * N], want[M * N];
+	static float x[M * K], W[N * K], Ww[N * K], got[M * N], want[M * N];
+	static uint16_t Wb[N * K];
 	uint32_t r = 0x9e3779b9u;
 
 	for (int i = 0; i < M * K || i < N * K; i++) {
@@ -142,12 +144,24 @@ static int own_selfcheck(enum own_isa isa)
 		if (i < N * K)
 			W[i] = (r >> 28) == 0 ? -0.0f : (float)((int)(r >> 8) % 2001 - 1000) / 512.0f;
 	}
+	for (int i = 0; i < N * K; i++) {
+		Wb[i] = dps_f32_to_bf16(W[i]);
+		Ww[i] = dps_bf16_to_f32(Wb[i]);
+	}
 	for (int m = 1; m <= M; m += M - 1) {
 		dps_gemm_f32_ref(want, N, x, W, m, N, K);
 		if (isa == OWN_AVX512)
 			dps_gemm_f32_avx512(got, N, x, W, m, N, K);
 		else
 			dps_gemm_f32_avx2(got, N, x, W, m, N, K);
+		if (memcmp(got, want, sizeof(float) * (size_t)m * N))
+			return 0;
+		/* BF16: the f32 twin's bits on the widened weights */
+		dps_gemm_f32_ref(want, N, x, Ww, m, N, K);
+		if (isa == OWN_AVX512)
+			dps_gemm_bf16_avx512(got, N, x, Wb, m, N, K);
+		else
+			dps_gemm_bf16_avx2(got, N, x, Wb, m, N, K);
 		if (memcmp(got, want, sizeof(float) * (size_t)m * N))
 			return 0;
 	}
@@ -175,8 +189,7 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		}
 	}
 	__builtin_cpu_init();
-	g.own = !own ? OWN_NONE
-	      : __builtin_cpu_supports("avx512f") ? OWN_AVX512
+	g.own = __builtin_cpu_supports("avx512f") ? OWN_AVX512
 	      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? OWN_AVX2
 										 : OWN_REF;
 	if (g.own == OWN_AVX512 && !own_selfcheck(OWN_AVX512)) {
@@ -188,10 +201,13 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		fallback = "the AVX2 kernel differs from its plain-C twin on this CPU";
 		g.own = OWN_REF;
 	}
+	g.isa = g.own;
+	if (!own)
+		g.own = OWN_NONE;
 	if (*fallback && !g.warned) {
 		/* Never silent, and once per process: setup runs again when the threads change. */
 		fprintf(stderr, "dpshard: WARNING: %s; using the %s kernel\n", fallback,
-			g.own == OWN_AVX2 ? "AVX2" : "plain-C");
+			g.isa == OWN_AVX2 ? "AVX2" : "plain-C");
 		g.warned = 1;
 	}
 	if (own)
@@ -214,6 +230,7 @@ const char *dps_gemm_describe(void)
 struct linear_job {
 	float *out;
 	const float *x, *W;
+	const uint16_t *Wb; /* instead of W: BF16 weights */
 	int m, n, k, chunks;
 };
 
@@ -239,6 +256,17 @@ static void linear_slice(void *arg, int chunk, int tid)
 	if (lo >= hi)
 		return;
 	out = j->out + lo;
+	if (j->Wb) { /* dpshard's kernel whatever the f32 products use */
+		const uint16_t *Wb = j->Wb + (size_t)lo * (size_t)j->k;
+
+		if (g.isa == OWN_AVX512)
+			dps_gemm_bf16_avx512(out, j->n, j->x, Wb, j->m, hi - lo, j->k);
+		else if (g.isa == OWN_AVX2)
+			dps_gemm_bf16_avx2(out, j->n, j->x, Wb, j->m, hi - lo, j->k);
+		else
+			dps_gemm_bf16_ref(out, j->n, j->x, Wb, j->m, hi - lo, j->k);
+		return;
+	}
 	W = j->W + (size_t)lo * (size_t)j->k;
 	switch (g.own) {
 	case OWN_AVX512:
@@ -263,9 +291,9 @@ static void linear_slice(void *arg, int chunk, int tid)
  * Assumptions: x is m x k row-major (row stride k), W is n x k row-major and is read as W^T,
  * out is m x n row-major. No alignment needed.
  */
-void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
+static void linear_run(struct linear_job *jp)
 {
-	struct linear_job j = { out, x, W, m, n, k, 1 };
+	struct linear_job j = *jp;
 	int nt;
 
 	if (!g.ready) {
@@ -279,8 +307,32 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 	 */
 	nt = dps_pool_size(g.pool);
 	if (nt > 1)
-		j.chunks = nt * (g.own != OWN_NONE ? 4 : 2);
+		j.chunks = nt * (g.own != OWN_NONE || j.Wb ? 4 : 2);
 	dps_pool_run(g.pool, j.chunks, linear_slice, &j);
+}
+
+void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
+{
+	struct linear_job j = { out, x, W, NULL, m, n, k, 1 };
+
+	linear_run(&j);
+}
+
+/* Assumptions: as dps_linear_f32, W (n x k) BF16. */
+void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, W, m, n, k, 1 };
+
+	linear_run(&j);
+}
+
+void dps_linear_w(float *out, const float *x, const void *W, enum dps_wtype t, int m, int n,
+		  int k)
+{
+	if (t == DPS_WT_BF16)
+		dps_linear_bf16(out, x, W, m, n, k);
+	else
+		dps_linear_f32(out, x, W, m, n, k);
 }
 
 struct dps_pool *dps_gemm_pool(void)
@@ -291,4 +343,9 @@ struct dps_pool *dps_gemm_pool(void)
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k)
 {
 	dps_gemm_f32_ref(out, n, x, W, m, n, k);
+}
+
+void dps_linear_bf16_ref(float *out, const float *x, const uint16_t *W, int m, int n, int k)
+{
+	dps_gemm_bf16_ref(out, n, x, W, m, n, k);
 }

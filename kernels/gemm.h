@@ -30,6 +30,27 @@
 #define DPS_KERNELS_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "common/bf16.h"
+
+/* How a linear weight is held in memory. */
+enum dps_wtype {
+	DPS_WT_F32,  /* float */
+	DPS_WT_BF16, /* uint16_t, BF16 (common/bf16.h) */
+};
+
+/* Bytes per element of t (4 or 2). */
+static inline size_t dps_wtype_size(enum dps_wtype t)
+{
+	return t == DPS_WT_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* "f32" or "bf16". */
+static inline const char *dps_wtype_name(enum dps_wtype t)
+{
+	return t == DPS_WT_BF16 ? "bf16" : "f32";
+}
 
 /*
  * Chooses the kernels, once per process, before any product. spec: "auto" (dpshard's
@@ -56,6 +77,19 @@ const char *dps_gemm_describe(void);
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k);
 
 /*
+ * The same product on BF16 weights W (n x k, common/bf16.h). Contract: widening BF16 to f32
+ * is exact and the sums are those of dps_linear_f32, so the result is, bit for bit,
+ * dps_linear_f32 on the widened weights - at every m, in both forms, with any threads. Half
+ * the bytes of W are read. Not under BLIS: with a BLIS kernel set named, W's rows are widened
+ * a block at a time and multiplied by dps_linear_f32 (same bits as BLIS on the widened W).
+ */
+void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k);
+
+/* dps_linear_f32 or dps_linear_bf16, as t says W is held: the one entry of the engine. */
+void dps_linear_w(float *out, const float *x, const void *W, enum dps_wtype t, int m, int n,
+		  int k);
+
+/*
  * out (m x n, row stride ldo) = x (m x k) . W^T in the order above, single-threaded (the caller
  * slices the columns). W is read from memory once per call: rows of W are taken in blocks that
  * stay in L2, x in blocks under each (from GEMM_TILE_M_MIN rows on, both packed into the
@@ -69,11 +103,27 @@ void dps_gemm_f32_avx2(float *restrict out, int ldo, const float *restrict x,
 void dps_gemm_f32_ref(float *restrict out, int ldo, const float *restrict x,
 		      const float *restrict W, int m, int n, int k);
 
+/*
+ * The same three on BF16 weights, each widened to f32 as it is loaded (a 16-bit shift; the
+ * tile form widens while it packs W): the f32 kernels' FMAs on the widened weights, so bit for
+ * bit dps_gemm_f32_ref on them. AVX512-BF16's vdpbf16ps is not used: it adds two products
+ * before each accumulation and rounds them its own way, which is another sum order.
+ */
+void dps_gemm_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
+			  const uint16_t *restrict W, int m, int n, int k);
+void dps_gemm_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
+			const uint16_t *restrict W, int m, int n, int k);
+void dps_gemm_bf16_ref(float *restrict out, int ldo, const float *restrict x,
+		       const uint16_t *restrict W, int m, int n, int k);
+
 /* out[r] = W[r,:] . x, r < rows: dps_gemm_f32_avx512 at m = 1. Requires AVX-512F. */
 void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
 			   const float *restrict W, int rows, int cols);
 
 /* The plain-C twin of dps_linear_f32 under "auto": dps_gemm_f32_ref, bit for bit the same. */
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
+
+/* The plain-C twin of dps_linear_bf16 under "auto": dps_gemm_bf16_ref. */
+void dps_linear_bf16_ref(float *out, const float *x, const uint16_t *W, int m, int n, int k);
 
 #endif

@@ -17,6 +17,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <immintrin.h>
@@ -29,7 +30,7 @@
 #define W_BLOCK_BYTES ((size_t)192 << 10)
 #define GROUP 4 /* rows of W per register tile */
 
-/* ---- the plain-C twin ---------------------------------------------------------------- */
+/* ---- the plain-C twins ---------------------------------------------------------------- */
 
 /* One output in the order of gemm.h. Lanes past k keep their sums, as in the masked tails. */
 static float dot_ref(const float *restrict x, const float *restrict w, int k)
@@ -51,16 +52,39 @@ void dps_gemm_f32_ref(float *restrict out, int ldo, const float *restrict x,
 				dot_ref(x + (size_t)i * (size_t)k, W + (size_t)r * (size_t)k, k);
 }
 
+/* dot_ref on a BF16 row, each weight widened first (exact), so the FMAs are dot_ref's. */
+static float dot_bf16_ref(const float *restrict x, const uint16_t *restrict w, int k)
+{
+	float a[16] = { 0.0f };
+
+	for (int c0 = 0; c0 < k; c0 += 16)
+		for (int l = 0; l < 16; l++)
+			a[l] = c0 + l < k ? fmaf(dps_bf16_to_f32(w[c0 + l]), x[c0 + l], a[l]) : a[l];
+	return dps_dot_tree_ref(a);
+}
+
+void dps_gemm_bf16_ref(float *restrict out, int ldo, const float *restrict x,
+		       const uint16_t *restrict W, int m, int n, int k)
+{
+	for (int i = 0; i < m; i++)
+		for (int r = 0; r < n; r++)
+			out[(size_t)i * (size_t)ldo + (size_t)r] =
+				dot_bf16_ref(x + (size_t)i * (size_t)k, W + (size_t)r * (size_t)k, k);
+}
+
 /* ---- the blocking, shared by both ISAs ------------------------------------------------ */
 
-/* mi (<= the x block) rows of x against rows r0 .. r0 + nr - 1 (nr <= GROUP) of W. */
+/*
+ * mi (<= the x block) rows of x against rows r0 .. r0 + nr - 1 (nr <= GROUP) of W, whose
+ * elements are f32 or BF16 as the function says.
+ */
 typedef void tile_fn(float *restrict out, int ldo, const float *restrict x,
-		     const float *restrict W, int mi, int r0, int nr, int k);
+		     const void *restrict W, int mi, int r0, int nr, int k);
 
-/* Whole groups of rows of size `bytes` at most, at least one group. */
-static int rows_in(size_t bytes, int k)
+/* Whole groups of rows of k elements of esz bytes, `bytes` at most, at least one group. */
+static int rows_in(size_t bytes, int k, size_t esz)
 {
-	const size_t row = sizeof(float) * (size_t)(k > 0 ? k : 1);
+	const size_t row = esz * (size_t)(k > 0 ? k : 1);
 	const size_t rows = bytes / row / GROUP * GROUP;
 
 	return rows < GROUP ? GROUP : rows > (1u << 20) ? 1 << 20 : (int)rows;
@@ -71,9 +95,11 @@ static int rows_in(size_t bytes, int k)
  * alignment. The W block is the outer loop, so W is read from memory once per call.
  */
 static void gemm_blocked(tile_fn *tile, int mb_max, float *restrict out, int ldo,
-			 const float *restrict x, const float *restrict W, int m, int n, int k)
+			 const float *restrict x, const void *restrict W, size_t esz, int m, int n,
+			 int k)
 {
-	const int mb_fit = rows_in(X_BLOCK_BYTES, k), nb = rows_in(W_BLOCK_BYTES, k);
+	const int mb_fit = rows_in(X_BLOCK_BYTES, k, sizeof(float));
+	const int nb = rows_in(W_BLOCK_BYTES, k, esz);
 	const int mb = mb_fit < mb_max ? mb_fit : mb_max;
 
 	for (int r0 = 0; r0 < n; r0 += nb) {
@@ -90,6 +116,66 @@ static void gemm_blocked(tile_fn *tile, int mb_max, float *restrict out, int ldo
 	}
 }
 
+/* ---- loading a row of W, f32 or BF16 ---------------------------------------------------- */
+
+/*
+ * A BF16 weight is the upper half of the f32 with the same value, so widening is a 16-bit
+ * shift, exact: the FMAs that follow are those of the f32 kernel on the widened weights.
+ */
+
+/* Row r of W (rows of k elements; BF16 when bf16). */
+static inline const char *w_row(const void *W, size_t r, int k, const int bf16)
+{
+	return (const char *)W + r * (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+/* Sixteen weights of row w from column c. */
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline __m512
+wload_avx512(const char *w, int c, const int bf16)
+{
+	if (bf16)
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(
+				(const uint16_t *)(const void *)w + c))), 16));
+	return _mm512_loadu_ps((const float *)(const void *)w + c);
+}
+
+/* The first cnt (< 16) weights of row w from column c, +0 in the other lanes; reads no more. */
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline __m512
+wload_tail_avx512(const char *w, int c, int cnt, const int bf16)
+{
+	uint16_t b[16] = { 0 };
+
+	if (!bf16)
+		return _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1),
+					     (const float *)(const void *)w + c);
+	memcpy(b, (const uint16_t *)(const void *)w + c, sizeof(uint16_t) * (size_t)cnt);
+	return wload_avx512((const char *)b, 0, 1);
+}
+
+/* Eight weights of row w from column c. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256
+wload_avx2(const char *w, int c, const int bf16)
+{
+	if (bf16)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(
+				(const uint16_t *)(const void *)w + c))), 16));
+	return _mm256_loadu_ps((const float *)(const void *)w + c);
+}
+
+/* The first cnt (< 8) weights of row w from column c (mask: those lanes), +0 in the others. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256
+wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int bf16)
+{
+	uint16_t b[8] = { 0 };
+
+	if (!bf16)
+		return _mm256_maskload_ps((const float *)(const void *)w + c, mask);
+	memcpy(b, (const uint16_t *)(const void *)w + c, sizeof(uint16_t) * (size_t)cnt);
+	return wload_avx2((const char *)b, 0, 1);
+}
+
 /* ---- AVX-512 -------------------------------------------------------------------------- */
 
 /*
@@ -103,14 +189,16 @@ static void gemm_blocked(tile_fn *tile, int mb_max, float *restrict out, int ldo
  * four rows of W are prefetched in step with these (decode streams W once).
  */
 __attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
-block_avx512(float *restrict out, int ldo, const float *restrict x, const float *restrict W,
-	     int r0, int nr, int k, const int mr)
+block_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+	     int r0, int nr, int k, const int mr, const int bf16)
 {
 	const int tail = k % 16;
 	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
-	const float *w0 = W + (size_t)r0 * (size_t)k;
-	const float *w1 = nr > 1 ? w0 + k : w0, *w2 = nr > 2 ? w0 + 2 * k : w0;
-	const float *w3 = nr > 3 ? w0 + 3 * k : w0;
+	const size_t row = (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
+	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
+	const char *w0 = w_row(W, (size_t)r0, k, bf16);
+	const char *w1 = nr > 1 ? w0 + row : w0, *w2 = nr > 2 ? w0 + 2 * row : w0;
+	const char *w3 = nr > 3 ? w0 + 3 * row : w0;
 	__m512 a[4][GROUP]; /* a[i][q]: row i of x against row r0 + q of W */
 	int c = 0;
 
@@ -118,13 +206,14 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const float 
 	for (int i = 0; i < mr; i++)
 		a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
 	for (; c + 16 <= k; c += 16) {
-		const __m512 w0v = _mm512_loadu_ps(w0 + c), w1v = _mm512_loadu_ps(w1 + c);
-		const __m512 w2v = _mm512_loadu_ps(w2 + c), w3v = _mm512_loadu_ps(w3 + c);
+		const __m512 w0v = wload_avx512(w0, c, bf16), w1v = wload_avx512(w1, c, bf16);
+		const __m512 w2v = wload_avx512(w2, c, bf16), w3v = wload_avx512(w3, c, bf16);
 
-		_mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w0 + 5 * (size_t)k + c), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w0 + 6 * (size_t)k + c), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w0 + 7 * (size_t)k + c), _MM_HINT_T0);
+		/* the next four rows, one line each (BF16: every other line twice) */
+		_mm_prefetch(w0 + 4 * row + (size_t)c * esz, _MM_HINT_T0);
+		_mm_prefetch(w0 + 5 * row + (size_t)c * esz, _MM_HINT_T0);
+		_mm_prefetch(w0 + 6 * row + (size_t)c * esz, _MM_HINT_T0);
+		_mm_prefetch(w0 + 7 * row + (size_t)c * esz, _MM_HINT_T0);
 #pragma GCC unroll 4
 		for (int i = 0; i < mr; i++) {
 			const __m512 xv = _mm512_loadu_ps(x + (size_t)i * (size_t)k + c);
@@ -136,10 +225,10 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const float 
 		}
 	}
 	if (tail) {
-		const __m512 w0v = _mm512_maskz_loadu_ps(mask, w0 + c);
-		const __m512 w1v = _mm512_maskz_loadu_ps(mask, w1 + c);
-		const __m512 w2v = _mm512_maskz_loadu_ps(mask, w2 + c);
-		const __m512 w3v = _mm512_maskz_loadu_ps(mask, w3 + c);
+		const __m512 w0v = wload_tail_avx512(w0, c, tail, bf16);
+		const __m512 w1v = wload_tail_avx512(w1, c, tail, bf16);
+		const __m512 w2v = wload_tail_avx512(w2, c, tail, bf16);
+		const __m512 w3v = wload_tail_avx512(w3, c, tail, bf16);
 
 #pragma GCC unroll 4
 		for (int i = 0; i < mr; i++) {
@@ -163,31 +252,46 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const float 
 	}
 }
 
-__attribute__((target("avx512f,avx2,fma"))) static void
-tile_avx512(float *restrict out, int ldo, const float *restrict x, const float *restrict W,
-	    int mi, int r0, int nr, int k)
+/* tile_fn of block_avx512, bf16 a constant: rows of x four at a time, then the rest. */
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
+tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+	    int mi, int r0, int nr, int k, const int bf16)
 {
 	int i = 0;
 
 	for (; i + 4 <= mi; i += 4)
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 4);
+			     nr, k, 4, bf16);
 	switch (mi - i) {
 	case 1:
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 1);
+			     nr, k, 1, bf16);
 		break;
 	case 2:
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 2);
+			     nr, k, 2, bf16);
 		break;
 	case 3:
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 3);
+			     nr, k, 3, bf16);
 		break;
 	default:
 		break;
 	}
+}
+
+__attribute__((target("avx512f,avx2,fma"))) static void
+tile_f32_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+		int mi, int r0, int nr, int k)
+{
+	tile_avx512(out, ldo, x, W, mi, r0, nr, k, 0);
+}
+
+__attribute__((target("avx512f,avx2,fma"))) static void
+tile_bf16_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+		 int mi, int r0, int nr, int k)
+{
+	tile_avx512(out, ldo, x, W, mi, r0, nr, k, 1);
 }
 
 void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
@@ -195,7 +299,15 @@ void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 {
 	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_f32_avx512(out, ldo, x, W, m, n, k))
 		return;
-	gemm_blocked(tile_avx512, 1 << 20, out, ldo, x, W, m, n, k);
+	gemm_blocked(tile_f32_avx512, 1 << 20, out, ldo, x, W, sizeof(float), m, n, k);
+}
+
+void dps_gemm_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
+			  const uint16_t *restrict W, int m, int n, int k)
+{
+	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_bf16_avx512(out, ldo, x, W, m, n, k))
+		return;
+	gemm_blocked(tile_bf16_avx512, 1 << 20, out, ldo, x, W, sizeof(uint16_t), m, n, k);
 }
 
 void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
@@ -212,9 +324,11 @@ void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
  * from acc[i][q][off ..] and left there.
  */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[GROUP], int k,
-	  int c0, int c1, const int off, const int mr, const int pf)
+half_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[GROUP], int k,
+	  int c0, int c1, const int off, const int mr, const int pf, const int bf16)
 {
+	const size_t row = (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
+	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
 	const int tail = c1 % 16, c16 = c1 - tail;
 	const int cnt = tail - off < 0 ? 0 : tail - off > 8 ? 8 : tail - off;
 	__m256 a[3][GROUP];
@@ -225,14 +339,14 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[
 		for (int q = 0; q < GROUP; q++)
 			a[i][q] = _mm256_loadu_ps(acc[i][q] + off);
 	for (int c = c0 + off; c < c16; c += 16) {
-		const __m256 w0v = _mm256_loadu_ps(w[0] + c), w1v = _mm256_loadu_ps(w[1] + c);
-		const __m256 w2v = _mm256_loadu_ps(w[2] + c), w3v = _mm256_loadu_ps(w[3] + c);
+		const __m256 w0v = wload_avx2(w[0], c, bf16), w1v = wload_avx2(w[1], c, bf16);
+		const __m256 w2v = wload_avx2(w[2], c, bf16), w3v = wload_avx2(w[3], c, bf16);
 
-		if (pf && !off) { /* one prefetch per line of the next four rows */
-			_mm_prefetch((const char *)(w[0] + 4 * (size_t)k + c), _MM_HINT_T0);
-			_mm_prefetch((const char *)(w[0] + 5 * (size_t)k + c), _MM_HINT_T0);
-			_mm_prefetch((const char *)(w[0] + 6 * (size_t)k + c), _MM_HINT_T0);
-			_mm_prefetch((const char *)(w[0] + 7 * (size_t)k + c), _MM_HINT_T0);
+		if (pf && !off) { /* one prefetch per line of the next four rows (BF16: half) */
+			_mm_prefetch(w[0] + 4 * row + (size_t)c * esz, _MM_HINT_T0);
+			_mm_prefetch(w[0] + 5 * row + (size_t)c * esz, _MM_HINT_T0);
+			_mm_prefetch(w[0] + 6 * row + (size_t)c * esz, _MM_HINT_T0);
+			_mm_prefetch(w[0] + 7 * row + (size_t)c * esz, _MM_HINT_T0);
 		}
 #pragma GCC unroll 3
 		for (int i = 0; i < mr; i++) {
@@ -248,10 +362,10 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[
 		const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt),
 							_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 		const int c = c16 + off;
-		const __m256 w0v = _mm256_maskload_ps(w[0] + c, mask);
-		const __m256 w1v = _mm256_maskload_ps(w[1] + c, mask);
-		const __m256 w2v = _mm256_maskload_ps(w[2] + c, mask);
-		const __m256 w3v = _mm256_maskload_ps(w[3] + c, mask);
+		const __m256 w0v = wload_tail_avx2(w[0], c, cnt, mask, bf16);
+		const __m256 w1v = wload_tail_avx2(w[1], c, cnt, mask, bf16);
+		const __m256 w2v = wload_tail_avx2(w[2], c, cnt, mask, bf16);
+		const __m256 w3v = wload_tail_avx2(w[3], c, cnt, mask, bf16);
 
 		const __m256 keep = _mm256_castsi256_ps(mask);
 
@@ -283,15 +397,16 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const float *const w[
  * r0 + 3 of W are not read (their loads repeat row r0); maskload reads nothing past the mask.
  */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-block_avx2(float acc[][GROUP][16], const float *restrict x, const float *restrict W, int r0,
-	   int nr, int k, int c0, int c1, const int mr, const int pf)
+block_avx2(float acc[][GROUP][16], const float *restrict x, const void *restrict W, int r0,
+	   int nr, int k, int c0, int c1, const int mr, const int pf, const int bf16)
 {
-	const float *w0 = W + (size_t)r0 * (size_t)k;
-	const float *const w[GROUP] = { w0, nr > 1 ? w0 + k : w0, nr > 2 ? w0 + 2 * k : w0,
-					nr > 3 ? w0 + 3 * k : w0 };
+	const size_t row = (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
+	const char *w0 = w_row(W, (size_t)r0, k, bf16);
+	const char *const w[GROUP] = { w0, nr > 1 ? w0 + row : w0, nr > 2 ? w0 + 2 * row : w0,
+				       nr > 3 ? w0 + 3 * row : w0 };
 
-	half_avx2(acc, x, w, k, c0, c1, 0, mr, pf);
-	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf);
+	half_avx2(acc, x, w, k, c0, c1, 0, mr, pf, bf16);
+	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf, bf16);
 }
 
 /* Columns of a chunk: the four rows of W stay in L1 while every row of the x block passes. */
@@ -303,9 +418,9 @@ block_avx2(float acc[][GROUP][16], const float *restrict x, const float *restric
  * accumulators wait in acc between chunks. The first tile of each chunk prefetches the next
  * rows of W; the others find theirs in cache.
  */
-__attribute__((target("avx2,fma"))) static void
-tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *restrict W, int mi,
-	  int r0, int nr, int k)
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+tile_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W, int mi,
+	  int r0, int nr, int k, const int bf16)
 {
 	const size_t lx = (size_t)k;
 	float acc[MB_AVX2][GROUP][16];
@@ -317,14 +432,14 @@ tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *re
 		int i = 0;
 
 		if (mi >= 3) {
-			block_avx2(acc, x, W, r0, nr, k, c0, c1, 3, 1);
+			block_avx2(acc, x, W, r0, nr, k, c0, c1, 3, 1, bf16);
 			for (i = 3; i + 3 <= mi; i += 3)
-				block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 3, 0);
+				block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 3, 0, bf16);
 		}
 		if (mi - i == 2)
-			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 2, i == 0);
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 2, i == 0, bf16);
 		else if (mi - i == 1)
-			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 1, i == 0);
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 1, i == 0, bf16);
 		if (c1 >= k)
 			break;
 	}
@@ -341,10 +456,32 @@ tile_avx2(float *restrict out, int ldo, const float *restrict x, const float *re
 	}
 }
 
+__attribute__((target("avx2,fma"))) static void
+tile_f32_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+	      int mi, int r0, int nr, int k)
+{
+	tile_avx2(out, ldo, x, W, mi, r0, nr, k, 0);
+}
+
+__attribute__((target("avx2,fma"))) static void
+tile_bf16_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+	       int mi, int r0, int nr, int k)
+{
+	tile_avx2(out, ldo, x, W, mi, r0, nr, k, 1);
+}
+
 void dps_gemm_f32_avx2(float *restrict out, int ldo, const float *restrict x,
 		       const float *restrict W, int m, int n, int k)
 {
 	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_f32_avx2(out, ldo, x, W, m, n, k))
 		return;
-	gemm_blocked(tile_avx2, MB_AVX2, out, ldo, x, W, m, n, k);
+	gemm_blocked(tile_f32_avx2, MB_AVX2, out, ldo, x, W, sizeof(float), m, n, k);
+}
+
+void dps_gemm_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
+			const uint16_t *restrict W, int m, int n, int k)
+{
+	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_bf16_avx2(out, ldo, x, W, m, n, k))
+		return;
+	gemm_blocked(tile_bf16_avx2, MB_AVX2, out, ldo, x, W, sizeof(uint16_t), m, n, k);
 }

@@ -8,6 +8,8 @@
 #ifndef DPS_KERNELS_GEMM_INT_H
 #define DPS_KERNELS_GEMM_INT_H
 
+#include <stdint.h>
+
 /*
  * From this many rows of x (and k >= 16) the tile form is faster. It packs the slice of W once
  * per call, which the dot-product form does not need to, and pays that back over the rows (one
@@ -27,5 +29,11 @@ int dps_gemm_tile_f32_avx2(float *restrict out, int ldo, const float *restrict x
 			   const float *restrict W, int m, int n, int k);
 int dps_gemm_tile_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 			     const float *restrict W, int m, int n, int k);
+
+/* The same on BF16 weights, widened to f32 while they are packed: the f32 results, bit for bit. */
+int dps_gemm_tile_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
+			    const uint16_t *restrict W, int m, int n, int k);
+int dps_gemm_tile_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
+			      const uint16_t *restrict W, int m, int n, int k);
 
 #endif

@@ -17,11 +17,15 @@
  * dot-product form, in the same order: the bits do not depend on which form ran, nor on m, the
  * tile an output falls in, or the blocking.
  *
+ * BF16 weights are widened to f32 (exact) while W is packed, so the kernels and their sums are
+ * the f32 ones and a BF16 product is the f32 product of the widened weights, bit for bit.
+ *
  * Blocking: x is packed whole, once per call (MR-row panels); W a block of columns at a time
  * (NR-row panels, B_BLOCK_BYTES in all, kept in L2 while every panel of x passes).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,29 +136,60 @@ static void pack_panel(float *restrict p, const float *restrict src, int rows, i
 	}
 }
 
+/* pack_panel of BF16 rows, each weight widened to f32 (exact) as it is placed. */
+static void pack_panel_bf16(float *restrict p, const uint16_t *restrict src, int rows, int w,
+			    int k, int T)
+{
+	if (rows < w || k < LANES * T)
+		memset(p, 0, sizeof(float) * (size_t)LANES * (size_t)T * (size_t)w);
+	for (int e = 0; e < rows; e++) {
+		const uint16_t *s = src + (size_t)e * (size_t)k;
+
+		for (int t = 0; t < T; t++) {
+			const int c0 = LANES * t, cnt = k - c0 < LANES ? k - c0 : LANES;
+			float *d = p + (size_t)t * (size_t)w + (size_t)e;
+
+			for (int l = 0; l < cnt; l++)
+				d[(size_t)l * (size_t)T * (size_t)w] = dps_bf16_to_f32(s[c0 + l]);
+		}
+	}
+}
+
+/* Eight weights of row s (f32, or BF16 widened by a 16-bit shift, exact). */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256
+row8_avx2(const char *s, const int bf16)
+{
+	if (bf16)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)s)), 16));
+	return _mm256_loadu_ps((const float *)(const void *)s);
+}
+
 /*
  * pack_panel for sixteen rows (e0 .. e0 + 15) of a w-row panel of W, vectorised: for each t the
  * 16 x 16 block of columns 16 t .. 16 t + 15 is transposed in registers as four 8 x 8 blocks.
  * Requires k a multiple of 16 and all sixteen rows present.
  */
-__attribute__((target("avx2,fma"))) static void
-pack_rows16_avx2(float *restrict p, const float *restrict src, int e0, int w, int k, int T)
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+pack_rows16(float *restrict p, const void *restrict src, int e0, int w, int k, int T,
+	    const int bf16)
 {
 	const size_t lane = (size_t)T * (size_t)w; /* floats between lanes l and l + 1 */
+	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float), row = esz * (size_t)k;
+	const char *src8 = src;
 
 	for (int t = 0; t < T; t++) {
 		/* W comes from memory, sixteen rows at once: more than the hardware prefetches */
 		for (int e = 0; e < 16 && t + PACK_AHEAD < T; e++)
-			_mm_prefetch((const char *)(src + (size_t)e * (size_t)k +
-						    (size_t)(LANES * (t + PACK_AHEAD))),
+			_mm_prefetch(src8 + (size_t)e * row + esz * (size_t)(LANES * (t + PACK_AHEAD)),
 				     _MM_HINT_T0);
 		for (int rb = 0; rb < 16; rb += 8)
 			for (int cb = 0; cb < 16; cb += 8) {
-				const float *s = src + (size_t)rb * (size_t)k + (size_t)(LANES * t + cb);
+				const char *s = src8 + (size_t)rb * row + esz * (size_t)(LANES * t + cb);
 				__m256 r[8], u[8], v[8];
 
 				for (int e = 0; e < 8; e++)
-					r[e] = _mm256_loadu_ps(s + (size_t)e * (size_t)k);
+					r[e] = row8_avx2(s + (size_t)e * row, bf16);
 				for (int e = 0; e < 8; e += 2) {
 					u[e] = _mm256_unpacklo_ps(r[e], r[e + 1]);
 					u[e + 1] = _mm256_unpackhi_ps(r[e], r[e + 1]);
@@ -177,6 +212,18 @@ pack_rows16_avx2(float *restrict p, const float *restrict src, int e0, int w, in
 				}
 			}
 	}
+}
+
+__attribute__((target("avx2,fma"))) static void
+pack_rows16_f32_avx2(float *restrict p, const void *restrict src, int e0, int w, int k, int T)
+{
+	pack_rows16(p, src, e0, w, k, T, 0);
+}
+
+__attribute__((target("avx2,fma"))) static void
+pack_rows16_bf16_avx2(float *restrict p, const void *restrict src, int e0, int w, int k, int T)
+{
+	pack_rows16(p, src, e0, w, k, T, 1);
 }
 
 /* ---- the tree ------------------------------------------------------------------------- */
@@ -289,12 +336,15 @@ kernel_avx512(float *restrict lb, const float *restrict pa, const float *restric
 /* ---- the blocking ----------------------------------------------------------------------- */
 
 /*
- * Assumptions: x is m x k, W n x k, out m x n with row stride ldo, all row-major, any
- * alignment; k >= 1. The caller has checked the CPU runs `kern`.
+ * Assumptions: x is m x k, W n x k (f32, or BF16 when bf16: widened as it is packed), out
+ * m x n with row stride ldo, all row-major, any alignment; k >= 1. The caller has checked
+ * the CPU runs `kern`.
  */
 static int gemm_tiled(kernel_fn *kern, const int mr, const int nr, float *restrict out, int ldo,
-		      const float *restrict x, const float *restrict W, int m, int n, int k)
+		      const float *restrict x, const void *restrict W, const int bf16, int m,
+		      int n, int k)
 {
+	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
 	const int T = (k + LANES - 1) / LANES, tail = k % LANES;
 	const size_t pa_len = (size_t)LANES * (size_t)T * (size_t)mr; /* floats per panel */
 	const size_t pb_len = (size_t)LANES * (size_t)T * (size_t)nr;
@@ -321,13 +371,16 @@ static int gemm_tiled(kernel_fn *kern, const int mr, const int nr, float *restri
 		for (int q = 0; q < pn; q++) {
 			const int j = (q0 + q) * nr, rows = n - j < nr ? n - j : nr;
 			float *dst = pb + (size_t)q * pb_len;
-			const float *src = W + (size_t)j * (size_t)k;
+			const char *src = (const char *)W + (size_t)j * (size_t)k * esz;
 
 			if (rows == nr && !tail)
 				for (int e0 = 0; e0 < nr; e0 += 16)
-					pack_rows16_avx2(dst, src + (size_t)e0 * (size_t)k, e0, nr, k, T);
+					(bf16 ? pack_rows16_bf16_avx2 : pack_rows16_f32_avx2)(
+						dst, src + (size_t)e0 * (size_t)k * esz, e0, nr, k, T);
+			else if (bf16)
+				pack_panel_bf16(dst, (const uint16_t *)(const void *)src, rows, nr, k, T);
 			else
-				pack_panel(dst, src, rows, nr, k, T);
+				pack_panel(dst, (const float *)(const void *)src, rows, nr, k, T);
 		}
 		for (int p = 0; p < pm; p++) {
 			const int i = p * mr, rows = m - i < mr ? m - i : mr;
@@ -347,11 +400,23 @@ static int gemm_tiled(kernel_fn *kern, const int mr, const int nr, float *restri
 int dps_gemm_tile_f32_avx2(float *restrict out, int ldo, const float *restrict x,
 			   const float *restrict W, int m, int n, int k)
 {
-	return gemm_tiled(kernel_avx2, MR_AVX2, NR_AVX2, out, ldo, x, W, m, n, k);
+	return gemm_tiled(kernel_avx2, MR_AVX2, NR_AVX2, out, ldo, x, W, 0, m, n, k);
+}
+
+int dps_gemm_tile_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
+			    const uint16_t *restrict W, int m, int n, int k)
+{
+	return gemm_tiled(kernel_avx2, MR_AVX2, NR_AVX2, out, ldo, x, W, 1, m, n, k);
 }
 
 int dps_gemm_tile_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 			     const float *restrict W, int m, int n, int k)
 {
-	return gemm_tiled(kernel_avx512, MR_AVX512, NR_AVX512, out, ldo, x, W, m, n, k);
+	return gemm_tiled(kernel_avx512, MR_AVX512, NR_AVX512, out, ldo, x, W, 0, m, n, k);
+}
+
+int dps_gemm_tile_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
+			      const uint16_t *restrict W, int m, int n, int k)
+{
+	return gemm_tiled(kernel_avx512, MR_AVX512, NR_AVX512, out, ldo, x, W, 1, m, n, k);
 }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/bf16.h"
+
 enum dps_dtype { DPS_F32, DPS_BF16, DPS_I32, DPS_DTYPE_COUNT };
 
 static inline size_t dps_dtype_size(enum dps_dtype t)
@@ -25,22 +27,7 @@ const char *dps_dtype_name(enum dps_dtype t);
 /* Parses a name above; returns 0 or -EINVAL. */
 int dps_dtype_parse(const char *s, enum dps_dtype *out);
 
-/* bf16 <-> f32. The conversion to bf16 rounds to nearest even and keeps NaN a NaN. */
-static inline float dps_bf16_to_f32(uint16_t h)
-{
-	union { uint32_t u; float f; } v = { .u = (uint32_t)h << 16 };
-
-	return v.f;
-}
-
-static inline uint16_t dps_f32_to_bf16(float f)
-{
-	union { float f; uint32_t u; } v = { .f = f };
-
-	if ((v.u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
-	return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
+/* bf16 <-> f32 (dps_bf16_to_f32, dps_f32_to_bf16): common/bf16.h. */
 
 /*
  * out[j] = ordered sum over i = 0..n-1 of src[i][j], j < count, per the contract above.

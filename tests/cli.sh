@@ -400,6 +400,26 @@ for layout in "--tensor-parallel-size 2" \
 			{ fail "$desc: ids differ from one rank's"; show stdout "$tmp/out"; }
 	fi
 done
+# BF16 kept as BF16 (--dtype): a BF16 checkpoint's sampled ids (they depend on every logit)
+# with its weights widened to f32 on one rank are those of BF16 weights on one rank and across
+# ranks (TP, DP with a component size, EP), and an unknown type is refused by name.
+run mkmodel --preset tiny-moe --dtype bf16 --out "$tmp/moe16" --seed 3
+run generate --model "$tmp/moe16" -n 16 --temperature 1 --seed 5 --prompt-ids --dtype f32 "1 5 9"
+expect_rc 0
+cp "$tmp/out" "$tmp/moe16-f32"
+for layout in "--dtype bf16" "--tensor-parallel-size 2" \
+	"--tensor-parallel-size 2 --data-parallel-size 2 --mlp-dp-size 2" \
+	"--data-parallel-size 2 --enable-expert-parallel --dtype bf16"; do
+	# shellcheck disable=SC2086 # the layout is a list of flags
+	run generate --model "$tmp/moe16" -n 16 --temperature 1 --seed 5 --prompt-ids $layout "1 5 9"
+	if expect_rc 0; then
+		cmp -s "$tmp/out" "$tmp/moe16-f32" ||
+			{ fail "$desc: BF16 ids differ from the widened f32 ones"; show stdout "$tmp/out"; }
+	fi
+done
+run generate --model "$tmp/moe16" --prompt-ids --dtype f64 "5 9"
+expect_rc 2
+grep -q "dtype" "$tmp/err" || fail "$desc: the refusal does not name --dtype"
 # Every rule of expert parallelism, refused with its reason.
 run generate --model "$tmp/moe" --prompt-ids --data-parallel-size 2 --enable-expert-parallel \
 	--mlp-dp-size 2 "5 9"

@@ -88,7 +88,7 @@ static void stats(const double *v, int n, double *mean, double *sd)
 enum { MSG_RESULT = 1, MSG_BYTES = 2, MSG_MOE = 3 };
 
 struct bmsg {
-	int32_t type, rank, test, p, b, g, rep, gi, bi, pad;
+	int32_t type, rank, test, p, b, g, rep, gi, bi, wt; /* wt: MSG_BYTES, the weights' type */
 	double moe_bytes, ep_bytes; /* MSG_MOE: this rank's, over the G steps of one run */
 	double secs, coll_s, lin_s, lin_flops, steps;
 	double decode_bytes, all_bytes, kv_bytes;
@@ -97,6 +97,7 @@ struct bmsg {
 
 struct bench {
 	const char *model, *blis_arch;
+	enum dps_shard_dtype dtype; int rank0_wt; /* --dtype, and rank 0's enum dps_wtype */
 	int threads, reps, np, ng, nb;
 	const int *prompts, *gens, *batches;
 	int max_p, max_g, max_b;
@@ -195,7 +196,7 @@ static int rank_main(struct dps_world *w, void *arg)
 	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, b->model,
 			    &(struct dps_shard_opts){ .max_pos = b->max_p > b->max_g + 1 ? b->max_p
 											 : b->max_g + 1,
-						      .max_seqs = b->max_b, .max_rows = R },
+						      .max_seqs = b->max_b, .max_rows = R, .dtype = b->dtype },
 			    err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
@@ -224,7 +225,7 @@ static int rank_main(struct dps_world *w, void *arg)
 				  s.bytes[DPS_PART_MLP] + s.bytes[DPS_PART_NORMS] +
 				  s.bytes[s.c[DPS_COMP_LM_HEAD] > 1 ? DPS_PART_LM_DECODE
 								    : DPS_PART_LM_PREFILL]);
-	m.kv_bytes = (double)s.cache_bytes;
+	m.kv_bytes = (double)s.cache_bytes, m.wt = (int32_t)s.wt;
 	rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
 	m.type = MSG_RESULT;
 	/* Loaded: from here every rank steps or waits until the end, so the supervisor may call a
@@ -375,7 +376,7 @@ static void on_msg(int rank, const void *msg, size_t len, void *arg)
 		b->all_bytes += m.all_bytes;
 		b->kv_bytes += m.kv_bytes;
 		if (m.rank == 0) {
-			b->rank0_bytes = m.all_bytes;
+			b->rank0_bytes = m.all_bytes, b->rank0_wt = m.wt;
 			b->rank0_kv = m.kv_bytes;
 		}
 		return;
@@ -419,7 +420,7 @@ int dps_bench_decode(int argc, char **argv)
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
 	const char *load_s = NULL, *plot = NULL, *spec_model = NULL, *spec_s = NULL;
-	int reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
+	int dtype = 0 /* --dtype */, reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
 	struct dps_machine mach;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], ks[MAX_LIST], np, ng, nb, nk = 0;
 	struct result res[3 * MAX_LIST * MAX_LIST];
@@ -445,6 +446,7 @@ int dps_bench_decode(int argc, char **argv)
 		{ "repetitions", DPS_FLAG_INT, &reps, "R", "runs of each test", 1, 100, 'r' },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
+		dps_flag_dtype(&dtype),
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
@@ -532,7 +534,7 @@ int dps_bench_decode(int argc, char **argv)
 			.csv = csv });
 	b.model = model_dir;
 	b.tp = par.tp;
-	b.blis_arch = blis_arch;
+	b.blis_arch = blis_arch, b.dtype = dtype ? (enum dps_shard_dtype)(dtype - 1) : 0;
 	b.threads = threads;
 	b.reps = reps;
 	b.np = np;
@@ -676,9 +678,10 @@ int dps_bench_decode(int argc, char **argv)
 			printf("%s%d", d ? ", " : "", b.load[d]);
 		printf("],\n \"model\": ");
 		dps_json_string(stdout, model_dir, strlen(model_dir));
-		printf(", \"weight_bytes_per_rank\": %.0f, \"kv_bytes_per_rank\": %.0f, "
+		printf(", \"weight_dtype\": \"%s\", \"weight_bytes_per_rank\": %.0f, "
+		       "\"kv_bytes_per_rank\": %.0f, "
 		       "\"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, \"sgemm_gflops\": %.1f,\n"
-		       " \"results\": [\n", b.rank0_bytes, b.rank0_kv,
+		       " \"results\": [\n", dps_wtype_name((enum dps_wtype)b.rank0_wt), b.rank0_bytes, b.rank0_kv,
 		       (unsigned long long)dps_model_config_params(&b.cfg), bw / 1e9, peak);
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
@@ -719,8 +722,8 @@ int dps_bench_decode(int argc, char **argv)
 		printf("measured in this run: memory read %.1f GB/s (%d threads), sgemm %.0f GFLOP/s "
 		       "(1536^3, %d thread(s))\n", bw / 1e9, world * threads < ncpu ? world * threads
 									 : ncpu, peak, threads);
-		printf("per rank (rank 0): %.1f MB of weights, %.1f MB of KV cache\n",
-		       b.rank0_bytes / 1e6, b.rank0_kv / 1e6);
+		printf("per rank (rank 0): %.1f MB of weights (%s), %.1f MB of KV cache\n", b.rank0_bytes
+		       / 1e6, dps_wtype_name((enum dps_wtype)b.rank0_wt), b.rank0_kv / 1e6);
 		if (load_s) {
 			printf("decode load per replica (percent of the batch):");
 			for (int d = 0; d < par.dp; d++)

@@ -15,6 +15,7 @@
 #include "common/dps.h"
 #include "engine/api/request.h"
 #include "engine/model/model.h"
+#include "engine/model/ckpt.h"
 #include "engine/shard/shard.h"
 #include "kernels/gemm.h"
 #include "kernels/sample.h"
@@ -30,6 +31,26 @@
 
 /* Loads the model's config and checks the layout against it; 0, or the exit status after a
  * message. */
+/*
+ * Whether the model's linear weights are held as BF16: 1 when asked (--dtype bf16) or when
+ * --dtype auto finds them BF16 in the checkpoint, else 0 (also when it cannot be opened: the
+ * load that follows says why).
+ */
+static int weights_bf16(const char *dir, int asked)
+{
+	struct dps_ckpt ck;
+	char err[512];
+	int rc;
+
+	if (asked)
+		return 1;
+	if (dps_ckpt_open(&ck, dir, err, sizeof(err)))
+		return 0;
+	rc = dps_ckpt_weights_bf16(&ck);
+	dps_ckpt_close(&ck);
+	return rc;
+}
+
 static int check_layout(const struct dps_gen_ranks_opts *o, struct dps_model_config *cfg)
 {
 	char err[512];
@@ -319,6 +340,8 @@ int dps_cmd_generate(int argc, char **argv)
 	int *given = NULL;
 	size_t n_given = 0;
 	const char *blis_arch = "auto", *cpu_bind = "auto", *requests = NULL, *buckets = NULL;
+	int dtype = 0; /* --dtype: 1 + the choice, 0 unset (auto) */
+	int bf16 = 0;  /* the weights are held as BF16: only the sharded engine does */
 	int threads = 0, reference = 0, verbose = 0, trace = 0, rank_timeout = 30;
 	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0, spec_k = 0;
 	const char *spec_model = NULL;
@@ -345,6 +368,7 @@ int dps_cmd_generate(int argc, char **argv)
 		{ "chat", DPS_FLAG_BOOL, &chat, NULL,
 		  "the prompt is a user message, formatted by the model's chat template; only the "
 		  "reply is printed" },
+		dps_flag_dtype(&dtype),
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL (skx:zen3); WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
@@ -415,10 +439,19 @@ int dps_cmd_generate(int argc, char **argv)
 				"go together\n");
 		return 2;
 	}
-	if (npos > 1 || requests || spec_model || par.tp * par.dp > 1 || par.attn_dp > 1 ||
+	if (dtype == 1 + DPS_SHARD_DTYPE_BF16 && reference) {
+		fprintf(stderr, "dpshard generate: --reference evaluates f32 weights; --dtype bf16 "
+				"is not implemented there\n");
+		return 2;
+	}
+	if (!reference && dtype != 1 + DPS_SHARD_DTYPE_F32 && model_dir)
+		bf16 = weights_bf16(model_dir, dtype == 1 + DPS_SHARD_DTYPE_BF16);
+	if (bf16 || npos > 1 || requests || spec_model || par.tp * par.dp > 1 || par.attn_dp > 1 ||
 	    par.emb_dp > 1 ||
 	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1 || par.ep || par.a2a) {
 		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
+						.dtype = dtype ? (enum dps_shard_dtype)(dtype - 1)
+							       : DPS_SHARD_DTYPE_AUTO,
 						.blis_arch = blis_arch, .threads = threads,
 						.steps = steps, .ids_out = ids_out,
 						.verbose = verbose, .trace = trace,

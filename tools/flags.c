@@ -407,3 +407,12 @@ int dps_flags_int_list(const char *s, int *out, int cap, long lo, long hi)
 		s = end;
 	}
 }
+
+struct dps_flag dps_flag_dtype(int *choice)
+{
+	return (struct dps_flag){ "dtype", DPS_FLAG_CHOICE, choice, "auto|f32|bf16",
+				  "the linear weights in memory: auto (the checkpoint's: BF16 kept "
+				  "as BF16, F16 widened to f32), f32 (widened, exact), bf16 (F32 and "
+				  "F16 rounded to nearest even: half the bytes; one rank too runs "
+				  "the sharded engine)", 0, 0, 0 };
+}

@@ -32,6 +32,12 @@ struct dps_flag {
 
 #define DPS_FLAGS_END { NULL, DPS_FLAG_END, NULL, NULL, NULL, 0, 0, 0 }
 
+/*
+ * --dtype, the linear weights' type in memory, into *choice: 1 + the index of auto|f32|bf16
+ * (0: unset, auto), so enum dps_shard_dtype is choice - 1.
+ */
+struct dps_flag dps_flag_dtype(int *choice);
+
 struct dps_par_cfg;
 /*
  * Writes the parallel-layout flags (--tensor-parallel-size, --data-parallel-size, the five

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bf16.h"
 #include "common/dps.h"
 #include "engine/model/ckpt.h"
 
@@ -289,11 +290,19 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 				   per, dst, err, errlen);
 }
 
-/* dps_ckpt_load_range (raw 0: converted to F32) and dps_ckpt_load_range_raw (raw 1). */
+/* What load_range writes to dst. */
+enum { OUT_F32, OUT_RAW, OUT_BF16 };
+
+/*
+ * dps_ckpt_load_range (out OUT_F32: converted to F32), dps_ckpt_load_range_raw (OUT_RAW) and
+ * dps_ckpt_load_range_bf16 (OUT_BF16: BF16 copied, F32 and F16 rounded to nearest even).
+ */
 static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 		      const uint64_t *want_shape, int dim, int64_t first, uint64_t per, void *dst,
-		      int raw, char *err, size_t errlen)
+		      int out, char *err, size_t errlen)
 {
+	const int raw = out == OUT_RAW;
+	const enum dps_st_dtype own = out == OUT_BF16 ? DPS_ST_BF16 : DPS_ST_F32;
 	const struct dps_st_tensor *t;
 	uint64_t outer = 1, inner = 1, d, lo, hi, valid;
 	unsigned char *stage = NULL;
@@ -336,7 +345,12 @@ static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 	hi = lo + per < d ? lo + per : d;
 	valid = hi > lo ? hi - lo : 0;
 	esz = dps_st_dtype_size(t->dtype);
-	dsz = raw ? esz : sizeof(float);
+	dsz = raw ? esz : out == OUT_BF16 ? sizeof(uint16_t) : sizeof(float);
+	if (out == OUT_BF16 && t->dtype == DPS_ST_I64) {
+		snprintf(err, errlen, "%s: tensor '%s' holds integers (I64), not weights to keep as "
+			 "BF16", ck->files[file].path, name);
+		return -EINVAL;
+	}
 	if (!raw && esz == 1) {
 		snprintf(err, errlen, "%s: tensor '%s' holds bytes (%s), not numbers",
 			 ck->files[file].path, name, dps_st_dtype_name(t->dtype));
@@ -355,7 +369,7 @@ static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			memset(dstb + ((o * per + valid) * inner) * dsz, 0, (per - valid) * inner * dsz);
 	if (!valid || !outer || !inner)
 		return 0;
-	if (!raw && t->dtype != DPS_ST_F32) {
+	if (!raw && t->dtype != own) {
 		stage = malloc(outer * valid * inner * esz);
 		if (!stage)
 			return -ENOMEM;
@@ -397,7 +411,24 @@ static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 	rc = uring_read_all(ck, reqs, nreq, ck->files[file].path, err, errlen);
 	if (rc || !stage)
 		goto out;
-	for (uint64_t o = 0; o < outer; o++) {
+	for (uint64_t o = 0; o < outer && out == OUT_BF16; o++) {
+		const unsigned char *s = stage + o * valid * inner * esz;
+		uint16_t *q = (uint16_t *)dst + o * per * inner;
+
+		for (uint64_t i = 0; i < valid * inner; i++) {
+			float f;
+			uint16_t h;
+
+			if (t->dtype == DPS_ST_F32) {
+				memcpy(&f, s + i * 4, 4);
+			} else { /* F16: exact in f32, then rounded once */
+				memcpy(&h, s + i * 2, 2);
+				f = dps_f16_to_f32(h);
+			}
+			q[i] = dps_f32_to_bf16(f);
+		}
+	}
+	for (uint64_t o = 0; o < outer && out == OUT_F32; o++) {
 		const uint16_t *s = (const uint16_t *)(void *)(stage + o * valid * inner * esz);
 		float *q = (float *)dst + o * per * inner;
 
@@ -427,12 +458,39 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
 			char *err, size_t errlen)
 {
-	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, 0, err, errlen);
+	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, OUT_F32, err,
+			  errlen);
+}
+
+int dps_ckpt_load_range_bf16(struct dps_ckpt *ck, const char *name, int want_ndim,
+			     const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
+			     uint16_t *dst, char *err, size_t errlen)
+{
+	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, OUT_BF16, err,
+			  errlen);
+}
+
+int dps_ckpt_weights_bf16(const struct dps_ckpt *ck)
+{
+	int bf16 = 0;
+
+	for (int f = 0; f < ck->n_files; f++)
+		for (int i = 0; i < ck->files[f].n; i++) {
+			const struct dps_st_tensor *t = &ck->files[f].t[i];
+
+			if (t->ndim < 2 || t->dtype == DPS_ST_U8 || t->dtype == DPS_ST_I64)
+				continue;
+			if (t->dtype != DPS_ST_BF16)
+				return 0;
+			bf16 = 1;
+		}
+	return bf16;
 }
 
 int dps_ckpt_load_range_raw(struct dps_ckpt *ck, const char *name, int want_ndim,
 			    const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
 			    void *dst, char *err, size_t errlen)
 {
-	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, 1, err, errlen);
+	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, OUT_RAW, err,
+			  errlen);
 }

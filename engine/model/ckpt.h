@@ -63,6 +63,22 @@ int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			char *err, size_t errlen);
 
 /*
+ * The same into BF16 (common/bf16.h), for linear weights kept as BF16: a BF16 tensor's bytes
+ * as stored, an F32 or F16 one rounded to nearest even (F16 -> BF16 loses three bits of
+ * mantissa and gains range). An integer or byte tensor is refused with -EINVAL.
+ */
+int dps_ckpt_load_range_bf16(struct dps_ckpt *ck, const char *name, int want_ndim,
+			     const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
+			     uint16_t *dst, char *err, size_t errlen);
+
+/*
+ * Whether --dtype auto keeps this checkpoint's linear weights as BF16: 1 when every floating
+ * tensor of two or more dimensions is BF16 (and there is one), else 0 (F32, and F16, which
+ * widens to F32 exactly, stay F32; so does a checkpoint that mixes types).
+ */
+int dps_ckpt_weights_bf16(const struct dps_ckpt *ck);
+
+/*
  * The same without conversion: the tensor's own bytes, one per element (zero bytes past the
  * end), for tensors kept as stored (MXFP4 blocks and scales). A tensor that is not U8 is
  * refused with -EINVAL: dst holds one byte an element.

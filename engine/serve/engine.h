@@ -29,11 +29,13 @@
 #include <stdint.h>
 
 #include "engine/serve/sched.h"
+#include "engine/shard/shard.h"
 #include "engine/runtime/world.h"
 
 struct dps_engine_opts {
 	const char *model;
 	const char *blis_arch;
+	enum dps_shard_dtype dtype;  /* --dtype: the linear weights' type in memory */
 	int threads;                 /* per rank; 0: the CPUs its placement gave it */
 	int block_size;              /* --block-size */
 	size_t kv_cache_memory;      /* bytes of KV cache per rank (0: kv_fraction of free memory) */

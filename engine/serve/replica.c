@@ -437,7 +437,8 @@ void dps_replica_describe(const struct dps_shard *s, const struct dps_world *w)
 	for (int p = 0; p < DPS_PART_COUNT; p++)
 		total += s->bytes[p];
 	len += (size_t)snprintf(line + len, sizeof(line) - len, "rank %d (DP %d, TP %d): %.2f MB "
-				"of weights:", w->rank, w->dp_rank, w->tp_rank, (double)total / 1e6);
+				"of weights (linear weights %s):", w->rank, w->dp_rank, w->tp_rank,
+				(double)total / 1e6, dps_wtype_name(s->wt));
 	for (int p = 0; p < DPS_PART_COUNT && len < sizeof(line); p++)
 		if (s->bytes[p])
 			len += (size_t)snprintf(line + len, sizeof(line) - len, " %s %.2f MB;",
@@ -511,6 +512,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	rc = dps_shard_load(&R->m, w, &w->lay->groups.cfg, o->model,
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = sc.block_size,
+						      .dtype = o->dtype,
 						      .kv_bytes = budget,
 						      /* more than every sequence at full length is never used */
 						      .max_blocks = sc.max_num_seqs *

@@ -24,6 +24,9 @@ int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = block_size,
 						      .num_blocks = R->m.num_blocks,
+						      /* the draft is held as its target is */
+						      .dtype = R->m.wt == DPS_WT_BF16 ? DPS_SHARD_DTYPE_BF16
+											: DPS_SHARD_DTYPE_F32,
 						      .target = &R->m },
 			    err, sizeof(err));
 	if (!rc)

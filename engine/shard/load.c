@@ -115,37 +115,6 @@ void dps_shard_load_vec_range(struct dps_shard_loader *L, const char *name, uint
 					    L->errlen);
 }
 
-/* ---- the rank-override loaders -------------------------------------------------------------- */
-
-void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, uint64_t d0,
-				 uint64_t d1, int rank, uint64_t per, float *dst)
-{
-	dps_shard_load_range(L, name, d0, d1, 0, (int64_t)rank * (int64_t)per, per, dst);
-}
-
-void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, uint64_t rows,
-				 uint64_t cols, int rank, int per, float *dst, int ld, int off)
-{
-	float *tmp;
-
-	if (L->rc)
-		return;
-	if (ld == per && off == 0) { /* the shard's own layout: straight into place */
-		dps_shard_load_range(L, name, rows, cols, 1, (int64_t)rank * per, (uint64_t)per, dst);
-		return;
-	}
-	tmp = malloc(sizeof(float) * rows * (size_t)per);
-	if (!tmp) {
-		L->rc = -ENOMEM;
-		snprintf(L->err, L->errlen, "out of memory loading '%s'", name);
-		return;
-	}
-	dps_shard_load_range(L, name, rows, cols, 1, (int64_t)rank * per, (uint64_t)per, tmp);
-	for (uint64_t r = 0; r < rows && !L->rc; r++)
-		memcpy(dst + r * (size_t)ld + off, tmp + r * (size_t)per, sizeof(float) * (size_t)per);
-	free(tmp);
-}
-
 static void attention_geometry(struct dps_shard *s)
 {
 	const struct dps_model_config *c = &s->cfg;
@@ -303,14 +272,14 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_whole(L, n2, dim, w->ffn_norm);
 	}
 	/* Prefill (plain TP): this TP position's query heads, then the KV heads they read. */
-	w->wqkv_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, rows_p * qin);
-	w->wo_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, dim * (size_t)s->hq_t * (size_t)hd);
+	w->wqkv_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, rows_p * qin);
+	w->wo_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, dim * (size_t)s->hq_t * (size_t)hd);
 	if (w->wqkv_p && w->wo_p) {
 		dps_shard_load_rows_of_rank(L, nq, qd, qin, t, (uint64_t)s->hq_t * (uint64_t)hd,
 					    w->wqkv_p);
 		for (int k = 0; k < s->nkv_t; k++) {
-			float *kr = w->wqkv_p + ((size_t)s->hq_t + (size_t)k) * (size_t)hd * qin;
-			float *vr = kr + (size_t)s->nkv_t * (size_t)hd * qin;
+			void *kr = dps_shard_wat(s, w->wqkv_p, ((size_t)s->hq_t + (size_t)k) * (size_t)hd * qin);
+			void *vr = dps_shard_wat(s, kr, (size_t)s->nkv_t * (size_t)hd * qin);
 
 			/* The KV heads by their ids, not by a rank. */
 			dps_shard_load_rows_of_rank(L, nk, kvd, qin, s->kv_t[k], (uint64_t)hd, kr);
@@ -322,14 +291,14 @@ static void load_layer(struct dps_shard_loader *L, int l)
 	if (ca > 1) {
 		const size_t rows_d = (size_t)(s->hq_e + 2 * s->nkv_e) * (size_t)hd;
 
-		w->wq_d = dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE, rows_d * dim);
-		w->wo_d = dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE, dim * (size_t)s->hq_e * (size_t)hd);
+		w->wq_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE, rows_d * dim);
+		w->wo_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE, dim * (size_t)s->hq_e * (size_t)hd);
 		if (w->wq_d && w->wo_d) {
 			dps_shard_load_rows_of_rank(L, nq, qd, dim, e, (uint64_t)s->hq_e * (uint64_t)hd,
 						    w->wq_d);
 			if (s->kv_by_eff) {
-				float *kr = w->wq_d + (size_t)s->hq_e * (size_t)hd * dim;
-				float *vr = kr + (size_t)s->nkv_e * (size_t)hd * dim;
+				void *kr = dps_shard_wat(s, w->wq_d, (size_t)s->hq_e * (size_t)hd * dim);
+				void *vr = dps_shard_wat(s, kr, (size_t)s->nkv_e * (size_t)hd * dim);
 
 				dps_shard_load_rows_of_rank(L, nk, kvd, dim, e,
 							    (uint64_t)s->nkv_e * (uint64_t)hd, kr);
@@ -346,12 +315,12 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		return;
 	}
 	/* MLP over TP x c_mlp with the group rank j*TP + t: gate and up rows, down columns. */
-	w->w_gate_up = dps_shard_alloc_part(L, DPS_PART_MLP, 2 * (size_t)s->im_sh * dim);
-	w->w_down = dps_shard_alloc_part(L, DPS_PART_MLP, dim * (size_t)s->im_sh);
+	w->w_gate_up = dps_shard_alloc_w(L, DPS_PART_MLP, 2 * (size_t)s->im_sh * dim);
+	w->w_down = dps_shard_alloc_w(L, DPS_PART_MLP, dim * (size_t)s->im_sh);
 	if (w->w_gate_up && w->w_down) {
 		dps_shard_load_rows_of_rank(L, ng, im, dim, gm, (uint64_t)s->im_sh, w->w_gate_up);
 		dps_shard_load_rows_of_rank(L, nu, im, dim, gm, (uint64_t)s->im_sh,
-					    w->w_gate_up + (size_t)s->im_sh * dim);
+					    dps_shard_wat(s, w->w_gate_up, (size_t)s->im_sh * dim));
 		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down, s->im_sh, 0);
 	}
 	if (c->mlp_bias) {
@@ -374,11 +343,11 @@ static void load_layer(struct dps_shard_loader *L, int l)
 }
 
 /* The vocabulary rows of shard `rank` (per rows each) of an embedding-shaped tensor. */
-static float *vocab_shard(struct dps_shard_loader *L, enum dps_shard_part part, const char *name,
-			  int rank, int per)
+static void *vocab_shard(struct dps_shard_loader *L, enum dps_shard_part part, const char *name,
+			 int rank, int per)
 {
 	const struct dps_model_config *c = &L->s->cfg;
-	float *p = dps_shard_alloc_part(L, part, (size_t)per * (size_t)c->hidden_size);
+	void *p = dps_shard_alloc_w(L, part, (size_t)per * (size_t)c->hidden_size);
 
 	if (p)
 		dps_shard_load_rows_of_rank(L, name, (uint64_t)c->vocab_size,
@@ -406,6 +375,9 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (rc)
 		return rc;
 	*c = L.ck.cfg;
+	rc = dps_shard_choose_wt(&L, opts ? opts->dtype : DPS_SHARD_DTYPE_AUTO);
+	if (rc)
+		goto out;
 	s->inv_freq = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
 	if (!s->inv_freq) {
 		rc = -ENOMEM;

@@ -32,12 +32,24 @@ static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
 	return p;
 }
 
-/* Expert e as this rank holds it (local index i): intermediate rows [i0, i0 + im_e). */
+/* n f32 values of src into BF16 dst, each rounded to nearest even. */
+static void narrow(uint16_t *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = dps_f32_to_bf16(src[i]);
+}
+
+/*
+ * Expert e as this rank holds it (local index i): intermediate rows [i0, i0 + im_e). Unless
+ * MXFP4, its weights are of s->wt: read as f32 (the GPT-OSS reader interleaves gate and up)
+ * and, for BF16, narrowed into place - exact for a BF16 checkpoint, whose values round-trip.
+ */
 static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t i0, int q4)
 {
 	struct dps_shard *s = L->s;
 	struct dps_shard_layer *w = &s->layers[l];
 	const size_t dim = (size_t)s->cfg.hidden_size, ime = (size_t)s->im_e;
+	const int bf16 = !q4 && s->wt == DPS_WT_BF16;
 	struct dps_gptoss_expert d = { .gu_b = w->exp_gu_b + (size_t)i * 2 * ime };
 
 	if (q4) {
@@ -46,12 +58,26 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 		d.dn_q = w->exp_dn_q[i] = alloc_bytes(L, dim * ime / 2);
 		d.dn_s = w->exp_dn_s[i] = alloc_bytes(L, dim * ime / 32);
 	} else {
-		d.gu = w->exp_gu[i] = dps_shard_alloc_part(L, DPS_PART_EXPERTS, 2 * ime * dim);
-		d.dn = w->exp_dn[i] = dps_shard_alloc_part(L, DPS_PART_EXPERTS, dim * ime);
+		w->exp_gu[i] = dps_shard_alloc_w(L, DPS_PART_EXPERTS, 2 * ime * dim);
+		w->exp_dn[i] = dps_shard_alloc_w(L, DPS_PART_EXPERTS, dim * ime);
+		d.gu = bf16 ? malloc(sizeof(float) * 2 * ime * dim) : w->exp_gu[i];
+		d.dn = bf16 ? malloc(sizeof(float) * dim * ime) : w->exp_dn[i];
+		if ((!d.gu || !d.dn) && !L->rc) {
+			L->rc = -ENOMEM;
+			snprintf(L->err, L->errlen, "out of memory reading expert %d of layer %d", e, l);
+		}
 	}
 	if (!L->rc)
 		L->rc = dps_gptoss_expert_read(&L->ck, l, e, i0, (int)ime, q4, &d, L->err,
 					       L->errlen);
+	if (bf16 && !L->rc) {
+		narrow(w->exp_gu[i], d.gu, 2 * ime * dim);
+		narrow(w->exp_dn[i], d.dn, dim * ime);
+	}
+	if (bf16) {
+		free(d.gu);
+		free(d.dn);
+	}
 }
 
 /*
@@ -75,14 +101,14 @@ void dps_shard_load_experts(struct dps_shard_loader *L, int l)
 
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
 	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.router.bias", l);
-	w->router = dps_shard_alloc_part(L, DPS_PART_EXPERTS, E * dim);
+	w->router = dps_shard_alloc_w(L, DPS_PART_EXPERTS, E * dim);
 	w->router_bias = dps_shard_alloc_part(L, DPS_PART_EXPERTS, E);
 	if (w->router && w->router_bias) {
-		dps_shard_load_range(L, n0, E, dim, 0, 0, E, w->router);
+		dps_shard_load_range_w(L, n0, E, dim, 0, 0, E, w->router);
 		dps_shard_load_whole(L, n1, E, w->router_bias);
 	}
-	w->exp_gu = calloc((size_t)s->e_n, sizeof(float *));
-	w->exp_dn = calloc((size_t)s->e_n, sizeof(float *));
+	w->exp_gu = calloc((size_t)s->e_n, sizeof(void *));
+	w->exp_dn = calloc((size_t)s->e_n, sizeof(void *));
 	w->exp_gu_q = calloc((size_t)s->e_n, sizeof(uint8_t *));
 	w->exp_gu_s = calloc((size_t)s->e_n, sizeof(uint8_t *));
 	w->exp_dn_q = calloc((size_t)s->e_n, sizeof(uint8_t *));

@@ -43,12 +43,19 @@
 #include <stdint.h>
 
 #include "engine/runtime/groups.h"
+#include "kernels/gemm.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/world.h"
 #include "shm/coll.h"
 
 #define DPS_PAD_SLOT (-1)          /* the KV slot of a row that writes nothing */
 #define DPS_BLOCK_SIZE_DEFAULT 32
+
+/* --dtype: the in-memory type of the linear weights. */
+enum dps_shard_dtype { DPS_SHARD_DTYPE_AUTO, DPS_SHARD_DTYPE_F32, DPS_SHARD_DTYPE_BF16 };
+
+/* Parses "auto", "f32" or "bf16"; 0, or -EINVAL with a message naming the flag and the choices. */
+int dps_shard_dtype_parse(const char *s, enum dps_shard_dtype *out, char *err, size_t errlen);
 
 struct dps_shard_opts {
 	int max_pos;  /* positions per sequence (0: the model's context) */
@@ -59,6 +66,12 @@ struct dps_shard_opts {
 	int max_blocks;  /* and then at most this many blocks (0: no limit) */
 	int max_rows; /* rows per step of any replica (0: 1); the same on every rank, since a
 		       * rank gathers the rows of other replicas */
+	/*
+	 * How the linear weights are held: auto (BF16 when the checkpoint's are, see
+	 * dps_ckpt_weights_bf16; else f32), f32 (BF16 and F16 widened, exact) or bf16 (F32 and F16
+	 * rounded to nearest even). Norms, biases, sinks and other vectors stay f32.
+	 */
+	enum dps_shard_dtype dtype;
 	/*
 	 * Non-NULL: dir is an Eagle3 draft of this (loaded) target, sharded as the draft is
 	 * (below); num_blocks should then be the target's, so that its block tables serve both.
@@ -151,8 +164,10 @@ struct dps_shard {
 	float *m_ret;                /* (moe_items, hidden) their outputs, returned */
 	int *m_e2;                   /* (moe_items) the expert of each received item */
 
-	float *emb_p, *emb_d;        /* (v_tp | v_emb, hidden); emb_d == emb_p when c_emb == 1 */
-	float *lm_p, *lm_d;          /* (v_tp | v_lm, hidden) */
+	/* Linear weights (and the embedding) are held as wt: f32, or BF16 (--dtype). */
+	enum dps_wtype wt;
+	void *emb_p, *emb_d;         /* (v_tp | v_emb, hidden) of wt; emb_d == emb_p when c_emb == 1 */
+	void *lm_p, *lm_d;           /* (v_tp | v_lm, hidden) of wt */
 	float *final_norm;
 	struct dps_shard_layer *layers;
 	size_t bytes[DPS_PART_COUNT];
@@ -199,7 +214,7 @@ struct dps_shard {
 	int n_aux, aux_l[3];
 	float *aux;                  /* (max_rows, 3, hidden) the fused layers' inputs */
 	int draft, qkv_in, fc_w, target_vocab;
-	float *fc;                   /* (hidden, fc_w) this rank's columns of the fusion */
+	void *fc;                    /* (hidden, fc_w) of wt: this rank's columns of the fusion */
 	float *hidden_norm;          /* (hidden) */
 	float *fcin;                 /* (max_rows, fc_w) this rank's columns of the fused states */
 	int *d2t;                    /* (draft vocab) draft id -> target id offset */

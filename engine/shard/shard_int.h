@@ -4,7 +4,8 @@
  * (as SQLite's btreeInt.h): a layer's weights, the loader with its rank-override reads, and
  * the pieces of the forward pass each file lends the others. The public face is shard.h.
  *
- *   load.c   geometry, the rank-override loaders, dps_shard_load and dps_shard_free
+ *   load.c   geometry, dps_shard_load and dps_shard_free
+ *   weights.c  the linear weights' type (--dtype), allocation and rank-override loaders
  *   load_moe.c  a MoE layer's router and experts (GPT-OSS's layout, MXFP4 kept)
  *   kv.c     the paged KV cache: layout, budget, blocks (kv.h, also used by engine/serve/)
  *   coll.c   the counted collectives and _dp_transition
@@ -25,16 +26,18 @@
 /* One decoder layer's weights as this rank holds them. */
 struct dps_shard_layer {
 	float *attn_norm, *ffn_norm; /* (hidden) each */
-	float *wqkv_p;   /* prefill (plain TP): q (hq_t heads), k and v (nkv_t heads) x qkv_in */
-	float *wo_p;     /* (hidden, hq_t * hd) */
-	float *wq_d;     /* decode, c_attn > 1: q of the effective rank's hq_e heads [+ k, v] */
-	float *wo_d;     /* (hidden, hq_e * hd) */
-	float *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
-	float *w_down;   /* (hidden, im_sh) */
-	/* MoE layers: router (E, hidden) and bias (E); expert e_lo + i: exp_gu[i] (2 * im_e,
-	 * hidden) gate rows then up rows, exp_dn[i] (hidden, im_e). */
-	float *router, *router_bias;
-	float **exp_gu, **exp_dn;
+	/* The linear weights, of s->wt (f32 or BF16): */
+	void *wqkv_p;    /* prefill (plain TP): q (hq_t heads), k and v (nkv_t heads) x qkv_in */
+	void *wo_p;      /* (hidden, hq_t * hd) */
+	void *wq_d;      /* decode, c_attn > 1: q of the effective rank's hq_e heads [+ k, v] */
+	void *wo_d;      /* (hidden, hq_e * hd) */
+	void *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
+	void *w_down;    /* (hidden, im_sh) */
+	/* MoE layers: router (E, hidden) of wt and bias (E); expert e_lo + i: exp_gu[i] (2 * im_e,
+	 * hidden) gate rows then up rows, exp_dn[i] (hidden, im_e), both of wt. */
+	void *router;
+	float *router_bias;
+	void **exp_gu, **exp_dn;
 	/*
 	 * What the families add (NULL when the model has none). A bias of a row-sharded product
 	 * is sharded with its rows; the bias of a product whose partial sums are all-reduced is
@@ -72,6 +75,22 @@ struct dps_shard_loader {
 /* floats of weights for part (counted in s->bytes), or NULL with L->rc set. */
 float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part, size_t floats);
 
+/* weights.c: s->wt from --dtype (auto: the checkpoint's, dps_ckpt_weights_bf16). 0 or -EINVAL. */
+int dps_shard_choose_wt(struct dps_shard_loader *L, enum dps_shard_dtype d);
+
+/* elems linear weights of s->wt for part (counted in s->bytes), or NULL with L->rc set. */
+void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems);
+
+/* Element `elems` of a linear weight W of s->wt (row r of a k-wide matrix: elems = r * k). */
+static inline void *dps_shard_wat(const struct dps_shard *s, const void *W, size_t elems)
+{
+	return (char *)(uintptr_t)W + elems * dps_wtype_size(s->wt);
+}
+
+/* Indices [first, first + n) of dimension dim of a (d0 x d1) linear weight into dst, of s->wt. */
+void dps_shard_load_range_w(struct dps_shard_loader *L, const char *name, uint64_t d0,
+			    uint64_t d1, int dim, int64_t first, uint64_t n, void *dst);
+
 /* Indices [first, first + n) of dimension dim of a (d0 x d1) tensor into dst; zero past the
  * end. Does nothing once L->rc is set (every loader below behaves so). */
 void dps_shard_load_range(struct dps_shard_loader *L, const char *name, uint64_t d0, uint64_t d1,
@@ -92,12 +111,12 @@ void dps_shard_load_vec_range(struct dps_shard_loader *L, const char *name, uint
  * j + t*c (dps_shard_attn_rank), or the plain TP rank t for the prefill layouts.
  */
 void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, uint64_t d0,
-				 uint64_t d1, int rank, uint64_t per, float *dst);
+				 uint64_t d1, int rank, uint64_t per, void *dst);
 
 /* The same along dimension 1: columns [rank * per, (rank + 1) * per) of a (rows x cols) tensor
- * into dst (rows x ld) at column off. */
+ * into dst (rows x ld) at column off. Both load linear weights, into s->wt. */
 void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, uint64_t rows,
-				 uint64_t cols, int rank, int per, float *dst, int ld, int off);
+				 uint64_t cols, int rank, int per, void *dst, int ld, int off);
 
 /* load_moe.c: layer l's router and the experts this rank holds (shard.h says which). */
 void dps_shard_load_experts(struct dps_shard_loader *L, int l);
@@ -127,16 +146,16 @@ int dps_shard_allgather(struct dps_shard *s, struct dps_comm *c, int sg, const v
 /* ---- step.c: what both graphs use ------------------------------------------------------------ */
 
 /* out (m, n) = x (m, k) W (n, k)^T, timed and counted in s->linear_ns and s->linear_flops. */
-void dps_shard_linear(struct dps_shard *s, float *out, const float *x, const float *W, int m,
+void dps_shard_linear(struct dps_shard *s, float *out, const float *x, const void *W, int m,
 		      int n, int k);
 /* The partial MLP of R rows h (this rank's intermediate shard) into o (R, hidden). */
 void dps_shard_mlp(struct dps_shard *s, int l, int R, const float *h, float *o);
 /* x (n, hidden) = the rows of ids in a vocabulary shard starting at lo (per rows), else 0. */
-void dps_shard_lookup(const struct dps_shard *s, const float *table, int lo, int per,
+void dps_shard_lookup(const struct dps_shard *s, const void *table, int lo, int per,
 		      const int *ids, int n, float *x);
 /* Logits of m normed rows h against a vocabulary shard gathered over comm; rows
  * [first, first + keep) are assembled into out (keep, vocab). */
-int dps_shard_project(struct dps_shard *s, const float *h, int m, const float *table, int per,
+int dps_shard_project(struct dps_shard *s, const float *h, int m, const void *table, int per,
 		      struct dps_comm *comm, int sg, int first, int keep, float *out);
 
 /* ---- attn.c ---------------------------------------------------------------------------------- */

@@ -19,13 +19,13 @@
 #include "kernels/kernels.h"
 #include "shm/wait.h"
 
-/* A product through dps_linear_f32, counted in s->linear_ns and s->linear_flops. */
-void dps_shard_linear(struct dps_shard *s, float *out, const float *x, const float *W, int m,
+/* A product through dps_linear_w on W of s->wt, counted in s->linear_ns and s->linear_flops. */
+void dps_shard_linear(struct dps_shard *s, float *out, const float *x, const void *W, int m,
 		      int n, int k)
 {
 	const uint64_t t0 = dps_now_ns();
 
-	dps_linear_f32(out, x, W, m, n, k);
+	dps_linear_w(out, x, W, s->wt, m, n, k);
 	s->linear_ns += dps_now_ns() - t0;
 	s->linear_flops += 2.0 * m * n * k;
 }
@@ -65,7 +65,7 @@ int dps_shard_coupled(const struct dps_shard *s)
 /* ---- embedding and LM head ------------------------------------------------------------------- */
 
 /* x (n, hidden) = rows of ids found in a vocabulary shard starting at lo (per rows), else 0. */
-void dps_shard_lookup(const struct dps_shard *s, const float *table, int lo, int per,
+void dps_shard_lookup(const struct dps_shard *s, const void *table, int lo, int per,
 		      const int *ids, int n, float *x)
 {
 	const int dim = s->cfg.hidden_size;
@@ -73,7 +73,12 @@ void dps_shard_lookup(const struct dps_shard *s, const float *table, int lo, int
 	for (int i = 0; i < n; i++) {
 		const int v = ids[i] - lo;
 
-		if (v >= 0 && v < per)
+		if (v >= 0 && v < per && s->wt == DPS_WT_BF16) { /* one row widened, exactly */
+			const uint16_t *row = dps_shard_wat(s, table, (size_t)v * (size_t)dim);
+
+			for (int c = 0; c < dim; c++)
+				x[(size_t)i * dim + c] = dps_bf16_to_f32(row[c]);
+		} else if (v >= 0 && v < per)
 			dps_embedding(x + (size_t)i * dim, table, dim, v);
 		else
 			memset(x + (size_t)i * dim, 0, sizeof(float) * (size_t)dim);
@@ -85,7 +90,7 @@ void dps_shard_lookup(const struct dps_shard *s, const float *table, int lo, int
  * me of size n shards gathered over comm): lg2 gets every shard for every row; rows
  * [first, first + keep) are assembled into out (keep, vocab).
  */
-int dps_shard_project(struct dps_shard *s, const float *h, int m, const float *table, int per,
+int dps_shard_project(struct dps_shard *s, const float *h, int m, const void *table, int per,
 		      struct dps_comm *comm, int sg, int first, int keep, float *out)
    {
 	const int V = s->cfg.vocab_size, nsh = comm ? comm->n : 1;
