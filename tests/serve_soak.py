@@ -134,6 +134,16 @@ def rss_kb(pid):
     return -1
 
 
+def rss_parts(pid):
+    """RssAnon, RssFile and RssShmem of pid in KB (what the RSS is made of)."""
+    parts = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                parts[line.split(":")[0][3:].lower()] = int(line.split()[1])
+    return parts
+
+
 def settled_rss_kb(pid):
     """The RSS once it stops moving (the burst's connections closed and reaped)."""
     last, same, deadline = rss_kb(pid), 0, time.time() + 3
@@ -299,8 +309,11 @@ def soak(tmp, model, want, name, bursts):
                 if check_answers(answers[:1], wrong, "self-check") != 1:
                     fail("self-check: a wrong oracle token was not reported")
             rss.append(settled_rss_kb(srv.proc.pid))
-            print("%s burst %2d: %d answers in %.2f s, RSS %d KB, %d receives re-armed" %
-                  (name, b + 1, CLIENTS, time.time() - t, rss[-1], rearms[-1]), flush=True)
+            parts = rss_parts(srv.proc.pid)
+            print("%s burst %2d: %d answers in %.2f s, RSS %d KB (anon %s, file %s, shmem %s),"
+                  " %d receives re-armed" %
+                  (name, b + 1, CLIENTS, time.time() - t, rss[-1], parts.get("anon"),
+                   parts.get("file"), parts.get("shmem"), rearms[-1]), flush=True)
     finally:
         status = srv.stop()
     if len(rss) == bursts:
