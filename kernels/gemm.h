@@ -116,10 +116,6 @@ void dps_gemm_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
 void dps_gemm_bf16_ref(float *restrict out, int ldo, const float *restrict x,
 		       const uint16_t *restrict W, int m, int n, int k);
 
-/* out[r] = W[r,:] . x, r < rows: dps_gemm_f32_avx512 at m = 1. Requires AVX-512F. */
-void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
-			   const float *restrict W, int rows, int cols);
-
 /* The plain-C twin of dps_linear_f32 under "auto": dps_gemm_f32_ref, bit for bit the same. */
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
 

@@ -310,12 +310,6 @@ void dps_gemm_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
 	gemm_blocked(tile_bf16_avx512, 1 << 20, out, ldo, x, W, sizeof(uint16_t), m, n, k);
 }
 
-void dps_matvec_f32_avx512(float *restrict out, const float *restrict x,
-			   const float *restrict W, int rows, int cols)
-{
-	dps_gemm_f32_avx512(out, rows, x, W, 1, rows, cols);
-}
-
 /* ---- AVX2 with FMA -------------------------------------------------------------------- */
 
 /*
