@@ -730,11 +730,12 @@ int dps_bench_decode(int argc, char **argv)
 				printf(" %d", b.load[d]);
 			printf("\n");
 		}
-		/* llama-bench's first columns: model, size (every weight once), params. */
+		/* llama-bench's first columns: model, size (every weight once, in the type the
+		 * linear weights are held in; the norms' few f32 values are counted at that size
+		 * too), params. */
 		{
 			const double params = (double)dps_model_config_params(&b.cfg);
-
-			const double bytes = params * sizeof(float);
+			const double bytes = params * (double)dps_wtype_size((enum dps_wtype)b.rank0_wt);
 
 			if (bytes >= 1024.0 * 1024.0 * 1024.0)
 				snprintf(size_s, sizeof(size_s), "%.2f GiB", bytes / (1 << 30));
