@@ -304,6 +304,12 @@ START_TEST(test_engine_bf16_is_widened_f32)
 	greedy(&b, lb);
 	ck_assert_msg(!memcmp(la, lb, sizeof(float) * 9 * V),
 		      "%s: BF16 logits differ from the widened f32 ones", presets[_i]);
+	/* The expert bytes the steps read (bench decode's and /metrics' expert_bytes) are
+	 * counted in the weights' type: fewer in BF16, over the same steps and routes. */
+	if (a.moe)
+		ck_assert_msg(a.moe_bytes < b.moe_bytes, "%s: %llu expert bytes read in BF16, %llu "
+			      "in f32", presets[_i], (unsigned long long)a.moe_bytes,
+			      (unsigned long long)b.moe_bytes);
 	/* The linear weights are nearly all of the bytes: BF16 about halves them. */
 	ck_assert_msg(shard_bytes(&a) < shard_bytes(&b) * 6 / 10, "%s: %zu bytes against %zu",
 		      presets[_i], shard_bytes(&a), shard_bytes(&b));
