@@ -79,9 +79,10 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 /*
  * The same product on BF16 weights W (n x k, common/bf16.h). Contract: widening BF16 to f32
  * is exact and the sums are those of dps_linear_f32, so the result is, bit for bit,
- * dps_linear_f32 on the widened weights - at every m, in both forms, with any threads. Half
- * the bytes of W are read. Not under BLIS: with a BLIS kernel set named, W's rows are widened
- * a block at a time and multiplied by dps_linear_f32 (same bits as BLIS on the widened W).
+ * dps_linear_f32 under "auto" on the widened weights - at every m, in both forms, with any
+ * threads. Half the bytes of W are read. Under a BLIS kernel set too it runs dpshard's kernel
+ * (the best this CPU passed the self-check with), so its bits are then those of "auto", not
+ * of BLIS on the widened weights.
  */
 void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k);
 

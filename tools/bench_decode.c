@@ -289,6 +289,14 @@ static int rank_main(struct dps_world *w, void *arg)
 					tok[i] = s.cfg.bos_token_id;
 					pos[i] = 0;
 				}
+				/*
+				 * Expected to progress only while it has rows to step: an uncoupled
+				 * replica without any (--load 0) waits in the barriers, alive but
+				 * doing no work, while the others run, and one that finishes first
+				 * waits for the slower; the supervisor's deadlock rule would fail
+				 * the run after 30 s of that.
+				 */
+				dps_world_set_busy(w, rows > 0);
 				/* Position 0 of every sequence, then G decode steps, timed. */
 				if (rows)
 					lg = decode_step(&s, rows, real, tok, pos, slot, tix, want, table,
@@ -308,8 +316,10 @@ static int rank_main(struct dps_world *w, void *arg)
 					lg = decode_step(&s, rows, real, tok, pos, slot, tix, want,
 							 table, zero, &rc);
 				}
+				dps_world_set_busy(w, 0);
 				if (!rc)
 					rc = barrier(w);
+				dps_world_set_busy(w, 1);
 				m.secs = (double)(dps_now_ns() - t0) / 1e9;
 				m.coll_s = (double)(coll_ns(w) - c0) / 1e9;
 				for (int k = 0; k < DPS_COLL_KINDS; k++) {

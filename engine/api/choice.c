@@ -142,8 +142,7 @@ static long find_stop(const struct fe_req *r, size_t from)
 	return best;
 }
 
-/* Cancels the engine requests of r's group still running (r itself has ended). */
-static void cancel_siblings(struct dps_frontend *f, const struct fe_req *r)
+void dps_fe_cancel_siblings(struct dps_frontend *f, const struct fe_req *r)
 {
 	if (!f->client || r->g->n_open == 0)
 		return;
@@ -189,7 +188,7 @@ void dps_fe_finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why
 	 * stop at once instead of running to their end for an answer nobody will read (their
 	 * "cancelled" ends count down n_open; the last one sends the 500). */
 	if (!r->stream && why == DPS_FINISH_ERROR && !r->g->failed)
-		cancel_siblings(f, r);
+		dps_fe_cancel_siblings(f, r);
 	r->g->failed |= why == DPS_FINISH_ERROR;
 	if (!r->stream && r->g->failed) {
 		if (!r->g->n_open)

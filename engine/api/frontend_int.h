@@ -120,6 +120,8 @@ int dps_fe_submit(struct dps_frontend *f, struct dps_prep_job *job);
 /* The end of choice r: its part of the response (unless the client is gone), metrics, the log
  * line; once per choice. */
 void dps_fe_finish(struct dps_frontend *f, struct fe_req *r, enum dps_finish why);
+/* Cancels the engine requests of r's group still running (r itself has ended). */
+void dps_fe_cancel_siblings(struct dps_frontend *f, const struct fe_req *r);
 void dps_fe_req_free(struct dps_frontend *f, struct fe_req *r);
 
 /* ---- respond.c ------------------------------------------------------------------------------- */

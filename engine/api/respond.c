@@ -61,6 +61,22 @@ static void stream_fail_fixed(struct dps_frontend *f, const struct fe_req *r)
 	dps_http_stream_end(f->http, r->conn);
 }
 
+/*
+ * Choice r had no memory to write its end: a stream ends now with the fixed error; a whole
+ * body becomes a 500, sent by the last choice (now, if this one is it). Either way the other
+ * choices stop, as for an engine error (dps_fe_finish): nobody will read their answers.
+ */
+static void final_fail_oom(struct dps_frontend *f, struct fe_req *r)
+{
+	if (!r->g->failed)
+		dps_fe_cancel_siblings(f, r);
+	r->g->failed = 1;
+	if (r->stream)
+		stream_fail_fixed(f, r);
+	else if (!r->g->n_open)
+		dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
+}
+
 static void fingerprint(FILE *o, const struct dps_frontend *f)
 {
 	if (!f->o.fingerprint)
@@ -403,15 +419,7 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 		dps_fe_stream_text(f, r, r->len);
 	o = open_memstream(&body, &n);
 	if (!o) {
-		/* No memory for this choice's end: a stream ends now with an error; a whole body
-		 * becomes a 500, sent by the last choice (now, if this one is it). */
-		if (r->stream) {
-			stream_fail_fixed(f, r);
-		} else {
-			r->g->failed = 1;
-			if (!r->g->n_open)
-				dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
-		}
+		final_fail_oom(f, r);
 		return;
 	}
 	if (r->stream) {
@@ -428,7 +436,7 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 		fprintf(o, "}\n\n");
 		if (fclose(o) || !body) {
 			free(body);
-			stream_fail_fixed(f, r);
+			final_fail_oom(f, r);
 			return;
 		}
 		dps_http_stream_write(f->http, r->conn, body, n);
@@ -455,9 +463,7 @@ void dps_fe_respond_final(struct dps_frontend *f, struct fe_req *r, const char *
 	}
 	if (fclose(o) || !body) {
 		free(body);
-		r->g->failed = 1;
-		if (!r->g->n_open)
-			dps_fe_send_error(f, r->conn, 500, "internal_error", DPS_FE_OOM_MSG);
+		final_fail_oom(f, r);
 		return;
 	}
 	free(r->g->body[r->index]);

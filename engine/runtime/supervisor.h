@@ -77,8 +77,9 @@ struct dps_sup_opts {
 	 * Hung ranks (docs/DESIGN.md section 1). A rank is expected to progress while
 	 * pending_fn(rank, msg_arg) returns non-zero (work the caller gave it is not done; NULL:
 	 * never) or while its own busy flag is set (dps_world_set_busy). Only that time counts:
-	 * a rank whose heartbeat has not moved for rank_timeout_ms of it has failed (0: never
-	 * checked). The loop checks on its wait timeout, every rank_timeout_ms / 8 (at least
+	 * a rank whose work word has not moved for rank_timeout_ms of it has stalled (0: never
+	 * checked), and fails as hung (its alive word stopped too) or with the other stalled
+	 * ranks as deadlocked (all still alive: waiting). The loop checks on its wait timeout, every rank_timeout_ms / 8 (at least
 	 * 20 ms, at most 1 s).
 	 */
 	unsigned rank_timeout_ms;

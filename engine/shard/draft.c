@@ -100,8 +100,7 @@ void dps_shard_load_draft_extras(struct dps_shard_loader *L)
 	s->fc = dps_shard_alloc_w(L, DPS_PART_MLP, dim * (size_t)s->fc_w);
 	s->hidden_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, dim);
 	if (s->fc && s->hidden_norm) {
-		dps_shard_load_cols_of_rank(L, "fc.weight", dim, 3 * dim, s->t, s->fc_w, s->fc,
-					    s->fc_w, 0);
+		dps_shard_load_cols_of_rank(L, "fc.weight", dim, 3 * dim, s->t, s->fc_w, s->fc);
 		dps_shard_load_whole(L, "midlayer.hidden_norm.weight", dim, s->hidden_norm);
 	}
 	s->d2t = calloc(V, sizeof(int));

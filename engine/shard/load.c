@@ -285,7 +285,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 			dps_shard_load_rows_of_rank(L, nk, kvd, qin, s->kv_t[k], (uint64_t)hd, kr);
 			dps_shard_load_rows_of_rank(L, nv, kvd, qin, s->kv_t[k], (uint64_t)hd, vr);
 		}
-		dps_shard_load_cols_of_rank(L, no, dim, qd, t, s->hq_t * hd, w->wo_p, s->hq_t * hd, 0);
+		dps_shard_load_cols_of_rank(L, no, dim, qd, t, s->hq_t * hd, w->wo_p);
 	}
 	/* Decode with c_attn > 1: the effective rank's query heads [and KV heads]. */
 	if (ca > 1) {
@@ -305,8 +305,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 				dps_shard_load_rows_of_rank(L, nv, kvd, dim, e,
 							    (uint64_t)s->nkv_e * (uint64_t)hd, vr);
 			}
-			dps_shard_load_cols_of_rank(L, no, dim, qd, e, s->hq_e * hd, w->wo_d,
-						    s->hq_e * hd, 0);
+			dps_shard_load_cols_of_rank(L, no, dim, qd, e, s->hq_e * hd, w->wo_d);
 		}
 	}
 	load_attn_extras(L, l);
@@ -321,7 +320,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_rows_of_rank(L, ng, im, dim, gm, (uint64_t)s->im_sh, w->w_gate_up);
 		dps_shard_load_rows_of_rank(L, nu, im, dim, gm, (uint64_t)s->im_sh,
 					    dps_shard_wat(s, w->w_gate_up, (size_t)s->im_sh * dim));
-		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down, s->im_sh, 0);
+		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down);
 	}
 	if (c->mlp_bias) {
 		lname(s, ng, sizeof(ng), l, "mlp.gate_proj.bias");

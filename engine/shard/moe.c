@@ -34,7 +34,9 @@ static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int 
 
 	if (!n)
 		return;
-	s->moe_bytes += (uint64_t)E * ((uint64_t)s->cfg.hidden_size + 1) * sizeof(float);
+	/* the router of s->wt, its bias f32 */
+	s->moe_bytes += (uint64_t)E * (uint64_t)s->cfg.hidden_size * dps_wtype_size(s->wt) +
+			(uint64_t)E * sizeof(float);
 	dps_shard_linear(s, s->m_lg, h, w->router, n, E, s->cfg.hidden_size);
 	for (int i = 0; i < n; i++) {
 		float *lg = s->m_lg + (size_t)i * (size_t)E;
@@ -78,7 +80,7 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			dps_linear_mxfp4(s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt,
 					 2 * im, dim);
 		} else {
-			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * sizeof(float);
+			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * dps_wtype_size(s->wt);
 			dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
 		}
 		if (w->exp_gu_b)

@@ -114,9 +114,9 @@ void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, u
 				 uint64_t d1, int rank, uint64_t per, void *dst);
 
 /* The same along dimension 1: columns [rank * per, (rank + 1) * per) of a (rows x cols) tensor
- * into dst (rows x ld) at column off. Both load linear weights, into s->wt. */
+ * into dst (rows x per). Both load linear weights, into s->wt. */
 void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, uint64_t rows,
-				 uint64_t cols, int rank, int per, void *dst, int ld, int off);
+				 uint64_t cols, int rank, int per, void *dst);
 
 /* load_moe.c: layer l's router and the experts this rank holds (shard.h says which). */
 void dps_shard_load_experts(struct dps_shard_loader *L, int l);

@@ -94,27 +94,7 @@ void dps_shard_load_rows_of_rank(struct dps_shard_loader *L, const char *name, u
 }
 
 void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, uint64_t rows,
-				 uint64_t cols, int rank, int per, void *dst, int ld, int off)
+				 uint64_t cols, int rank, int per, void *dst)
 {
-	const size_t esz = dps_wtype_size(L->s->wt);
-	char *tmp;
-
-	if (L->rc)
-		return;
-	if (ld == per && off == 0) { /* the shard's own layout: straight into place */
-		dps_shard_load_range_w(L, name, rows, cols, 1, (int64_t)rank * per, (uint64_t)per,
-				       dst);
-		return;
-	}
-	tmp = malloc(esz * rows * (size_t)per);
-	if (!tmp) {
-		L->rc = -ENOMEM;
-		snprintf(L->err, L->errlen, "out of memory loading '%s'", name);
-		return;
-	}
-	dps_shard_load_range_w(L, name, rows, cols, 1, (int64_t)rank * per, (uint64_t)per, tmp);
-	for (uint64_t r = 0; r < rows && !L->rc; r++)
-		memcpy((char *)dst + (r * (size_t)ld + (size_t)off) * esz, tmp + r * (size_t)per * esz,
-		       esz * (size_t)per);
-	free(tmp);
+	dps_shard_load_range_w(L, name, rows, cols, 1, (int64_t)rank * per, (uint64_t)per, dst);
 }
