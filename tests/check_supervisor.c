@@ -487,6 +487,18 @@ static int hang_rank(struct dps_world *w, void *arg)
 
 			nanosleep(&ts, NULL); /* silent, and nothing asked of it */
 		}
+		if (h->how == 4) {
+			/* Works for three timeouts (a long step) while its peers wait for it. */
+			const uint64_t end = dps_now_ns() + 1200000000ull;
+
+			dps_world_set_busy(w, 1);
+			while (dps_now_ns() < end) {
+				struct timespec ts = { 0, 20000000 };
+
+				nanosleep(&ts, NULL);
+				dps_work();
+			}
+		}
 		if (h->how == 3) {
 			static struct dps_wword never; /* this process's own: nobody rings it */
 
@@ -597,6 +609,25 @@ START_TEST(test_deadlock)
 }
 END_TEST
 
+START_TEST(test_waiting_for_a_worker)
+{
+	/* Rank 1 works for three timeouts while its peers wait for it in a barrier, alive and
+	 * not working: they wait for a rank that works, which is no deadlock, and the run ends
+	 * well. (The check can fail: test_deadlock, where nobody works.) */
+	struct hang_arg h = { .victim = 1, .how = 4, .pending = 1 };
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = hang_rank,
+				  .rank_arg = &h, .msg_arg = &h, .pending_fn = hang_pending,
+				  .rank_timeout_ms = 400, .grace_ms = 500 };
+	struct dps_sup_result res;
+	char err[512];
+
+	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(res.deadlock, 0);
+	for (int r = 0; r < 3; r++)
+		ck_assert_int_eq(sh->err_code[r], 0);
+}
+END_TEST
+
 static Suite *sup_suite(void)
 {
 	Suite *s = suite_create("supervisor");
@@ -629,6 +660,7 @@ static Suite *sup_suite(void)
 	tcase_add_test(tc, test_hung_rank_stopped);
 	tcase_add_test(tc, test_idle_rank_not_hung);
 	tcase_add_test(tc, test_deadlock);
+	tcase_add_test(tc, test_waiting_for_a_worker);
 	suite_add_tcase(s, tc);
 	return s;
 }

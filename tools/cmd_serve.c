@@ -149,6 +149,12 @@ static int on_pending(int rank, void *arg)
 	return S->client ? dps_engine_rank_pending(rank, S->client) : 0;
 }
 
+static int on_coupled(void *arg)
+{
+	(void)arg;
+	return S->client ? dps_engine_coupled(S->client) : 1;
+}
+
 /* Signals that arrive while no ranks run (the supervisor reads them while they do). */
 static void poll_signals(void)
 {
@@ -590,7 +596,8 @@ int dps_cmd_serve(int argc, char **argv)
 					   .cqe_fn = on_cqe, .child_fn = in_child,
 					   .signal_fn = on_signal, .fail_fn = on_fail,
 					   .rank_timeout_ms = (unsigned)rank_timeout * 1000u,
-					   .pending_fn = on_pending, .verbose = verbose };
+					   .pending_fn = on_pending, .coupled_fn = on_coupled,
+					   .verbose = verbose };
 		struct dps_sup_result res;
 		int was_ready;
 

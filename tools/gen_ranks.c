@@ -93,6 +93,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 				   .rank_fn = dps_engine_rank_main, .rank_arg = &eo,
 				   .msg_fn = dps_engine_on_msg, .tick_fn = dps_engine_tick,
 				   .pending_fn = dps_engine_rank_pending,
+				   .coupled_fn = dps_engine_coupled,
 				   .rank_timeout_ms = (unsigned)o->rank_timeout * 1000u,
 				   .verbose = o->verbose };
 	struct dps_sup_result res;

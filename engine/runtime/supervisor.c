@@ -49,7 +49,9 @@ struct sup {
 	uint64_t gen;                /* this run's number, in the user_data of its polls */
 	struct dps_hang_watch *hang; /* (world) each rank's work word */
 	struct dps_hang_watch *beats; /* (world) each rank's alive word */
-	unsigned char *stalled;      /* (world) work stopped for the timeout, at the last check */
+	unsigned char *stalled;      /* (world) at the last check: 0 not expected to progress, 1
+				      * progressing, 2 stalled (work stopped for the timeout), 3
+				      * stalled and deadlocked */
 	uint64_t hang_checked;       /* when the heartbeats were last checked (0: never) */
 	int hung_rank;               /* the rank killed for hanging, or -1 */
 };
@@ -342,14 +344,8 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 		const uint64_t silent = dps_hang_watch_check(&s->beats[r], alive, expected, now);
 		char who[64];
 
-		s->stalled[r] = stuck >= limit;
-		if (!s->stalled[r])
-			continue;
-		if (first < 0)
-			first = r;
-		n_stalled++;
-		stalled_for = stuck > stalled_for ? stuck : stalled_for;
-		if (silent < alive_limit)
+		s->stalled[r] = !expected ? 0 : stuck < limit ? 1 : 2;
+		if (s->stalled[r] != 2 || silent < alive_limit)
 			continue;
 		describe_rank(s, r, who, sizeof(who));
 		snprintf(err, errlen, "%s, pid %ld, made no progress for %.1f s with work pending "
@@ -361,12 +357,36 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 		sup_fail(s, r, err);
 		return (int)period;
 	}
+	/*
+	 * Every stalled rank still beats: they wait. For a working peer they may (a replica in
+	 * lockstep behind another one's long prefill): a stalled rank whose domain (every rank
+	 * when the replicas step together, else its replica) holds a rank that works is left
+	 * alone. The rest wait for each other, or for something that never comes.
+	 */
+	for (int r = 0; r < s->lay.world; r++) {
+		const int tp = s->o->par.tp > 0 ? s->o->par.tp : 1;
+		const int all = !s->o->coupled_fn || s->o->coupled_fn(s->o->msg_arg);
+		const int lo = all ? 0 : r / tp * tp, hi = all ? s->lay.world : lo + tp;
+		const uint64_t stuck = s->hang[r].since_ns ? now - s->hang[r].since_ns : 0;
+		int working = 0;
+
+		if (s->stalled[r] != 2)
+			continue;
+		for (int q = lo; q < hi && !working; q++)
+			working = s->stalled[q] == 1;
+		if (working)
+			continue;
+		s->stalled[r] = 3; /* one of the deadlocked */
+		if (first < 0)
+			first = r;
+		n_stalled++;
+		stalled_for = stuck > stalled_for ? stuck : stalled_for;
+	}
 	if (first < 0)
 		return (int)period;
-	/* Every stalled rank still beats: they all wait. */
 	len = (size_t)snprintf(err, errlen, "rank%s", n_stalled > 1 ? "s" : "");
 	for (int r = first, k = 0; r < s->lay.world && len < errlen; r++) {
-		if (!s->stalled[r])
+		if (s->stalled[r] != 3)
 			continue;
 		len += (size_t)snprintf(err + len, errlen - len, "%s %d (DP %d, TP %d)",
 					k++ ? "," : "", r, r / s->o->par.tp, r % s->o->par.tp);
@@ -494,7 +514,10 @@ static int sup_loop(struct sup *s, char *err, size_t errlen)
 		if (s->o->tick_fn && !s->abort_deadline)
 			timeout = s->o->tick_fn(s->o->msg_arg);
 		sup_check_early(s, err, errlen);
-		if (s->o->rank_timeout_ms && !s->abort_deadline && s->res->failed_rank < 0) {
+		/* Once a rank has exited cleanly the run winds down, and the others must follow
+		 * by early_deadline: the progress rule no longer applies to them. */
+		if (s->o->rank_timeout_ms && !s->abort_deadline && !s->early_deadline &&
+		    s->res->failed_rank < 0) {
 			const int t = sup_check_hung(s, err, errlen);
 
 			if (!s->abort_deadline)

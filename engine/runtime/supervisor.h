@@ -84,6 +84,12 @@ struct dps_sup_opts {
 	 */
 	unsigned rank_timeout_ms;
 	int (*pending_fn)(int rank, void *arg);
+	/*
+	 * coupled_fn(msg_arg): whether ranks of different replicas wait for each other (they step
+	 * together). A stalled rank that still waits is deadlocked only when no rank of its
+	 * domain works: every rank when coupled (or coupled_fn is NULL), else its replica's.
+	 */
+	int (*coupled_fn)(void *arg);
 };
 
 struct dps_sup_result {

@@ -289,6 +289,13 @@ int dps_engine_rank_pending(int rank, void *client)
 	return c->coupled ? c->outstanding > 0 : c->waiting[d] + c->running[d] > 0;
 }
 
+int dps_engine_coupled(void *client)
+{
+	const struct dps_engine_client *c = client;
+
+	return c->coupled;
+}
+
 void dps_engine_fail_all(struct dps_engine_client *c, enum dps_finish why)
 {
 	for (int i = 0; i < c->n; i++) {

@@ -152,5 +152,7 @@ int dps_engine_tick(void *client);
  * hung-rank rule of the supervisor counts only that time.
  */
 int dps_engine_rank_pending(int rank, void *client);
+/* For dps_sup_opts.coupled_fn: whether the replicas step together (a rank said so). */
+int dps_engine_coupled(void *client);
 
 #endif
