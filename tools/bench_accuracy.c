@@ -282,6 +282,7 @@ int dps_bench_accuracy(int argc, char **argv)
 			return 1;
 		}
 		win = ctx && ctx < cfg.max_position_embeddings ? ctx : cfg.max_position_embeddings;
+		win = win < n_pos ? win : n_pos; /* no KV cache beyond the positions scored */
 	}
 	chunk = win < CHUNK_ROWS ? win : CHUNK_ROWS;
 	rc = dps_model_load(&p, base,
