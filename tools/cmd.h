@@ -13,6 +13,7 @@ int dps_cmd_convert(int argc, char **argv);
 int dps_cmd_generate(int argc, char **argv);
 int dps_cmd_mkmodel(int argc, char **argv);
 int dps_bench_decode(int argc, char **argv);
+int dps_bench_accuracy(int argc, char **argv);
 int dps_cmd_serve(int argc, char **argv);
 int dps_bench_serve(int argc, char **argv);
 int dps_bench_sweep(int argc, char **argv);

@@ -13,6 +13,8 @@ int dps_cmd_bench(int argc, char **argv)
 		FILE *f = argc < 1 ? stderr : stdout;
 
 		fprintf(f, "usage: dpshard bench SUITE [OPTIONS]\n\nsuites:\n"
+			   "  accuracy KL divergence and top-1 agreement of --dtype bf16 against "
+			   "the f32 model\n"
 			   "  coll     latency and bus bandwidth of the shared-memory collectives\n"
 			   "  decode   prefill and decode tokens/s of the model beside this machine's "
 			   "limits\n"
@@ -25,6 +27,8 @@ int dps_cmd_bench(int argc, char **argv)
 			   "\n`dpshard bench SUITE --help` describes a suite's options.\n");
 		return argc < 1 ? 2 : 0;
 	}
+	if (!strcmp(argv[0], "accuracy"))
+		return dps_bench_accuracy(argc - 1, argv + 1);
 	if (!strcmp(argv[0], "coll"))
 		return dps_bench_coll(argc - 1, argv + 1);
 	if (!strcmp(argv[0], "decode"))

@@ -29,6 +29,7 @@ static const struct {
 static const struct {
 	const char *name, *help;
 } bench_suites[] = {
+	{ "bench accuracy", "KL divergence and top-1 agreement of BF16 weights against f32" },
 	{ "bench coll", "latency and bus bandwidth of the shared-memory collectives" },
 	{ "bench decode", "prefill and decode tokens/s of a model, beside this machine's limits" },
 	{ "bench sweep", "bench decode over every component-size configuration of a TP x DP" },
