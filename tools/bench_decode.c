@@ -13,22 +13,20 @@
  *
  * Per layout it also reports the step time split into compute and collectives, the
  * collectives per layer of a decode step, and the weight and KV bytes per rank. Every replica
- * runs the same tests at once (pp: one prompt each; tg: B sequences each), so tokens/s count
- * all replicas. The limits are measured after the ranks have exited, in the same run.
+ * runs the same tests at once (pp: one prompt each; tg: B sequences each; tokens/s count all
+ * replicas); the limits are measured after the ranks have exited.
  *
  * --load gives each replica its share of the B sequences of a decode test (unbalanced
  * loads): coupled replicas (component sizes above 1, expert parallelism) still step at B rows,
  * padded, and a replica with none runs dummy batches, as the engine does; uncoupled replicas
- * run only their own rows. On MoE models the expert weights read are counted as they are used
- * (a batch touches only the experts its rows chose), and the bytes the expert dispatch moves
- * per step are reported, summed over the ranks.
+ * run only their own rows. MoE: the expert weights read are counted as used (the experts a
+ * batch's rows chose), and the bytes the dispatch moves per step, summed over the ranks.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 #include "common/dps.h"
 #include "common/json.h"
@@ -289,13 +287,8 @@ static int rank_main(struct dps_world *w, void *arg)
 					tok[i] = s.cfg.bos_token_id;
 					pos[i] = 0;
 				}
-				/*
-				 * Expected to progress only while it has rows to step: an uncoupled
-				 * replica without any (--load 0) waits in the barriers, alive but
-				 * doing no work, while the others run, and one that finishes first
-				 * waits for the slower; the supervisor's deadlock rule would fail
-				 * the run after 30 s of that.
-				 */
+				/* Expected to progress only while it has rows (not in --load 0's
+				 * or a fast replica's barrier waits: the supervisor's stall rule). */
 				dps_world_set_busy(w, rows > 0);
 				/* Position 0 of every sequence, then G decode steps, timed. */
 				if (rows)
@@ -689,8 +682,8 @@ int dps_bench_decode(int argc, char **argv)
 		printf("],\n \"model\": ");
 		dps_json_string(stdout, model_dir, strlen(model_dir));
 		printf(", \"weight_dtype\": \"%s\", \"weight_bytes_per_rank\": %.0f, "
-		       "\"kv_bytes_per_rank\": %.0f, "
-		       "\"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, \"sgemm_gflops\": %.1f,\n"
+		       "\"kv_bytes_per_rank\": %.0f, \"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, "
+		       "\"sgemm_gflops\": %.1f,\n"
 		       " \"results\": [\n", dps_wtype_name((enum dps_wtype)b.rank0_wt), b.rank0_bytes, b.rank0_kv,
 		       (unsigned long long)dps_model_config_params(&b.cfg), bw / 1e9, peak);
 		for (int i = 0; i < nres; i++) {
@@ -698,20 +691,17 @@ int dps_bench_decode(int argc, char **argv)
 
 			if (r->prompt)
 				printf("  {\"test\": \"%s\", \"batch\": 1, \"tokens_per_s\": %.2f, "
-				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
-				       "\"compute_ms\": %.3f, "
-				       "\"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n", r->test, r->mean,
+				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
+				       ": %.3f, \"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n", r->test, r->mean,
 				       r->sd, r->step_ms, r->coll_ms, r->step_ms - r->coll_ms, r->gbs, r->bound,
 				       i + 1 < nres ? "," : "");
 			else
 				printf("  {\"test\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.2f, "
-				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, "
-				       "\"compute_ms\": %.3f, "
-				       "\"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
+				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
+				       ": %.3f, \"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
 				       "\"alltoall_per_layer\": %.2f, \"reducescatter_per_layer\": %.2f, "
-				       "\"bytes_per_step\": %.0f, "
-				       "\"expert_bytes_per_step\": %.0f, \"dispatch_bytes_per_step\": %.0f, "
-				       "\"sequences\": %d, "
+				       "\"bytes_per_step\": %.0f, \"expert_bytes_per_step\": %.0f, "
+				       "\"dispatch_bytes_per_step\": %.0f, \"sequences\": %d, "
 				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f}%s\n", r->test,
 				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
 				       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
@@ -740,9 +730,8 @@ int dps_bench_decode(int argc, char **argv)
 				printf(" %d", b.load[d]);
 			printf("\n");
 		}
-		/* llama-bench's first columns: model, size (every weight once, in the type the
-		 * linear weights are held in; the norms' few f32 values are counted at that size
-		 * too), params. */
+		/* llama-bench's first columns: model, size (every weight once, in the linear
+		 * weights' type), params. */
 		{
 			const double params = (double)dps_model_config_params(&b.cfg);
 			const double bytes = params * (double)dps_wtype_size((enum dps_wtype)b.rank0_wt);
