@@ -116,6 +116,8 @@ START_TEST(test_twin_bits)
 					 { 4, 7, 64 },	  { 5, 9, 100 },  { 8, 13, 768 },
 					 { 9, 64, 33 },	  { 13, 3, 8 },	  { 40, 70, 2880 },
 					 { 130, 11, 200 }, { 7, 5, 0 },
+					 /* one row of x: W in one pass, k past a chunk with a tail */
+					 { 1, 9, 2063 },   { 1, 70, 771 },
 					 /* the tile form (GEMM_TILE_M_MIN on): partial tiles, k with
 					  * and without a tail, several blocks of W (k = 2880) */
 					 { 48, 16, 16 },   { 61, 33, 47 }, { 97, 37, 64 },
