@@ -427,7 +427,7 @@ row1_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
 	for (int c = c0; c < c16; c += 16) {
 		const __m256 xl = _mm256_loadu_ps(x + c), xh = _mm256_loadu_ps(x + c + 8);
 
-if (pf && (!bf16 || !(c & 16)))
+		if (pf && (!bf16 || !(c & 16)))
 			prefetch_next_avx2(w[0], c, esz);
 #pragma GCC unroll 4
 		for (int q = 0; q < GROUP; q++) {
