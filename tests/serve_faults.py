@@ -123,6 +123,26 @@ def check_recovery(srv, label, hung_pid, t_fault, ts, out, ends, want, reqs, why
     S.check("dpshard:rank_restarts_total 1" in m, "%s: the restart is not counted" % label)
 
 
+def injected(tmp, model, args, fault, says, why, want, reqs):
+    """Rank 1 given DPSHARD_FAULT=FAULT:1:20 while requests run: the log says SAYS when it
+    fires, and the outcome is check_recovery's for WHY."""
+    env = dict(os.environ, DPSHARD_FAULT="%s:1:20" % fault)
+    srv = S.Server(tmp, model, *args, env=env, name=fault)
+    S.check(srv.wait_ready(), "the %s server did not become ready" % fault)
+    ranks = srv.children()
+    ts, out, ends = run_long(srv, 4, 3000)
+    log, deadline = "", time.time() + 20
+    while "DPSHARD_FAULT: " + says not in log and time.time() < deadline:
+        time.sleep(0.05)
+        log = open(srv.log_path).read()
+    t_fault = time.time()
+    S.check("rank 1: DPSHARD_FAULT: " + says in log,
+            "the %s fault did not fire: %s" % (fault, log[-800:]))
+    if len(ranks) == 2:
+        check_recovery(srv, fault, ranks[1], t_fault, ts, out, ends, want, reqs, why=why)
+    S.check(srv.stop() == 0, "the %s server did not exit 0" % fault)
+
+
 def run(tmp):
     slow = os.path.join(tmp, "slow")  # long generations
     subprocess.run([S.DPSHARD, "mkmodel", "--preset", "small", "--max-position-embeddings", "4096",
@@ -161,37 +181,9 @@ def run(tmp):
     S.check(srv.stop() == 0, "the server did not exit 0")
 
     # ---- rank 1 spins in a loop at its step 20 (DPSHARD_FAULT, test-only) --------------------
-    env = dict(os.environ, DPSHARD_FAULT="spin:1:20")
-    srv = S.Server(tmp, slow, *args, env=env, name="spin")
-    S.check(srv.wait_ready(), "the spin server did not become ready")
-    ranks = srv.children()
-    ts, out, ends = run_long(srv, 4, 3000)
-    log, deadline = "", time.time() + 20
-    while "DPSHARD_FAULT: spinning" not in log and time.time() < deadline:
-        time.sleep(0.05)
-        log = open(srv.log_path).read()
-    t_fault = time.time()
-    S.check("rank 1: DPSHARD_FAULT: spinning at step 20" in log, "the fault did not fire: %s" % log[-800:])
-    if len(ranks) == 2:
-        check_recovery(srv, "spin", ranks[1], t_fault, ts, out, ends, want, reqs)
-    S.check(srv.stop() == 0, "the spin server did not exit 0")
-
+    injected(tmp, slow, args, "spin", "spinning at step 20", "hung", want, reqs)
     # ---- rank 1 waits for ever at its step 20, beating alive, doing no work: a deadlock ------
-    env = dict(os.environ, DPSHARD_FAULT="wait:1:20")
-    srv = S.Server(tmp, slow, *args, env=env, name="wait")
-    S.check(srv.wait_ready(), "the wait server did not become ready")
-    ranks = srv.children()
-    ts, out, ends = run_long(srv, 4, 3000)
-    log, deadline = "", time.time() + 20
-    while "DPSHARD_FAULT: waiting" not in log and time.time() < deadline:
-        time.sleep(0.05)
-        log = open(srv.log_path).read()
-    t_fault = time.time()
-    S.check("rank 1: DPSHARD_FAULT: waiting for ever at step 20" in log,
-            "the wait fault did not fire: %s" % log[-800:])
-    if len(ranks) == 2:
-        check_recovery(srv, "wait", ranks[1], t_fault, ts, out, ends, want, reqs, why="deadlock")
-    S.check(srv.stop() == 0, "the wait server did not exit 0")
+    injected(tmp, slow, args, "wait", "waiting for ever at step 20", "deadlock", want, reqs)
 
     # ---- a fault this build does not inject is refused by name -------------------------------
     env = dict(os.environ, DPSHARD_FAULT="hang:1")
