@@ -533,9 +533,10 @@ static void check_hung(int how, int pending)
 	ck_assert_msg(!strstr(err, "deadlock") && !res.deadlock, "%s", err);
 	ck_assert_uint_ge(res.hung_ms, 400);
 	/* Named within the timeout and a few checks (50 ms each) of going silent, with slack
-	 * for a loaded machine; never before the timeout. */
+	 * for a loaded machine. (Never before the timeout: hung_ms above. Its last beat came
+	 * before err_ns, so the time from err_ns may be a little shorter.) */
 	after = ((double)res.failed_ns - (double)sh->err_ns[1]) / 1e9;
-	ck_assert_msg(after >= 0.4 && after < 2.5, "hang seen %.3f s after it began", after);
+	ck_assert_msg(after > 0.2 && after < 2.5, "hang seen %.3f s after it began", after);
 	/* The peers waiting for it were not blamed: they were aborted. */
 	ck_assert_int_eq(sh->err_code[0], -DPS_EABORT);
 	ck_assert_int_eq(sh->err_code[2], -DPS_EABORT);

@@ -52,6 +52,8 @@ struct sup {
 	unsigned char *stalled;      /* (world) at the last check: 0 not expected to progress, 1
 				      * progressing, 2 stalled (work stopped for the timeout), 3
 				      * stalled and deadlocked */
+	uint64_t *ran_ns;            /* (world) a silent rank's CPU time when its silence was
+				      * first long enough to judge, plus one (0: not sampled) */
 	uint64_t hang_checked;       /* when the heartbeats were last checked (0: never) */
 	int hung_rank;               /* the rank killed for hanging, or -1 */
 };
@@ -303,6 +305,51 @@ uint64_t dps_hang_watch_check(struct dps_hang_watch *h, uint64_t count, int expe
 }
 
 /*
+ * Whether rank pid's silence (its alive word unmoved for long enough to judge) is its own
+ * doing. A rank waiting in shm/wait.c beats every time it runs, so a silent rank that is
+ * stopped (T), asleep outside those waits (S, D), or that ran on a CPU without beating is
+ * stopped or stuck. A silent rank that is runnable (R) but got no CPU since *ran (its CPU
+ * time at the first such check, plus one; 0: none yet) is starved by a loaded machine, not
+ * hung: it is judged again at the next check. A rank whose /proc entries cannot be read is
+ * judged by its silence alone.
+ */
+static int rank_silence_is_its_own(pid_t pid, uint64_t *ran)
+{
+	char path[64], buf[512], *p;
+	unsigned long long run_ns = 0;
+	FILE *f;
+	size_t n;
+	char state;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	if (!(f = fopen(path, "re")))
+		return 1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* "pid (comm) S ...": comm may hold spaces and parentheses, the last ')' ends it. */
+	if (!(p = strrchr(buf, ')')) || p[1] != ' ')
+		return 1;
+	state = p[2];
+	if (state != 'R')
+		return 1;
+	/* The main thread's time on a CPU, in ns (proc(5) schedstat): the thread that beats. */
+	snprintf(path, sizeof(path), "/proc/%ld/schedstat", (long)pid);
+	if (!(f = fopen(path, "re")))
+		return 1;
+	n = fscanf(f, "%llu", &run_ns) == 1;
+	fclose(f);
+	if (!n)
+		return 1;
+	if (!*ran) {
+		*ran = (uint64_t)run_ns + 1;
+		return 0;
+	}
+	/* More than a millisecond on a CPU without one beat: not a wait of ours. */
+	return (uint64_t)run_ns + 1 > *ran + 1000000ull;
+}
+
+/*
  * The progress check (on the loop's timer), over two words per rank (struct dps_beat). A rank
  * expected to progress whose work word has not moved for rank_timeout_ms is stalled. Among
  * the stalled, one whose alive word stopped too (for a quarter of the timeout, at least 4 wait
@@ -345,8 +392,17 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 		char who[64];
 
 		s->stalled[r] = !expected ? 0 : stuck < limit ? 1 : 2;
-		if (s->stalled[r] != 2 || silent < alive_limit)
+		if (s->stalled[r] != 2 || silent < alive_limit) {
+			s->ran_ns[r] = 0;
 			continue;
+		}
+		if (!rank_silence_is_its_own(s->pids[r], &s->ran_ns[r])) {
+			/* Starved of CPU (or not yet known): judged again at the next check,
+			 * and until then counted as working, which no one waiting for it is
+			 * blamed for. */
+			s->stalled[r] = 1;
+			continue;
+		}
 		describe_rank(s, r, who, sizeof(who));
 		snprintf(err, errlen, "%s, pid %ld, made no progress for %.1f s with work pending "
 			 "(the rank timeout is %.1f s): it is hung", who, (long)s->pids[r],
@@ -615,8 +671,9 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	s->armed = calloc((size_t)s->lay.world + 2, 1);
 	s->hang = calloc((size_t)s->lay.world, sizeof(*s->hang));
 	s->beats = calloc((size_t)s->lay.world, sizeof(*s->beats));
+	s->ran_ns = calloc((size_t)s->lay.world, sizeof(*s->ran_ns));
 	s->stalled = calloc((size_t)s->lay.world, 1);
-	if (!s->armed || !s->hang || !s->beats || !s->stalled)
+	if (!s->armed || !s->hang || !s->beats || !s->ran_ns || !s->stalled)
 		return -ENOMEM;
 	if (o->ring) {
 		s->ring = o->ring;
@@ -665,6 +722,7 @@ static void sup_teardown(struct sup *s)
 	free(s->armed);
 	free(s->hang);
 	free(s->beats);
+	free(s->ran_ns);
 	free(s->stalled);
 	free(s->to_sup);
 	free(s->from_sup);

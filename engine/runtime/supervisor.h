@@ -13,8 +13,9 @@
  * peer's pending collective returns -DPS_EABORT within DPS_WAIT_SLICE_MS, names the dead rank
  * and how it died, gives the others a grace period to exit, kills what is left, and returns.
  * A rank that is expected to progress and does not (its work word, struct dps_beat, has not
- * moved for opts.rank_timeout_ms) has stalled: if its alive word stopped too it has failed
- * the same way (named, killed at once, the others stopped as for a death); if every stalled
+ * moved for opts.rank_timeout_ms) has stalled: if its alive word stopped too (and it is
+ * stopped, asleep outside dpshard's waits, or ran on a CPU meanwhile: a rank that is merely
+ * starved of CPU is not blamed) it has failed the same way (named, killed at once, the others stopped as for a death); if every stalled
  * rank is still alive, waiting, they are deadlocked: named together and stopped the same way.
  */
 #ifndef DPS_ENGINE_SUPERVISOR_H
