@@ -5,7 +5,9 @@
 - a start-up that fails fails once: a bad config.json, a missing model directory, a truncated
   safetensors file and a checkpoint without a tensor each end `serve` with exit status 2
   within a few seconds, their message once, no restart and no "listening" line (and the
-  check rejects the old behaviour: a restart loop, exit 1, "listening" first);
+  check rejects the old behaviour: a restart loop, exit 1, "listening" first); and systemd does
+  not restart it either: dist/dpshard.service has Restart=on-failure with
+  RestartPreventExitStatus=2, as README.md says (a unit without the line is reported);
 - back-pressure: at --max-connections a new client gets 503 with Retry-After and a JSON
   error, then the connection closes; once a slot is free it is served again;
 - the small things of the OpenAI/vLLM surface: system_fingerprint in completion and chat
@@ -77,6 +79,41 @@ def drop_tensor(path):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(new)) + new + data[8 + n:])
     return name
+
+
+def unit_restart_problems(unit, readme):
+    """What is wrong with the restart policy of the unit's text (and of README.md's account of
+    it): a failure is restarted (Restart=on-failure), but not exit status 2, which a broken
+    configuration or checkpoint gives again at every start."""
+    bad, service, keys = [], False, {}
+    for line in unit.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            service = line == "[Service]"
+        elif service and "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            keys.setdefault(k.strip(), []).extend(v.split())
+    if keys.get("Restart") != ["on-failure"]:
+        bad.append("Restart=%s, not on-failure" % " ".join(keys.get("Restart", [])))
+    if "2" not in keys.get("RestartPreventExitStatus", []):
+        bad.append("no RestartPreventExitStatus=2: a broken start-up is restarted every %ss "
+                   "for ever" % " ".join(keys.get("RestartSec", ["?"])))
+    if "RestartPreventExitStatus=2" not in readme:
+        bad.append("README.md does not say that exit status 2 is not restarted")
+    return bad
+
+
+def test_unit_restart():
+    with open(os.path.join(serve.SRC, "dist", "dpshard.service")) as f:
+        unit = f.read()
+    with open(os.path.join(serve.SRC, "README.md")) as f:
+        readme = f.read()
+    bad = unit_restart_problems(unit, readme)
+    check(not bad, "dist/dpshard.service: %s" % "; ".join(bad))
+    # The check can fail: the unit as it was (no RestartPreventExitStatus) is reported.
+    old = "\n".join(l for l in unit.splitlines() if not l.startswith("RestartPreventExitStatus"))
+    check(len(unit_restart_problems(old, readme)) == 1,
+          "self-check: a unit that restarts exit status 2 was not reported")
 
 
 def test_startup(tmp, model):
@@ -303,6 +340,7 @@ def main():
     try:
         model = serve.st260(tmp)
         test_startup(tmp, model)
+        test_unit_restart()
         test_connection_cap(tmp, model)
         test_surface(tmp, model)
         test_failed_stream(tmp)
