@@ -10,7 +10,7 @@ TP=1 x DP=2 (stories260K), with the helpers of serve.py:
 - n: with temperature 1 and a seed, n distinct choices, the same in a second run (the
   choices land on either replica), and choice j equal to the one-process model run with
   seed + j (the documented derivation); with prompts x n, index = prompt * n + j; greedy
-  n gives n identical choices;
+  n gives n identical choices; chat's n choices distinct too;
 - logprobs: the sampled token's log-probability equals numpy's log-softmax (float64) of the
   one-process model's logits (tests/hf_logits --one-rank-model, teacher-forced on the prompt
   and the completion) within 1e-4, in completions (logprobs: 5) and chat (logprobs: true,
@@ -191,9 +191,15 @@ def test_n(srv, tmp, model):
     check(st == 200 and len({tuple(c["token_ids"]) for c in g["choices"]}) == 1 and
           len(g["choices"]) == 3, "greedy n=3: %s" % g)
     st, c = post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Lily"}],
-                                               "max_tokens": 8, "temperature": 1, "seed": 3,
-                                               "n": 2})
-    check(st == 200 and [x["index"] for x in c["choices"]] == [0, 1], "chat n=2: %s" % c)
+                                               "max_tokens": 16, "temperature": 1, "seed": 3,
+                                               "n": 3})
+    check(st == 200 and [x["index"] for x in c["choices"]] == [0, 1, 2], "chat n=3: %s" % c)
+    if st == 200:
+        replies = [x["message"]["content"] for x in c["choices"]]
+        check(len(set(replies)) == 3, "chat n=3 with temperature 1: replies not distinct: %s" %
+              replies)
+        # the check can fail: one reply twice is not three distinct ones
+        check(len(set(replies[:2] + replies[:1])) < 3, "self-check: a repeated reply was not seen")
 
 
 def test_logprobs(srv, tmp, model):
