@@ -24,6 +24,8 @@ TP=1 x DP=2 (stories260K), with the helpers of serve.py:
   oracle's log p(t_i | t_<i) and k likeliest, the completion's entries those of the same
   request without echo, tokens and text_offset over the echoed text; max_tokens 0 gives the
   prompt alone (and is refused without echo); a prompt entry read one position off is caught;
+- logprobs 0: the sampled token's log-probability alone, each top_logprobs entry holding that
+  token only (vLLM's answer), the same values as logprobs 5's;
 - what stays refused by name: echo with logprobs streamed, logprobs above 20, best_of other
   than n, prompt_logprobs, response_format json.
 Each check is a function returning its problems; it is also run on a deliberately wrong
@@ -234,6 +236,19 @@ def test_logprobs(srv, tmp, model):
                 s_off += x["logprobs"]["text_offset"]
     check(s_lp == lp["token_logprobs"] and s_off == offs,
           "streamed logprobs %s differ from the whole response's %s" % (s_lp, lp["token_logprobs"]))
+    # logprobs 0: the sampled token's alone (request_fields.c; vLLM's answer)
+    zero = {}
+    for k in (0, 2, None):
+        body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
+        if k is not None:
+            body["logprobs"] = k
+        st, zero[k] = post(srv, "/v1/completions", body)
+        check(st == 200, "logprobs %s: %d %s" % (k, st, zero[k]))
+    report(lp0_problems(zero[0]["choices"][0], c, "logprobs 0"))
+    # the check can fail: logprobs 2 (two entries each) and no logprobs (null) are reported
+    check(lp0_problems(zero[2]["choices"][0], c, "fault") and
+          lp0_problems(zero[None]["choices"][0], c, "fault"),
+          "logprobs 2 or no logprobs passed for logprobs 0")
     # chat: content[] with bytes and the k likeliest
     msgs = [{"role": "user", "content": "Once upon a time"}]
     st, tk = post(srv, "/tokenize", {"messages": msgs})
@@ -263,6 +278,24 @@ def test_logprobs(srv, tmp, model):
     s = [y for e in evs for x in e["choices"] if x.get("logprobs")
          for y in x["logprobs"]["content"]]
     check(s == content, "chat stream: logprobs differ from the whole response's")
+
+
+def lp0_problems(z, c, label):
+    """Problems of choice z of logprobs 0 against choice c of logprobs 5 (checked against the
+    oracle): the same tokens, log-probabilities and offsets, each top entry the token alone."""
+    lp, want = z.get("logprobs"), c["logprobs"]
+    if not lp:
+        return ["%s: logprobs %s" % (label, lp)]
+    bad = []
+    if z["token_ids"] != c["token_ids"]:
+        bad.append("%s: tokens %s, want %s" % (label, z["token_ids"], c["token_ids"]))
+    for key in ("tokens", "token_logprobs", "text_offset"):
+        if lp[key] != want[key]:
+            bad.append("%s: %s %s, want %s" % (label, key, lp[key], want[key]))
+    top = [{t: v} for t, v in zip(want["tokens"], want["token_logprobs"])]
+    if lp["top_logprobs"] != top:
+        bad.append("%s: top_logprobs %s, want %s" % (label, lp["top_logprobs"], top))
+    return bad
 
 
 def prompt_lp_problems(lp, ids, rows, k, label, shift=0):
