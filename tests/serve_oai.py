@@ -26,6 +26,10 @@ TP=1 x DP=2 (stories260K), with the helpers of serve.py:
   prompt alone (and is refused without echo); a prompt entry read one position off is caught;
 - logprobs 0: the sampled token's log-probability alone, each top_logprobs entry holding that
   token only (vLLM's answer), the same values as logprobs 5's;
+- stop strings wait for min_tokens (vLLM): a stop string is looked for only once a choice has
+  more than min_tokens tokens, and one that ended within the first min_tokens tokens' text does
+  not count; the text, finish reason and token count equal a model of that rule applied to the
+  run without the stop string (whose ids are the one-process model's), streamed too;
 - what stays refused by name: echo with logprobs streamed, logprobs above 20, best_of other
   than n, prompt_logprobs, response_format json.
 Each check is a function returning its problems; it is also run on a deliberately wrong
@@ -298,6 +302,61 @@ def lp0_problems(z, c, label):
     return bad
 
 
+def stop_expect(pieces, stop, min_tokens):
+    """(text, completion tokens, finish reason) of a choice whose tokens have the texts pieces
+    (the run without the stop string), by vLLM's rule (engine/api/choice.c, find_stop): no
+    stop string is looked for while the choice has at most min_tokens tokens, and one that ends
+    within the first min_tokens tokens' text does not count; the text ends before it."""
+    text, floor = "", 0
+    for k, p in enumerate(pieces, 1):
+        text += p
+        if k <= min_tokens:
+            floor = len(text)
+            continue
+        at = text.find(stop, max(0, floor - len(stop) + 1))
+        if at >= 0:
+            return text[:at], k, "stop"
+    return text, len(pieces), "length"
+
+
+def test_stop_min_tokens(srv, tmp, model):
+    req = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
+    want = serve.oracle(tmp, model, [req], name="stop")[0]
+    st, r = post(srv, "/v1/completions", dict(req, logprobs=0))
+    check(st == 200 and r["choices"][0]["token_ids"] == want,
+          "the run without a stop string is not the one-process model's: %s" % r)
+    if st != 200:
+        return
+    pieces = r["choices"][0]["logprobs"]["tokens"]
+    check("".join(pieces) == r["choices"][0]["text"], "stop: the tokens do not make the text")
+    got = {}
+    for m in (None, 1, 29, 30, 40):
+        body = dict(req, stop=[","]) if m is None else dict(req, stop=[","], min_tokens=m)
+        st, x = post(srv, "/v1/completions", body)
+        check(st == 200, "stop with min_tokens %s: %d %s" % (m, st, x))
+        if st != 200:
+            return
+        c = x["choices"][0]
+        got[m] = (c["text"], x["usage"]["completion_tokens"], c["finish_reason"])
+        check(c["token_ids"] == want[:got[m][1]],
+              "stop with min_tokens %s: ids are not the one-process model's" % m)
+    for m, g in got.items():
+        check(g == stop_expect(pieces, ",", m or 0), "stop \",\" with min_tokens %s: %s, want %s"
+              % (m, g, stop_expect(pieces, ",", m or 0)))
+    # what the cases show: the comma of the first token stops at once, min_tokens lets the
+    # text run on to a later one, and min_tokens = max_tokens to the end
+    check(got[None][:2] == ("", 1) and got[1][1] > 1 and got[40][2] == "length",
+          "stop with min_tokens: the cases do not show the rule: %s" % got)
+    # the check can fail: a rule off by one token (29 taken for 30), or without min_tokens
+    check(stop_expect(pieces, ",", 30) != got[29] and stop_expect(pieces, ",", 0) != got[29],
+          "self-check: a wrong min_tokens rule was not reported")
+    evs = stream(srv, "/v1/completions", dict(req, stop=[","], min_tokens=29))
+    text = "".join(c.get("text", "") for e in evs for c in e["choices"])
+    fins = [c["finish_reason"] for e in evs for c in e["choices"] if c.get("finish_reason")]
+    check((text, fins) == (got[29][0], ["stop"]), "streamed stop with min_tokens 29: %r %s"
+          % (text, fins))
+
+
 def prompt_lp_problems(lp, ids, rows, k, label, shift=0):
     """Problems of the echoed prompt's entries of completions' logprobs lp against the oracle:
     entry 0 null in both lists, entry i (i >= 1) log p(ids[i] | ids[:i]) from row i - 1 (row
@@ -438,6 +497,7 @@ def main():
         test_logprobs(srv, tmp, model)
         test_echo(srv)
         test_echo_logprobs(srv, tmp, model)
+        test_stop_min_tokens(srv, tmp, model)
         test_refused(srv)
         check(srv.stop() == 0, "serve did not exit 0 on SIGTERM")
         srv = None
