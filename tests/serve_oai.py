@@ -30,6 +30,9 @@ TP=1 x DP=2 (stories260K), with the helpers of serve.py:
   more than min_tokens tokens, and one that ended within the first min_tokens tokens' text does
   not count; the text, finish reason and token count equal a model of that rule applied to the
   run without the stop string (whose ids are the one-process model's), streamed too;
+- ignore_eos, with a control: EOS pushed up by logit_bias ends a completion at once ("stop"),
+  and with ignore_eos it runs to max_tokens ("length"); the same bias on another token does
+  not stop it;
 - what stays refused by name: echo with logprobs streamed, logprobs above 20, best_of other
   than n, prompt_logprobs, response_format json.
 Each check is a function returning its problems; it is also run on a deliberately wrong
@@ -357,6 +360,36 @@ def test_stop_min_tokens(srv, tmp, model):
           % (text, fins))
 
 
+def test_ignore_eos(srv, model):
+    """ignore_eos with a control: stories260K never samples EOS early, so EOS is pushed up by
+    logit_bias; without ignore_eos the completion ends at once, with it runs to max_tokens."""
+    with open(os.path.join(model, "config.json")) as f:
+        eos = json.load(f)["eos_token_id"]
+    check(eos == 2, "stories260K's EOS is %s, not llama2.c's 2" % eos)
+    req = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+    res = {}
+    for tok, ign in ((eos, False), (eos, True), (383, False)):
+        st, res[tok, ign] = post(srv, "/v1/completions", dict(req, ignore_eos=ign,
+                                                              logit_bias={str(tok): 100}))
+        check(st == 200, "logit_bias %d, ignore_eos %s: %d %s" % (tok, ign, st, res[tok, ign]))
+        if st != 200:
+            return
+
+    def ran(x, tok):
+        c = x["choices"][0]
+        return (c["finish_reason"] == "length" and x["usage"]["completion_tokens"] == 12 and
+                c["token_ids"] == [tok] * 12)
+
+    stopped = res[eos, False]
+    check(stopped["choices"][0]["finish_reason"] == "stop" and stopped["choices"][0]["text"] == ""
+          and stopped["usage"]["completion_tokens"] <= 1,
+          "EOS favoured, without ignore_eos: %s (it should end at once)" % stopped)
+    check(ran(res[eos, True], eos), "EOS favoured, with ignore_eos: %s" % res[eos, True])
+    check(ran(res[383, False], 383), "another token favoured: %s" % res[383, False])
+    # the check can fail: the run that ended at EOS is not one that ran on
+    check(not ran(stopped, eos), "self-check: a completion ended by EOS passed for ignore_eos")
+
+
 def prompt_lp_problems(lp, ids, rows, k, label, shift=0):
     """Problems of the echoed prompt's entries of completions' logprobs lp against the oracle:
     entry 0 null in both lists, entry i (i >= 1) log p(ids[i] | ids[:i]) from row i - 1 (row
@@ -498,6 +531,7 @@ def main():
         test_echo(srv)
         test_echo_logprobs(srv, tmp, model)
         test_stop_min_tokens(srv, tmp, model)
+        test_ignore_eos(srv, model)
         test_refused(srv)
         check(srv.stop() == 0, "serve did not exit 0 on SIGTERM")
         srv = None
