@@ -34,7 +34,9 @@ TP=1 x DP=2 (stories260K), with the helpers of serve.py:
   and with ignore_eos it runs to max_tokens ("length"); the same bias on another token does
   not stop it;
 - what stays refused by name: echo with logprobs streamed, logprobs above 20, best_of other
-  than n, prompt_logprobs, response_format json.
+  than n, prompt_logprobs, response_format json; guided_regex, guided_json, guided_choice,
+  guided_grammar and response_format json_schema in completions and chat (and each of them
+  null is accepted: the check sees a field that is not refused).
 Each check is a function returning its problems; it is also run on a deliberately wrong
 expectation (a shifted log-probability, a swapped choice) and must report it.
 Exit status: 0 pass, 1 fail, 77 skip.
@@ -492,6 +494,11 @@ def test_echo(srv):
           "streamed echo does not start with the prompt")
 
 
+def refused(st, r, key):
+    """Whether a response is a 400 whose error message names the field key."""
+    return st == 400 and "\"%s\"" % key in r.get("error", {}).get("message", "")
+
+
 def test_refused(srv):
     for body, name in (({"echo": True, "logprobs": 1, "stream": True}, "\"stream\""),
                        ({"logprobs": 21}, "\"logprobs\""),
@@ -500,6 +507,21 @@ def test_refused(srv):
                        ({"response_format": {"type": "json_object"}}, "\"response_format\"")):
         st, r = post(srv, "/v1/completions", dict(body, prompt="Once", max_tokens=2))
         check(st == 400 and name in r["error"]["message"], "%s: %d %s" % (body, st, r))
+    # structured output, refused by name in completions and chat (null is accepted)
+    guided = {"guided_regex": "[a-z]+", "guided_json": {"type": "object"},
+              "guided_choice": ["yes", "no"], "guided_grammar": "root ::= \"a\"",
+              "response_format": {"type": "json_schema",
+                                  "json_schema": {"name": "x", "schema": {"type": "object"}}}}
+    for path, base in (("/v1/completions", {"prompt": "Once", "max_tokens": 2}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Lily"}],
+                                                 "max_tokens": 2})):
+        for key, val in guided.items():
+            st, r = post(srv, path, dict(base, **{key: val}))
+            check(refused(st, r, key), "%s with %s: %d %s" % (path, key, st, r))
+            # the check can fail: the field at null is accepted, and not seen as refused
+            st, r = post(srv, path, dict(base, **{key: None}))
+            check(st == 200 and not refused(st, r, key), "%s with %s null: %d %s" %
+                  (path, key, st, r))
 
 
 def main():
