@@ -788,7 +788,7 @@ def run(tmp):
     for t in threads:
         t.join(120)
     check(compare(got, swant, "speculative") == 0, "speculative decoding changed greedy tokens")
-    # "ignore_eos": every completion max_tokens long.
+    # "ignore_eos": every completion max_tokens long (the control with EOS: serve_oai.py).
     st, j = srv.complete({"prompt": [1, 2, 2], "max_tokens": 200, "temperature": 0,
                           "ignore_eos": True})
     check(st == 200 and j["usage"]["completion_tokens"] == 200,
