@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/f16.h" /* dps_f16_to_f32, dps_f32_to_f16: the reader and writer convert F16 */
+
 #define DPS_ST_MAX_HEADER (100u << 20) /* bytes of JSON header accepted */
 #define DPS_ST_MAX_DIMS 8
 
@@ -91,8 +93,5 @@ struct dps_st_writer_tensor {
  */
 int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
 
-/* f32 <-> f16 (IEEE half), round to nearest even; used by loader and writer. */
-uint16_t dps_f32_to_f16(float f);
-float dps_f16_to_f32(uint16_t h);
 
 #endif
