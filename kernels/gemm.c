@@ -14,6 +14,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
+#include "kernels/q8.h"
 
 /* Below this m the skinny-matrix kernels of zen3/haswell beat skx's packed 32x12 kernel
  * (measured single-thread on Zen 5 with k = 768: the two meet at m = 40..56). */
@@ -25,6 +26,7 @@ static struct {
 	int ready;
 	enum own_isa own; /* "auto": dpshard's batch-invariant kernel (gemm_dot.c); else BLIS */
 	enum own_isa isa; /* dpshard's kernel this CPU runs (BF16 products take it under BLIS too) */
+	enum own_isa q8;  /* the INT8 kernel this CPU runs (AVX-512 also needs BW and VNNI) */
 	int threads;
 	int warned; /* the self-check's warning was printed */
 	int small_m_max;
@@ -168,6 +170,66 @@ static int own_selfcheck(enum own_isa isa)
 	return 1;
 }
 
+/*
+ * Whether the INT8 kernel of `isa` gives its plain-C twin's bits, on one row and on many,
+ * an odd number of blocks with a partial last one, and a row of W that is all zero.
+ */
+static int q8_selfcheck(enum own_isa isa)
+{
+	enum { M = 6, N = 7, K = 70 };
+	static float x[M * K], W[N * K], got[M * N], want[M * N];
+	static unsigned char Wq[N * 3 * 34];
+	struct dps_q8_act a = { 0 };
+	uint32_t r = 0x85ebca6bu;
+	int ok = 1;
+
+	for (int i = 0; i < M * K || i < N * K; i++) {
+		r = r * 1664525u + 1013904223u;
+		if (i < M * K)
+			x[i] = (float)((int)(r >> 8) % 2001 - 1000) / 256.0f;
+		r = r * 1664525u + 1013904223u;
+		if (i < N * K)
+			W[i] = i / K == 3 ? 0.0f : (float)((int)(r >> 8) % 2001 - 1000) / 512.0f;
+	}
+	dps_q8_quantize_rows(Wq, K, W, N);
+	for (int m = 1; m <= M && ok; m += M - 1) {
+		if (dps_q8_act_quantize(&a, x, m, K)) {
+			ok = 0;
+			break;
+		}
+		dps_gemm_q8_ref(want, N, &a, Wq, N);
+		if (isa == OWN_AVX512)
+			dps_gemm_q8_avx512(got, N, &a, Wq, N);
+		else
+			dps_gemm_q8_avx2(got, N, &a, Wq, N);
+		ok = !memcmp(got, want, sizeof(float) * (size_t)m * N);
+	}
+	dps_q8_act_free(&a);
+	return ok;
+}
+
+/* The INT8 kernel for this CPU, checked against its twin; *fallback says why a wider one was
+ * not taken. */
+static enum own_isa choose_q8(const char **fallback)
+{
+	const int f16c = __builtin_cpu_supports("f16c");
+	enum own_isa q = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+				 __builtin_cpu_supports("avx512vnni") && f16c ? OWN_AVX512
+		       : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c
+			       ? OWN_AVX2 : OWN_REF;
+
+	if (q == OWN_AVX512 && !q8_selfcheck(OWN_AVX512)) {
+		*fallback = "the AVX-512 INT8 kernel differs from its plain-C twin on this CPU";
+		q = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c
+			    ? OWN_AVX2 : OWN_REF;
+	}
+	if (q == OWN_AVX2 && !q8_selfcheck(OWN_AVX2)) {
+		*fallback = "the AVX2 INT8 kernel differs from its plain-C twin on this CPU";
+		q = OWN_REF;
+	}
+	return q;
+}
+
 int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 {
 	const char *fallback = "";
@@ -208,7 +270,15 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		/* Never silent, and once per process: setup runs again when the threads change. */
 		fprintf(stderr, "dpshard: WARNING: %s; using the %s kernel\n", fallback,
 			g.isa == OWN_AVX2 ? "AVX2" : "plain-C");
-		g.warned = 1;
+	}
+	{
+		const char *q8_fallback = "";
+
+		g.q8 = choose_q8(&q8_fallback);
+		if (*q8_fallback && !g.warned)
+			fprintf(stderr, "dpshard: WARNING: %s; using the %s INT8 kernel\n",
+				q8_fallback, g.q8 == OWN_AVX2 ? "AVX2" : "plain-C");
+		g.warned |= *fallback || *q8_fallback;
 	}
 	if (own)
 		snprintf(g.desc, sizeof(g.desc), "dpshard's batch-invariant %s kernels%s%s%s",
@@ -231,6 +301,8 @@ struct linear_job {
 	float *out;
 	const float *x, *W;
 	const uint16_t *Wb; /* instead of W: BF16 weights */
+	const void *Wq;     /* instead of W: INT8 weights (q8.h), x quantized in act */
+	const struct dps_q8_act *act;
 	int m, n, k, chunks;
 };
 
@@ -256,6 +328,17 @@ static void linear_slice(void *arg, int chunk, int tid)
 	if (lo >= hi)
 		return;
 	out = j->out + lo;
+	if (j->Wq) {
+		const void *Wq = dps_q8_row(j->Wq, (size_t)lo, j->k);
+
+		if (g.q8 == OWN_AVX512)
+			dps_gemm_q8_avx512(out, j->n, j->act, Wq, hi - lo);
+		else if (g.q8 == OWN_AVX2)
+			dps_gemm_q8_avx2(out, j->n, j->act, Wq, hi - lo);
+		else
+			dps_gemm_q8_ref(out, j->n, j->act, Wq, hi - lo);
+		return;
+	}
 	if (j->Wb) { /* dpshard's kernel whatever the f32 products use */
 		const uint16_t *Wb = j->Wb + (size_t)lo * (size_t)j->k;
 
@@ -307,13 +390,13 @@ static void linear_run(struct linear_job *jp)
 	 */
 	nt = dps_pool_size(g.pool);
 	if (nt > 1)
-		j.chunks = nt * (g.own != OWN_NONE || j.Wb ? 4 : 2);
+		j.chunks = nt * (g.own != OWN_NONE || j.Wb || j.Wq ? 4 : 2);
 	dps_pool_run(g.pool, j.chunks, linear_slice, &j);
 }
 
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, W, NULL, m, n, k, 1 };
+	struct linear_job j = { out, x, W, NULL, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
 }
@@ -321,15 +404,65 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 /* Assumptions: as dps_linear_f32, W (n x k) BF16. */
 void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, NULL, W, m, n, k, 1 };
+	struct linear_job j = { out, x, NULL, W, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
+}
+
+/*
+ * The calling thread's quantized activations, kept between calls (they grow to the largest
+ * m x k seen). Products run from one thread per rank; the pool's threads only read them.
+ */
+static __thread struct dps_q8_act q8_act;
+
+int dps_linear_q8_reserve(int m, int k)
+{
+	struct dps_q8_act a = q8_act;
+	float *zero = calloc((size_t)(m > 0 ? m : 0) * (size_t)(k > 0 ? k : 0) + 1, sizeof(float));
+	int rc;
+
+	if (!zero)
+		return -ENOMEM;
+	/* quantizing zeros grows every buffer to its size for m x k */
+	rc = dps_q8_act_quantize(&a, zero, m, k);
+	q8_act = a;
+	free(zero);
+	return rc;
+}
+
+/* Assumptions: as dps_linear_f32, W (n x k) INT8 as q8.h lays it out. */
+void dps_linear_q8(float *out, const float *x, const void *W, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, NULL, W, &q8_act, m, n, k, 1 };
+
+	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
+		/* No memory for 1.125 bytes per activation: nothing sensible can follow. */
+		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
+			"%d x %d product\n", m, k);
+		abort();
+	}
+	linear_run(&j);
+}
+
+void dps_linear_q8_ref(float *out, const float *x, const void *W, int m, int n, int k)
+{
+	struct dps_q8_act a = { 0 };
+
+	if (dps_q8_act_quantize(&a, x, m, k)) {
+		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
+			"%d x %d product\n", m, k);
+		abort();
+	}
+	dps_gemm_q8_ref(out, n, &a, W, n);
+	dps_q8_act_free(&a);
 }
 
 void dps_linear_w(float *out, const float *x, const void *W, enum dps_wtype t, int m, int n,
 		  int k)
 {
-	if (t == DPS_WT_BF16)
+	if (t == DPS_WT_Q8)
+		dps_linear_q8(out, x, W, m, n, k);
+	else if (t == DPS_WT_BF16)
 		dps_linear_bf16(out, x, W, m, n, k);
 	else
 		dps_linear_f32(out, x, W, m, n, k);

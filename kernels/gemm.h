@@ -38,18 +38,27 @@
 enum dps_wtype {
 	DPS_WT_F32,  /* float */
 	DPS_WT_BF16, /* uint16_t, BF16 (common/bf16.h) */
+	DPS_WT_Q8,   /* INT8 blocks of 32 with F16 scales (kernels/q8.h), 34 bytes per 32 */
 };
 
-/* Bytes per element of t (4 or 2). */
+/* Bytes per element of t, for the types of one element per value (f32 and BF16). */
 static inline size_t dps_wtype_size(enum dps_wtype t)
 {
 	return t == DPS_WT_BF16 ? sizeof(uint16_t) : sizeof(float);
 }
 
-/* "f32" or "bf16". */
+/* Bytes of an n x k weight held as t. */
+static inline size_t dps_wtype_bytes(enum dps_wtype t, size_t n, int k)
+{
+	if (t == DPS_WT_Q8)
+		return n * (((size_t)k + 31) / 32) * 34;
+	return n * (size_t)k * (t == DPS_WT_BF16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+/* "f32", "bf16" or "int8". */
 static inline const char *dps_wtype_name(enum dps_wtype t)
 {
-	return t == DPS_WT_BF16 ? "bf16" : "f32";
+	return t == DPS_WT_Q8 ? "int8" : t == DPS_WT_BF16 ? "bf16" : "f32";
 }
 
 /*
@@ -86,7 +95,25 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
  */
 void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k);
 
-/* dps_linear_f32 or dps_linear_bf16, as t says W is held: the one entry of the engine. */
+/*
+ * The same product on an INT8 weight W (n x k, kernels/q8.h): x is quantized per block of 32
+ * as it enters (once per call, before the columns are split over the threads), and every
+ * output summed in q8.h's order, which depends on k alone. Under a BLIS kernel set too it
+ * runs dpshard's kernel.
+ */
+void dps_linear_q8(float *out, const float *x, const void *W, int m, int n, int k);
+
+/*
+ * Grows the calling thread's quantized activations for products of up to m rows of k, so
+ * that dps_linear_q8 never allocates for them (it aborts when it cannot: a rank that loads an
+ * INT8 model reserves for its largest product first). 0 or -ENOMEM.
+ */
+int dps_linear_q8_reserve(int m, int k);
+
+/* The plain-C twin of dps_linear_q8. */
+void dps_linear_q8_ref(float *out, const float *x, const void *W, int m, int n, int k);
+
+/* dps_linear_f32, _bf16 or _q8, as t says W is held: the one entry of the engine. */
 void dps_linear_w(float *out, const float *x, const void *W, enum dps_wtype t, int m, int n,
 		  int k);
 

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/q8.h - INT8 linear weights (--quantization int8): each row of W cut into blocks of
+ * 32 values along k, each block 32 signed 8-bit values and one F16 scale, as llama.cpp's Q8_0
+ * (34 bytes per 32 weights). Weights are quantized once, at load or by `dpshard quantize`;
+ * activations are quantized per block of 32 as they enter each product, and the product
+ * multiplies the 8-bit values exactly in integers (AVX512-VNNI vpdpbusd, or AVX2's
+ * vpmaddubsw + vpmaddwd) and sums the blocks in f32 in one fixed order that depends on k
+ * alone, like every product of gemm.h (so a request's result does not depend on its batch).
+ *
+ * Quantization of a block v[0..31] (weights): d = F16(max|v| / 127) (round to nearest even),
+ * q[j] = clamp(rne(v[j] / f32(d)), -127, 127), 0 for every q when d is 0. Activations the same
+ * with an f32 scale: d = max|v| / 127, q[j] = rne(v[j] * (127 / max|v|)). A row whose k is not
+ * a multiple of 32 is zero-padded to the next multiple, weights and activations alike.
+ *
+ * The order of the sum, for out[i][r] with kb = ceil(k / 32) blocks and sixteen f32 lanes
+ * a[0..15] starting at +0:
+ *
+ *   for b = 0 .. kb - 1, in that order: s = dx[i][b] * dw[r][b] (one f32 product), and for
+ *   l = 0..7, with p = sum_{j<4} qx[i][32b + 4l + j] * qw[r][32b + 4l + j] (exact, int32):
+ *   a[8 (b & 1) + l] = fmaf(s, (float)p, a[8 (b & 1) + l]);
+ *   then the tree of kernels/dot_int.h over a.
+ *
+ * In memory an (n x k) INT8 weight is n rows of kb * 34 bytes, one after the other: the row's
+ * kp = 32 kb values, each stored as q + 128 (unsigned, what vpdpbusd multiplies: sum (q + 128) x
+ * = sum q x + 128 sum x, and the second sum comes with the activations), then its kb F16
+ * scales. A row, and so any run of rows, is one contiguous range: a slice of rows is a
+ * pointer, as for f32 and BF16 weights.
+ */
+#ifndef DPS_KERNELS_Q8_H
+#define DPS_KERNELS_Q8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DPS_Q8_BLOCK 32
+
+/* Blocks in a row of k values: ceil(k / 32). */
+static inline size_t dps_q8_blocks(int k)
+{
+	return ((size_t)(k > 0 ? k : 0) + DPS_Q8_BLOCK - 1) / DPS_Q8_BLOCK;
+}
+
+/* Bytes of a row of k values. */
+static inline size_t dps_q8_row_bytes(int k)
+{
+	return dps_q8_blocks(k) * (DPS_Q8_BLOCK + sizeof(uint16_t));
+}
+
+/* Bytes of an n x k INT8 weight (the caller checks n * k for overflow first). */
+static inline size_t dps_q8_bytes(size_t n, int k)
+{
+	return n * dps_q8_row_bytes(k);
+}
+
+/* Row r's stored values (q + 128) of an INT8 weight W of rows of k. */
+static inline const uint8_t *dps_q8_row(const void *W, size_t r, int k)
+{
+	return (const uint8_t *)W + r * dps_q8_row_bytes(k);
+}
+
+/* Row r's kb F16 scales (after its values). */
+static inline const uint16_t *dps_q8_scales(const void *W, size_t r, int k)
+{
+	return (const uint16_t *)(const void *)(dps_q8_row(W, r, k) +
+						dps_q8_blocks(k) * DPS_Q8_BLOCK);
+}
+
+/* Quantizes `rows` rows of the f32 matrix src (rows of k, row stride k) into the INT8
+ * weight dst (its first `rows` rows), as the header says. */
+void dps_q8_quantize_rows(void *dst, int k, const float *src, size_t rows);
+
+/* Row r of the INT8 weight W (rows of k) as f32 (q * d, exact in f32), k values. */
+void dps_q8_dequantize_row(float *dst, const void *W, int k, size_t r);
+
+/*
+ * Activations quantized for the products: m rows of k. q (m x kp) the values, d (m x kb) the
+ * scales, and what the AVX-512 kernel wants besides: de (m x 16 ceil(kb / 2)) the scales of
+ * each pair of blocks spread over sixteen lanes, nc (m x kp / 4) -128 times the sum of each
+ * four consecutive values. Buffers owned by the structure.
+ */
+struct dps_q8_act {
+	int8_t *q;
+	float *d, *de;
+	int32_t *nc;
+	int m, k;
+	size_t cap_q, cap_d, cap_de, cap_nc; /* elements allocated */
+};
+
+/* Quantizes x (m x k, row stride k) into a, growing its buffers. 0 or -ENOMEM. */
+int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k);
+
+/* Frees a's buffers. */
+void dps_q8_act_free(struct dps_q8_act *a);
+
+/*
+ * out (m x n, row stride ldo) = the quantized activations a (all its m rows) . the n rows of
+ * the INT8 weight W (rows of a->k), in the order above, single-threaded. The first requires
+ * AVX-512F, BW and VNNI, the second AVX2, FMA and F16C (the caller checks); the third is their
+ * plain-C twin, bit for bit the same.
+ */
+void dps_gemm_q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a,
+			const void *W, int n);
+void dps_gemm_q8_avx2(float *restrict out, int ldo, const struct dps_q8_act *a,
+		      const void *W, int n);
+void dps_gemm_q8_ref(float *restrict out, int ldo, const struct dps_q8_act *a,
+		     const void *W, int n);
+
+#endif
