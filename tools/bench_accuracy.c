@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/bench_accuracy.c - `dpshard bench accuracy`: how far a model held in a cheaper format
- * (--dtype bf16; quantized formats later) is from the f32 model, measured as llama.cpp's
+ * (--dtype bf16, --quantization int8) is from the f32 model, measured as llama.cpp's
  * perplexity tool does with --kl-divergence (kernels/kld.h: mean KL(P_f32 || Q) with its
  * standard error, top-1 agreement, both perplexities) over a few thousand positions of text.
  *
@@ -14,7 +14,8 @@
  * the f32 model predicts where it is scored.
  *
  * Each model runs the engine generate would use for it: f32 the one-rank model
- * (engine/model/model.c), BF16 the sharded engine on a 1 x 1 layout in this process. Both are
+ * (engine/model/model.c), BF16 and INT8 the sharded engine on a 1 x 1 layout in this process
+ * (INT8: every linear weight and the LM head quantized, the embedding table as loaded). Both are
  * loaded side by side and go through each window in the same chunks of rows (prefill, as the
  * engine does); the statistics are summed chunk by chunk from the two models' logits, so the
  * memory is the two models plus two chunks of logits, whatever the number of positions (the
@@ -200,8 +201,9 @@ static void print_human(const char *model, const char *base, const char *dtype,
 int dps_bench_accuracy(int argc, char **argv)
 {
 	const char *model = NULL, *base = NULL, *text_file = NULL, *prompt = NULL;
-	const char *quant = NULL, *blis_arch = "auto";
-	int dtype = 0, n_pos = 4096, ctx = 0, threads = 0, json = 0, npos, rc, bf16;
+	const char *blis_arch = "auto";
+	int dtype = 0, quant = 0, n_pos = 4096, ctx = 0, threads = 0, json = 0, npos, rc, bf16;
+	int int8 = 0;
 	int *t = NULL, n_tok = 0, np = 0, win, chunk;
 	char defdir[4096], err[512];
 	struct dps_model p = { 0 };
@@ -216,8 +218,7 @@ int dps_bench_accuracy(int argc, char **argv)
 		{ "base", DPS_FLAG_STR, &base, "DIR",
 		  "the f32 model P is taken from (default: --model itself, in f32)" },
 		dps_flag_dtype(&dtype),
-		{ "quantization", DPS_FLAG_STR, &quant, "NAME",
-		  "quantized weights (not implemented yet: refused)" },
+		dps_flag_quantization(&quant),
 		{ "positions", DPS_FLAG_INT, &n_pos, "N",
 		  "positions scored (a --text file may have fewer)", 1, 1 << 24, 'n' },
 		{ "text", DPS_FLAG_STR, &text_file, "FILE",
@@ -235,15 +236,11 @@ int dps_bench_accuracy(int argc, char **argv)
 	};
 
 	rc = dps_flags_parse(flags, argc, argv, "bench accuracy",
-			     "[--model DIR] [--dtype bf16] [-n POSITIONS] [--text FILE | --prompt "
+			     "[--model DIR] [--dtype bf16 | --quantization int8] [-n POSITIONS] "
+			     "[--text FILE | --prompt "
 			     "TEXT] [OPTIONS]", NULL, 0, &npos);
 	if (rc)
 		return rc > 0 ? 0 : 2;
-	if (quant) {
-		fprintf(stderr, "dpshard bench accuracy: --quantization %s is not implemented (no "
-				"quantized weight format yet); --dtype f32 and bf16 are\n", quant);
-		return 2;
-	}
 	if (text_file && prompt) {
 		fprintf(stderr, "dpshard bench accuracy: give --text or --prompt, not both\n");
 		return 2;
@@ -256,16 +253,22 @@ int dps_bench_accuracy(int argc, char **argv)
 	if (!base)
 		base = model;
 	/* --dtype: bf16 unless asked otherwise (f32 against itself is 0 by construction); auto
-	 * follows the checkpoint as generate does. */
-	bf16 = dtype == 0 || dtype == 1 + DPS_SHARD_DTYPE_BF16;
-	if (dtype == 1 + DPS_SHARD_DTYPE_AUTO) {
+	 * follows the checkpoint as generate does. --quantization int8: INT8 linear weights,
+	 * the embedding as --dtype says (unset: the checkpoint's). An INT8 checkpoint is INT8
+	 * unless --dtype f32. */
+	bf16 = !quant && (dtype == 0 || dtype == 1 + DPS_SHARD_DTYPE_BF16);
+	int8 = quant;
+	if (dtype == 1 + DPS_SHARD_DTYPE_AUTO || (!quant && dtype != 1 + DPS_SHARD_DTYPE_F32)) {
 		struct dps_ckpt ck;
 
 		if (dps_ckpt_open(&ck, model, err, sizeof(err))) {
 			fprintf(stderr, "dpshard bench accuracy: %s\n", err);
 			return 1;
 		}
-		bf16 = dps_ckpt_weights_bf16(&ck);
+		if (ck.cfg.int8 && !quant)
+			int8 = 1, bf16 = 0;
+		else if (!quant && dtype == 1 + DPS_SHARD_DTYPE_AUTO)
+			bf16 = dps_ckpt_weights_bf16(&ck);
 		dps_ckpt_close(&ck);
 	}
 	if (!threads)
@@ -353,14 +356,18 @@ int dps_bench_accuracy(int argc, char **argv)
 	}
 
 	/* The model under test, beside the base. */
-	if (bf16) {
+	if (bf16 || int8) {
 		struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 
 		q.sharded = 1;
 		rc = dps_shard_load(&q.s, NULL, &par, model,
 				    &(struct dps_shard_opts){ .max_pos = win, .max_seqs = 1,
 							      .max_rows = chunk,
-							      .dtype = DPS_SHARD_DTYPE_BF16 },
+							      .dtype = int8 && dtype
+									       ? (enum dps_shard_dtype)(dtype - 1)
+									       : int8 ? DPS_SHARD_DTYPE_AUTO
+										      : DPS_SHARD_DTYPE_BF16,
+							      .quant = (enum dps_shard_quant)quant },
 				    err, sizeof(err));
 		for (int k = 0; !rc && k < DPS_PART_COUNT; k++)
 			qbytes += q.s.bytes[k];
@@ -391,8 +398,8 @@ int dps_bench_accuracy(int argc, char **argv)
 	}
 	dps_kld_summarize(&acc, &sum);
 	{
-		const char *dt = bf16 ? "bf16" : "f32";
-		const char *engine = bf16 ? "sharded engine, 1 x 1" : "one-rank model";
+		const char *dt = int8 ? "int8" : bf16 ? "bf16" : "f32";
+		const char *engine = int8 || bf16 ? "sharded engine, 1 x 1" : "one-rank model";
 		const char *what = text_file ? "file" : prompt ? "greedy f32 from the prompt"
 							       : "greedy f32 from BOS";
 

@@ -96,6 +96,7 @@ struct bmsg {
 struct bench {
 	const char *model, *blis_arch;
 	enum dps_shard_dtype dtype; int rank0_wt; /* --dtype, and rank 0's enum dps_wtype */
+	enum dps_shard_quant quant; /* --quantization */
 	int threads, reps, np, ng, nb;
 	const int *prompts, *gens, *batches;
 	int max_p, max_g, max_b;
@@ -194,7 +195,8 @@ static int rank_main(struct dps_world *w, void *arg)
 	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, b->model,
 			    &(struct dps_shard_opts){ .max_pos = b->max_p > b->max_g + 1 ? b->max_p
 											 : b->max_g + 1,
-						      .max_seqs = b->max_b, .max_rows = R, .dtype = b->dtype },
+						      .max_seqs = b->max_b, .max_rows = R, .dtype = b->dtype,
+						      .quant = b->quant },
 			    err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
@@ -423,7 +425,7 @@ int dps_bench_decode(int argc, char **argv)
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
 	const char *load_s = NULL, *plot = NULL, *spec_model = NULL, *spec_s = NULL;
-	int dtype = 0 /* --dtype */, reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
+	int dtype = 0 /* --dtype */, quant = 0 /* --quantization */, reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
 	struct dps_machine mach;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], ks[MAX_LIST], np, ng, nb, nk = 0;
 	struct result res[3 * MAX_LIST * MAX_LIST];
@@ -450,6 +452,7 @@ int dps_bench_decode(int argc, char **argv)
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
 		  "threads of each rank; 0: the CPUs its placement gave it", 0, 1024 },
 		dps_flag_dtype(&dtype),
+		dps_flag_quantization(&quant),
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
@@ -538,6 +541,7 @@ int dps_bench_decode(int argc, char **argv)
 	b.model = model_dir;
 	b.tp = par.tp;
 	b.blis_arch = blis_arch, b.dtype = dtype ? (enum dps_shard_dtype)(dtype - 1) : 0;
+	b.quant = (enum dps_shard_quant)quant;
 	b.threads = threads;
 	b.reps = reps;
 	b.np = np;

@@ -32,11 +32,12 @@
 /* Loads the model's config and checks the layout against it; 0, or the exit status after a
  * message. */
 /*
- * Whether the model's linear weights are held as BF16: 1 when asked (--dtype bf16) or when
- * --dtype auto finds them BF16 in the checkpoint, else 0 (also when it cannot be opened: the
- * load that follows says why).
+ * Whether the model's linear weights are held as BF16 or INT8, which only the sharded engine
+ * does: 1 when asked (--dtype bf16, --quantization) or when --dtype auto finds them BF16 or
+ * INT8 in the checkpoint, else 0 (also when it cannot be opened: the load that follows says
+ * why).
  */
-static int weights_bf16(const char *dir, int asked)
+static int weights_narrow(const char *dir, int asked)
 {
 	struct dps_ckpt ck;
 	char err[512];
@@ -46,7 +47,7 @@ static int weights_bf16(const char *dir, int asked)
 		return 1;
 	if (dps_ckpt_open(&ck, dir, err, sizeof(err)))
 		return 0;
-	rc = dps_ckpt_weights_bf16(&ck);
+	rc = dps_ckpt_weights_bf16(&ck) || ck.cfg.int8;
 	dps_ckpt_close(&ck);
 	return rc;
 }
@@ -341,7 +342,8 @@ int dps_cmd_generate(int argc, char **argv)
 	size_t n_given = 0;
 	const char *blis_arch = "auto", *cpu_bind = "auto", *requests = NULL, *buckets = NULL;
 	int dtype = 0; /* --dtype: 1 + the choice, 0 unset (auto) */
-	int bf16 = 0;  /* the weights are held as BF16: only the sharded engine does */
+	int quant = 0; /* --quantization: 1 int8, 0 unset (the checkpoint's) */
+	int bf16 = 0;  /* the weights are held as BF16 or INT8: only the sharded engine does */
 	int threads = 0, reference = 0, verbose = 0, trace = 0, rank_timeout = 30;
 	int block_size = 0, max_num_seqs = 0, max_model_len = 0, max_batched = 0, spec_k = 0;
 	const char *spec_model = NULL;
@@ -369,6 +371,7 @@ int dps_cmd_generate(int argc, char **argv)
 		  "the prompt is a user message, formatted by the model's chat template; only the "
 		  "reply is printed" },
 		dps_flag_dtype(&dtype),
+		dps_flag_quantization(&quant),
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL (skx:zen3); WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
@@ -439,19 +442,20 @@ int dps_cmd_generate(int argc, char **argv)
 				"go together\n");
 		return 2;
 	}
-	if (dtype == 1 + DPS_SHARD_DTYPE_BF16 && reference) {
-		fprintf(stderr, "dpshard generate: --reference evaluates f32 weights; --dtype bf16 "
-				"is not implemented there\n");
+	if ((dtype == 1 + DPS_SHARD_DTYPE_BF16 || quant) && reference) {
+		fprintf(stderr, "dpshard generate: --reference evaluates f32 weights; %s is not "
+				"implemented there\n", quant ? "--quantization" : "--dtype bf16");
 		return 2;
 	}
-	if (!reference && dtype != 1 + DPS_SHARD_DTYPE_F32 && model_dir)
-		bf16 = weights_bf16(model_dir, dtype == 1 + DPS_SHARD_DTYPE_BF16);
+	if (!reference && model_dir && (quant || dtype != 1 + DPS_SHARD_DTYPE_F32))
+		bf16 = weights_narrow(model_dir, dtype == 1 + DPS_SHARD_DTYPE_BF16 || quant);
 	if (bf16 || npos > 1 || requests || spec_model || par.tp * par.dp > 1 || par.attn_dp > 1 ||
 	    par.emb_dp > 1 ||
 	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1 || par.ep || par.a2a) {
 		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
 						.dtype = dtype ? (enum dps_shard_dtype)(dtype - 1)
 							       : DPS_SHARD_DTYPE_AUTO,
+						.quant = (enum dps_shard_quant)quant,
 						.blis_arch = blis_arch, .threads = threads,
 						.steps = steps, .ids_out = ids_out,
 						.verbose = verbose, .trace = trace,

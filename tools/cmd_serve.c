@@ -338,6 +338,7 @@ int dps_cmd_serve(int argc, char **argv)
 	int spec_k = 0;
 	const char *spec_model = NULL;
 	int dtype = 0; /* --dtype: 1 + the choice, 0 unset (auto) */
+	int quant = 0; /* --quantization: 1 int8, 0 unset (the checkpoint's) */
 	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
 	int max_conns = 1024, request_timeout = 0, max_tokens = 16, header_timeout = 30000;
 	int idle_timeout = 75000, rank_timeout = 30;
@@ -386,6 +387,7 @@ int dps_cmd_serve(int argc, char **argv)
 		{ "disable-log-requests", DPS_FLAG_BOOL, &no_log_requests, NULL,
 		  "no log line per request" },
 		dps_flag_dtype(&dtype),
+		dps_flag_quantization(&quant),
 		{ "blis-arch", DPS_FLAG_STR, &blis_arch, "A",
 		  "auto (batch-invariant kernels) or BLIS: skx, zen3, haswell, generic or BIG:SMALL; WARNING: BLIS is not batch-invariant (tokens may depend on the batch)" },
 		{ "threads-per-rank", DPS_FLAG_INT, &threads, "N",
@@ -580,6 +582,7 @@ int dps_cmd_serve(int argc, char **argv)
 		struct dps_engine_opts eo = { .model = model_dir, .blis_arch = blis_arch,
 					      .dtype = dtype ? (enum dps_shard_dtype)(dtype - 1)
 							     : DPS_SHARD_DTYPE_AUTO,
+					      .quant = (enum dps_shard_quant)quant,
 					      .threads = threads, .block_size = block_size,
 					      .kv_cache_memory = kv_mem, .kv_fraction = 0.5,
 					      .max_num_seqs = max_num_seqs,

@@ -408,6 +408,15 @@ int dps_flags_int_list(const char *s, int *out, int cap, long lo, long hi)
 	}
 }
 
+struct dps_flag dps_flag_quantization(int *choice)
+{
+	return (struct dps_flag){ "quantization", DPS_FLAG_CHOICE, choice, "int8",
+				  "quantize the linear weights and the LM head at load: int8, blocks "
+				  "of 32 with an F16 scale (34 bytes per 32 weights); unset: as the "
+				  "checkpoint is (dpshard quantize writes INT8 checkpoints)",
+				  0, 0, 'q' };
+}
+
 struct dps_flag dps_flag_dtype(int *choice)
 {
 	return (struct dps_flag){ "dtype", DPS_FLAG_CHOICE, choice, "auto|f32|bf16",

@@ -38,6 +38,12 @@ struct dps_flag {
  */
 struct dps_flag dps_flag_dtype(int *choice);
 
+/*
+ * --quantization, into *choice: 1 for int8 (0: unset, the checkpoint's own), so enum
+ * dps_shard_quant is choice.
+ */
+struct dps_flag dps_flag_quantization(int *choice);
+
 struct dps_par_cfg;
 /*
  * Writes the parallel-layout flags (--tensor-parallel-size, --data-parallel-size, the five

@@ -78,7 +78,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	struct dps_engine_client *client = NULL;
 	/* Every prompt at once: -n counts positions fed, so a request holds steps + 1 tokens. */
 	struct dps_engine_opts eo = { .model = o->model, .blis_arch = o->blis_arch,
-				      .dtype = o->dtype, .threads = o->threads, .block_size = o->block_size,
+				      .dtype = o->dtype, .quant = o->quant, .threads = o->threads,
+				      .block_size = o->block_size,
 				      .kv_cache_memory = o->kv_cache_memory,
 				      .max_num_seqs = o->max_num_seqs ? o->max_num_seqs
 								      : (o->n_prompts < 256 ? o->n_prompts

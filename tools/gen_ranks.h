@@ -14,6 +14,7 @@ struct dps_gen_ranks_opts {
 	struct dps_par_cfg par;
 	const char *model, *cpu_bind, *blis_arch;
 	enum dps_shard_dtype dtype; /* --dtype */
+	enum dps_shard_quant quant; /* --quantization */
 	int threads;               /* per rank; 0 = the CPUs the placement gave it */
 	int n_prompts;
 	const int *const *prompts; /* (n_prompts) token ids */

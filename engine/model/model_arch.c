@@ -66,7 +66,6 @@ static const char *const qwen3_fields[] = { "attention_bias", "use_sliding_windo
 static const char *const gpt_oss_fields[] = {
 	"num_local_experts", "num_experts", "num_experts_per_tok", "experts_per_token",
 	"swiglu_limit", "swiglu_alpha", "attention_bias", "sliding_window", "layer_types",
-	"quantization_config",
 	/* training and bookkeeping only: */
 	"router_aux_loss_coef", "output_router_logits", "initial_context_length", NULL
 };
@@ -549,11 +548,10 @@ static int read_windows(const json_t *root, struct dps_model_config *c, char *er
 	return 0;
 }
 
-/* GPT-OSS's experts and their quantization. */
+/* GPT-OSS's experts. */
 static int read_experts(const json_t *root, struct dps_model_config *c, char *err,
 			size_t errlen)
 {
-	const json_t *q = json_object_get(root, "quantization_config");
 	int e2 = -1, k2 = -1, s;
 
 	if (get_int(root, "num_local_experts", 1, DPS_CFG_MAX_EXPERTS, &c->num_local_experts,
@@ -606,27 +604,69 @@ static int read_experts(const json_t *root, struct dps_model_config *c, char *er
 			 "num_local_experts %d", c->num_experts_per_tok, c->num_local_experts);
 		return -EINVAL;
 	}
-	if (q && !json_is_null(q)) {
-		const json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
-		const char *key;
-		json_t *val;
+	return 0;
+}
 
-		if (!json_is_string(m) || strcmp(json_string_value(m), "mxfp4")) {
-			snprintf(err, errlen, "config.json: quantization_config quant_method '%.32s' "
-				 "is not supported (mxfp4 is)",
-				 json_is_string(m) ? json_string_value(m) : "?");
+/*
+ * quantization_config, of any family: "mxfp4" (GPT-OSS's experts as published) or
+ * "dpshard_int8" (what `dpshard quantize` writes: the linear weights as INT8 tensors with F16
+ * scales, kernels/q8.h, and GPT-OSS's experts MXFP4 when mxfp4_experts says so). Any other
+ * method, and any key not listed, is refused by name.
+ */
+static int read_quant(const json_t *root, struct dps_model_config *c, char *err, size_t errlen)
+{
+	const json_t *q = json_object_get(root, "quantization_config");
+	const json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+	const char *method = json_is_string(m) ? json_string_value(m) : "?";
+	const int int8 = !strcmp(method, "dpshard_int8");
+	const char *key;
+	json_t *val;
+
+	if (!q || json_is_null(q))
+		return 0;
+	if (!(int8 || (!strcmp(method, "mxfp4") && c->arch == DPS_ARCH_GPT_OSS))) {
+		snprintf(err, errlen, "config.json: quantization_config quant_method '%.32s' is not "
+			 "supported (dpshard_int8 is, and mxfp4 for GPT-OSS)", method);
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)q, key, val) {
+		const int known = !strcmp(key, "quant_method") ||
+				  (!int8 && !strcmp(key, "modules_to_not_convert")) ||
+				  (int8 && (!strcmp(key, "block_size") || !strcmp(key, "scale_dtype") ||
+					    (!strcmp(key, "mxfp4_experts") &&
+					     c->arch == DPS_ARCH_GPT_OSS)));
+
+		if (!known) {
+			snprintf(err, errlen, "config.json: 'quantization_config.%.48s' is not read "
+				 "by dpshard for %s (refused rather than ignored)", key, method);
 			return -EINVAL;
 		}
-		json_object_foreach((json_t *)q, key, val) {
-			if (strcmp(key, "quant_method") && strcmp(key, "modules_to_not_convert")) {
-				snprintf(err, errlen, "config.json: 'quantization_config.%.48s' is not "
-					 "read by dpshard (refused rather than ignored)", key);
-				return -EINVAL;
-			}
-		}
+	}
+	if (!int8) {
 		/* Which tensors are MXFP4 the checkpoint says (blocks and scales, or not). */
 		c->mxfp4 = 1;
+		return 0;
 	}
+	val = json_object_get(q, "block_size");
+	if (val && !(json_is_integer(val) && json_integer_value(val) == 32)) {
+		snprintf(err, errlen, "config.json: quantization_config.block_size must be 32 for "
+			 "dpshard_int8");
+		return -EINVAL;
+	}
+	val = json_object_get(q, "scale_dtype");
+	if (val && !(json_is_string(val) && !strcmp(json_string_value(val), "float16"))) {
+		snprintf(err, errlen, "config.json: quantization_config.scale_dtype must be "
+			 "\"float16\" for dpshard_int8");
+		return -EINVAL;
+	}
+	val = json_object_get(q, "mxfp4_experts");
+	if (val && !json_is_boolean(val)) {
+		snprintf(err, errlen, "config.json: quantization_config.mxfp4_experts must be true "
+			 "or false");
+		return -EINVAL;
+	}
+	c->int8 = 1;
+	c->mxfp4 = val && json_is_true(val);
 	return 0;
 }
 
@@ -640,6 +680,7 @@ int dps_arch_read(const json_t *root, struct dps_model_config *c, char *err, siz
 	json_object_foreach((json_t *)root, key, val) {
 		/* A null value sets nothing: it is the field's absence, written out. */
 		if (json_is_null(val) || in_list(common_fields, key) ||
+		    !strcmp(key, "quantization_config") ||
 		    in_list(metadata_fields, key) || in_list(d->fields, key))
 			continue;
 		snprintf(err, errlen, "config.json: field '%.64s' is not read by dpshard for %s "
@@ -666,7 +707,8 @@ int dps_arch_read(const json_t *root, struct dps_model_config *c, char *err, siz
 	c->mlp_bias = mlp_bias;
 	c->qk_norm = c->arch == DPS_ARCH_QWEN3;
 	c->attn_sinks = c->arch == DPS_ARCH_GPT_OSS;
-	if (c->arch == DPS_ARCH_GPT_OSS && read_experts(root, c, err, errlen))
+	if ((c->arch == DPS_ARCH_GPT_OSS && read_experts(root, c, err, errlen)) ||
+	    read_quant(root, c, err, errlen))
 		return -EINVAL;
 	return finish_rope(c, err, errlen);
 }

@@ -110,6 +110,11 @@ struct dps_model_config {
 	 */
 	int mxfp4;
 	double swiglu_alpha;
+	/*
+	 * quantization_config "dpshard_int8" (`dpshard quantize`): the linear weights are stored
+	 * as INT8 tensors with F16 scales (kernels/q8.h), and are held so unless --dtype f32.
+	 */
+	int int8;
 };
 
 /* Whether layer l attends through the sliding window. */

@@ -282,7 +282,7 @@ static int put_family(json_t *root, const struct dps_model_config *c)
 		       put(root, "layer_types", layer_types(c));
 		if (c->swiglu_alpha > 0 && c->swiglu_alpha != GPT_OSS_ALPHA)
 			bad |= put(root, "swiglu_alpha", json_real(c->swiglu_alpha));
-		if (c->mxfp4)
+		if (c->mxfp4 && !c->int8)
 			bad |= put(root, "quantization_config",
 				   json_pack("{s:s, s:[s,s,s,s]}", "quant_method", "mxfp4",
 					     "modules_to_not_convert", "model.layers.*.self_attn",
@@ -292,6 +292,15 @@ static int put_family(json_t *root, const struct dps_model_config *c)
 	default:
 		break;
 	}
+	if (c->int8)
+		bad |= c->arch == DPS_ARCH_GPT_OSS
+			       ? put(root, "quantization_config",
+				     json_pack("{s:s, s:i, s:s, s:b}", "quant_method", "dpshard_int8",
+					       "block_size", 32, "scale_dtype", "float16",
+					       "mxfp4_experts", c->mxfp4))
+			       : put(root, "quantization_config",
+				     json_pack("{s:s, s:i, s:s}", "quant_method", "dpshard_int8",
+					       "block_size", 32, "scale_dtype", "float16"));
 	return bad ? -ENOMEM : 0;
 }
 

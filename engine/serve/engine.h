@@ -36,6 +36,7 @@ struct dps_engine_opts {
 	const char *model;
 	const char *blis_arch;
 	enum dps_shard_dtype dtype;  /* --dtype: the linear weights' type in memory */
+	enum dps_shard_quant quant;  /* --quantization */
 	int threads;                 /* per rank; 0: the CPUs its placement gave it */
 	int block_size;              /* --block-size */
 	size_t kv_cache_memory;      /* bytes of KV cache per rank (0: kv_fraction of free memory) */

@@ -512,7 +512,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	rc = dps_shard_load(&R->m, w, &w->lay->groups.cfg, o->model,
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = sc.block_size,
-						      .dtype = o->dtype,
+						      .dtype = o->dtype, .quant = o->quant,
 						      .kv_bytes = budget,
 						      /* more than every sequence at full length is never used */
 						      .max_blocks = sc.max_num_seqs *

@@ -25,8 +25,11 @@ int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 						      .max_rows = rows, .block_size = block_size,
 						      .num_blocks = R->m.num_blocks,
 						      /* the draft is held as its target is */
-						      .dtype = R->m.wt == DPS_WT_BF16 ? DPS_SHARD_DTYPE_BF16
-											: DPS_SHARD_DTYPE_F32,
+						      .dtype = R->m.wt_emb == DPS_WT_BF16
+								       ? DPS_SHARD_DTYPE_BF16
+								       : DPS_SHARD_DTYPE_F32,
+						      .quant = R->m.wt == DPS_WT_Q8 ? DPS_SHARD_QUANT_INT8
+										    : DPS_SHARD_QUANT_AUTO,
 						      .target = &R->m },
 			    err, sizeof(err));
 	if (!rc)

@@ -194,7 +194,7 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 		float *kvo = s->att; /* scratch (B, kvw) */
 
 		dps_shard_linear(s, kvo, h + (size_t)j * (size_t)B * (size_t)dim,
-				 dps_shard_wat(s, w->wqkv_p, (size_t)s->hq_t * (size_t)hd * (size_t)dim), B,
+				 dps_shard_wrow(w->wqkv_p, s->wt, (size_t)s->hq_t * (size_t)hd, dim), B,
 				 (int)kvw, dim);
 		if (w->bqkv_p)
 			dps_add_bias(kvo, w->bqkv_p + (size_t)s->hq_t * hd, B, (int)kvw);

@@ -103,6 +103,7 @@ void dps_shard_load_draft_extras(struct dps_shard_loader *L)
 		dps_shard_load_cols_of_rank(L, "fc.weight", dim, 3 * dim, s->t, s->fc_w, s->fc);
 		dps_shard_load_whole(L, "midlayer.hidden_norm.weight", dim, s->hidden_norm);
 	}
+	dps_shard_quantize_w(L, DPS_PART_MLP, &s->fc, dim, s->fc_w);
 	s->d2t = calloc(V, sizeof(int));
 	if (!s->d2t) {
 		if (!L->rc) {

@@ -253,6 +253,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 	const int hd = s->hd, t = s->t, ca = s->c[DPS_COMP_ATTN];
 	const int e = dps_shard_attn_rank(s), gm = dps_shard_comp_rank(s, DPS_COMP_MLP);
 	const size_t rows_p = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
+	const enum dps_wtype lt = dps_shard_wt_load(s);
 	char nq[96], nk[96], nv[96], no[96], ng[96], nu[96], nd[96], n1[96], n2[96];
 
 	lname(s, nq, sizeof(nq), l, "self_attn.q_proj.weight");
@@ -278,8 +279,9 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_rows_of_rank(L, nq, qd, qin, t, (uint64_t)s->hq_t * (uint64_t)hd,
 					    w->wqkv_p);
 		for (int k = 0; k < s->nkv_t; k++) {
-			void *kr = dps_shard_wat(s, w->wqkv_p, ((size_t)s->hq_t + (size_t)k) * (size_t)hd * qin);
-			void *vr = dps_shard_wat(s, kr, (size_t)s->nkv_t * (size_t)hd * qin);
+			void *kr = dps_shard_wrow(w->wqkv_p, lt, ((size_t)s->hq_t + (size_t)k) * (size_t)hd,
+						  (int)qin);
+			void *vr = dps_shard_wrow(kr, lt, (size_t)s->nkv_t * (size_t)hd, (int)qin);
 
 			/* The KV heads by their ids, not by a rank. */
 			dps_shard_load_rows_of_rank(L, nk, kvd, qin, s->kv_t[k], (uint64_t)hd, kr);
@@ -287,6 +289,8 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		}
 		dps_shard_load_cols_of_rank(L, no, dim, qd, t, s->hq_t * hd, w->wo_p);
 	}
+	dps_shard_quantize_w(L, DPS_PART_ATTN_PREFILL, &w->wqkv_p, rows_p, (int)qin);
+	dps_shard_quantize_w(L, DPS_PART_ATTN_PREFILL, &w->wo_p, dim, s->hq_t * hd);
 	/* Decode with c_attn > 1: the effective rank's query heads [and KV heads]. */
 	if (ca > 1) {
 		const size_t rows_d = (size_t)(s->hq_e + 2 * s->nkv_e) * (size_t)hd;
@@ -297,8 +301,9 @@ static void load_layer(struct dps_shard_loader *L, int l)
 			dps_shard_load_rows_of_rank(L, nq, qd, dim, e, (uint64_t)s->hq_e * (uint64_t)hd,
 						    w->wq_d);
 			if (s->kv_by_eff) {
-				void *kr = dps_shard_wat(s, w->wq_d, (size_t)s->hq_e * (size_t)hd * dim);
-				void *vr = dps_shard_wat(s, kr, (size_t)s->nkv_e * (size_t)hd * dim);
+				void *kr = dps_shard_wrow(w->wq_d, lt, (size_t)s->hq_e * (size_t)hd,
+							  (int)dim);
+				void *vr = dps_shard_wrow(kr, lt, (size_t)s->nkv_e * (size_t)hd, (int)dim);
 
 				dps_shard_load_rows_of_rank(L, nk, kvd, dim, e,
 							    (uint64_t)s->nkv_e * (uint64_t)hd, kr);
@@ -307,6 +312,8 @@ static void load_layer(struct dps_shard_loader *L, int l)
 			}
 			dps_shard_load_cols_of_rank(L, no, dim, qd, e, s->hq_e * hd, w->wo_d);
 		}
+		dps_shard_quantize_w(L, DPS_PART_ATTN_DECODE, &w->wq_d, rows_d, (int)dim);
+		dps_shard_quantize_w(L, DPS_PART_ATTN_DECODE, &w->wo_d, dim, s->hq_e * hd);
 	}
 	load_attn_extras(L, l);
 	if (dps_cfg_layer_moe(c, l)) {
@@ -319,9 +326,11 @@ static void load_layer(struct dps_shard_loader *L, int l)
 	if (w->w_gate_up && w->w_down) {
 		dps_shard_load_rows_of_rank(L, ng, im, dim, gm, (uint64_t)s->im_sh, w->w_gate_up);
 		dps_shard_load_rows_of_rank(L, nu, im, dim, gm, (uint64_t)s->im_sh,
-					    dps_shard_wat(s, w->w_gate_up, (size_t)s->im_sh * dim));
+					    dps_shard_wrow(w->w_gate_up, lt, (size_t)s->im_sh, (int)dim));
 		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down);
 	}
+	dps_shard_quantize_w(L, DPS_PART_MLP, &w->w_gate_up, 2 * (size_t)s->im_sh, (int)dim);
+	dps_shard_quantize_w(L, DPS_PART_MLP, &w->w_down, dim, s->im_sh);
 	if (c->mlp_bias) {
 		lname(s, ng, sizeof(ng), l, "mlp.gate_proj.bias");
 		lname(s, nu, sizeof(nu), l, "mlp.up_proj.bias");
@@ -341,16 +350,23 @@ static void load_layer(struct dps_shard_loader *L, int l)
 	}
 }
 
-/* The vocabulary rows of shard `rank` (per rows each) of an embedding-shaped tensor. */
+/*
+ * The vocabulary rows of shard `rank` (per rows each) of an embedding-shaped tensor: an
+ * embedding table (held as wt_emb) or an LM head (a linear weight, quantized when INT8).
+ */
 static void *vocab_shard(struct dps_shard_loader *L, enum dps_shard_part part, const char *name,
 			 int rank, int per)
 {
 	const struct dps_model_config *c = &L->s->cfg;
-	void *p = dps_shard_alloc_w(L, part, (size_t)per * (size_t)c->hidden_size);
+	const int head = part == DPS_PART_LM_PREFILL || part == DPS_PART_LM_DECODE;
+	const enum dps_wtype t = head ? dps_shard_wt_load(L->s) : L->s->wt_emb;
+	void *p = dps_shard_alloc_t(L, part, (size_t)per * (size_t)c->hidden_size, t);
 
 	if (p)
-		dps_shard_load_rows_of_rank(L, name, (uint64_t)c->vocab_size,
-					    (uint64_t)c->hidden_size, rank, (uint64_t)per, p);
+		dps_shard_load_range_t(L, name, (uint64_t)c->vocab_size, (uint64_t)c->hidden_size,
+				       0, (int64_t)rank * per, (uint64_t)per, p, t);
+	if (head)
+		dps_shard_quantize_w(L, part, &p, (size_t)per, c->hidden_size);
 	return p;
 }
 
@@ -374,7 +390,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	if (rc)
 		return rc;
 	*c = L.ck.cfg;
-	rc = dps_shard_choose_wt(&L, opts ? opts->dtype : DPS_SHARD_DTYPE_AUTO);
+	rc = dps_shard_choose_wt(&L, opts ? opts->dtype : DPS_SHARD_DTYPE_AUTO,
+				 opts ? opts->quant : DPS_SHARD_QUANT_AUTO);
 	if (rc)
 		goto out;
 	s->inv_freq = calloc((size_t)c->head_dim / 2 + 1, sizeof(float));
@@ -598,6 +615,19 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 		    (s->moe == DPS_MOE_EP_A2A &&
 		     (!s->m_send || !s->m_pos || !s->m_recv || !s->m_ret || !s->m_e2)))
 			moe_fail = 1;
+	}
+	if (s->wt == DPS_WT_Q8 && !rc) {
+		/* The quantized activations of the largest product, before any step needs them. */
+		const int rows = s->moe_rows > s->max_gather ? s->moe_rows : s->max_gather;
+		int k = s->qkv_in > c->hidden_size ? s->qkv_in : c->hidden_size;
+
+		k = s->hq_t * s->hd > k ? s->hq_t * s->hd : k;
+		k = s->hq_e * s->hd > k ? s->hq_e * s->hd : k;
+		k = s->im_sh > k ? s->im_sh : k;
+		k = s->im_e > k ? s->im_e : k;
+		k = s->fc_w > k ? s->fc_w : k;
+		if (dps_linear_q8_reserve(rows, k))
+			moe_fail = 1; /* reported below as the scratch it is */
 	}
 	if ((s->draft && !s->fcin) || moe_fail || !s->key_cache || !s->value_cache || !s->x ||
 	    !s->h || !s->o || !s->qkv || !s->att || !s->att2 || !s->gu || !s->scores || !s->cs ||

@@ -42,7 +42,8 @@ static void narrow(uint16_t *dst, const float *src, size_t n)
 /*
  * Expert e as this rank holds it (local index i): intermediate rows [i0, i0 + im_e). Unless
  * MXFP4, its weights are of s->wt: read as f32 (the GPT-OSS reader interleaves gate and up)
- * and, for BF16, narrowed into place - exact for a BF16 checkpoint, whose values round-trip.
+ * and, for BF16, narrowed into place - exact for a BF16 checkpoint, whose values round-trip;
+ * for INT8, quantized.
  */
 static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t i0, int q4)
 {
@@ -78,6 +79,10 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 		free(d.gu);
 		free(d.dn);
 	}
+	if (!q4) {
+		dps_shard_quantize_w(L, DPS_PART_EXPERTS, &w->exp_gu[i], 2 * ime, (int)dim);
+		dps_shard_quantize_w(L, DPS_PART_EXPERTS, &w->exp_dn[i], dim, (int)ime);
+	}
 }
 
 /*
@@ -101,10 +106,10 @@ void dps_shard_load_experts(struct dps_shard_loader *L, int l)
 
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
 	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.router.bias", l);
-	w->router = dps_shard_alloc_w(L, DPS_PART_EXPERTS, E * dim);
+	w->router = dps_shard_alloc_t(L, DPS_PART_EXPERTS, E * dim, s->wt_emb);
 	w->router_bias = dps_shard_alloc_part(L, DPS_PART_EXPERTS, E);
 	if (w->router && w->router_bias) {
-		dps_shard_load_range_w(L, n0, E, dim, 0, 0, E, w->router);
+		dps_shard_load_range_t(L, n0, E, dim, 0, 0, E, w->router, s->wt_emb);
 		dps_shard_load_whole(L, n1, E, w->router_bias);
 	}
 	w->exp_gu = calloc((size_t)s->e_n, sizeof(void *));

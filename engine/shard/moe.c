@@ -34,10 +34,10 @@ static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int 
 
 	if (!n)
 		return;
-	/* the router of s->wt, its bias f32 */
-	s->moe_bytes += (uint64_t)E * (uint64_t)s->cfg.hidden_size * dps_wtype_size(s->wt) +
+	/* the router of s->wt_emb (never quantized, as llama.cpp's), its bias f32 */
+	s->moe_bytes += dps_wtype_bytes(s->wt_emb, (size_t)E, s->cfg.hidden_size) +
 			(uint64_t)E * sizeof(float);
-	dps_shard_linear(s, s->m_lg, h, w->router, n, E, s->cfg.hidden_size);
+	dps_shard_linear_t(s, s->wt_emb, s->m_lg, h, w->router, n, E, s->cfg.hidden_size);
 	for (int i = 0; i < n; i++) {
 		float *lg = s->m_lg + (size_t)i * (size_t)E;
 
@@ -80,7 +80,8 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			dps_linear_mxfp4(s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt,
 					 2 * im, dim);
 		} else {
-			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * dps_wtype_size(s->wt);
+			s->moe_bytes += dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
+					dps_wtype_bytes(s->wt, (size_t)dim, im);
 			dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
 		}
 		if (w->exp_gu_b)

@@ -57,6 +57,14 @@ enum dps_shard_dtype { DPS_SHARD_DTYPE_AUTO, DPS_SHARD_DTYPE_F32, DPS_SHARD_DTYP
 /* Parses "auto", "f32" or "bf16"; 0, or -EINVAL with a message naming the flag and the choices. */
 int dps_shard_dtype_parse(const char *s, enum dps_shard_dtype *out, char *err, size_t errlen);
 
+/*
+ * --quantization: how the linear weights are quantized. AUTO: as the checkpoint says (INT8
+ * when its config.json has dpshard's int8 quantization_config, see `dpshard quantize`; else
+ * none); INT8: blocks of 32 with an F16 scale (kernels/q8.h), quantized at load from the
+ * checkpoint's values.
+ */
+enum dps_shard_quant { DPS_SHARD_QUANT_AUTO, DPS_SHARD_QUANT_INT8 };
+
 struct dps_shard_opts {
 	int max_pos;  /* positions per sequence (0: the model's context) */
 	int max_seqs; /* sequences of dps_shard_step's seq numbering (0: 1) */
@@ -72,6 +80,13 @@ struct dps_shard_opts {
 	 * rounded to nearest even). Norms, biases, sinks and other vectors stay f32.
 	 */
 	enum dps_shard_dtype dtype;
+	/*
+	 * The linear weights quantized (--quantization): every projection of attention, MLP and
+	 * experts, the LM head and an Eagle3 draft's fusion are then INT8 (MXFP4 experts stay
+	 * MXFP4), read as f32 from the checkpoint and quantized one matrix at a time. The
+	 * embedding table and the MoE router stay as dtype says.
+	 */
+	enum dps_shard_quant quant;
 	/*
 	 * Non-NULL: dir is an Eagle3 draft of this (loaded) target, sharded as the draft is
 	 * (below); num_blocks should then be the target's, so that its block tables serve both.
@@ -164,9 +179,13 @@ struct dps_shard {
 	float *m_ret;                /* (moe_items, hidden) their outputs, returned */
 	int *m_e2;                   /* (moe_items) the expert of each received item */
 
-	/* Linear weights (and the embedding) are held as wt: f32, or BF16 (--dtype). */
-	enum dps_wtype wt;
-	void *emb_p, *emb_d;         /* (v_tp | v_emb, hidden) of wt; emb_d == emb_p when c_emb == 1 */
+	/*
+	 * Linear weights are held as wt: f32 or BF16 (--dtype), or INT8 (--quantization). The
+	 * embedding table and the MoE router as wt_emb: wt, or with INT8 the f32 or BF16 of
+	 * --dtype.
+	 */
+	enum dps_wtype wt, wt_emb;
+	void *emb_p, *emb_d;         /* (v_tp | v_emb, hidden) of wt_emb; emb_d == emb_p when c_emb == 1 */
 	void *lm_p, *lm_d;           /* (v_tp | v_lm, hidden) of wt */
 	float *final_norm;
 	struct dps_shard_layer *layers;

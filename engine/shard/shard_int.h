@@ -26,15 +26,15 @@
 /* One decoder layer's weights as this rank holds them. */
 struct dps_shard_layer {
 	float *attn_norm, *ffn_norm; /* (hidden) each */
-	/* The linear weights, of s->wt (f32 or BF16): */
+	/* The linear weights, of s->wt (f32, BF16 or INT8): */
 	void *wqkv_p;    /* prefill (plain TP): q (hq_t heads), k and v (nkv_t heads) x qkv_in */
 	void *wo_p;      /* (hidden, hq_t * hd) */
 	void *wq_d;      /* decode, c_attn > 1: q of the effective rank's hq_e heads [+ k, v] */
 	void *wo_d;      /* (hidden, hq_e * hd) */
 	void *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
 	void *w_down;    /* (hidden, im_sh) */
-	/* MoE layers: router (E, hidden) of wt and bias (E); expert e_lo + i: exp_gu[i] (2 * im_e,
-	 * hidden) gate rows then up rows, exp_dn[i] (hidden, im_e), both of wt. */
+	/* MoE layers: router (E, hidden) of wt_emb and bias (E); expert e_lo + i: exp_gu[i]
+	 * (2 * im_e, hidden) gate rows then up rows, exp_dn[i] (hidden, im_e), both of wt. */
 	void *router;
 	float *router_bias;
 	void **exp_gu, **exp_dn;
@@ -75,19 +75,50 @@ struct dps_shard_loader {
 /* floats of weights for part (counted in s->bytes), or NULL with L->rc set. */
 float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part, size_t floats);
 
-/* weights.c: s->wt from --dtype (auto: the checkpoint's, dps_ckpt_weights_bf16). 0 or -EINVAL. */
-int dps_shard_choose_wt(struct dps_shard_loader *L, enum dps_shard_dtype d);
+/*
+ * weights.c: s->wt and s->wt_emb from --dtype (auto: the checkpoint's, dps_ckpt_weights_bf16)
+ * and --quantization (auto: the checkpoint's). 0 or -EINVAL with a message.
+ */
+int dps_shard_choose_wt(struct dps_shard_loader *L, enum dps_shard_dtype d,
+			enum dps_shard_quant q);
 
-/* elems linear weights of s->wt for part (counted in s->bytes), or NULL with L->rc set. */
-void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems);
-
-/* Element `elems` of a linear weight W of s->wt (row r of a k-wide matrix: elems = r * k). */
-static inline void *dps_shard_wat(const struct dps_shard *s, const void *W, size_t elems)
+/*
+ * The type a rank reads its linear weights in: f32 when they are to be quantized (so the
+ * blocks see the checkpoint's own values; an INT8 checkpoint's dequantize exactly), else
+ * s->wt.
+ */
+static inline enum dps_wtype dps_shard_wt_load(const struct dps_shard *s)
 {
-	return (char *)(uintptr_t)W + elems * dps_wtype_size(s->wt);
+	return s->wt == DPS_WT_Q8 ? DPS_WT_F32 : s->wt;
 }
 
-/* Indices [first, first + n) of dimension dim of a (d0 x d1) linear weight into dst, of s->wt. */
+/* elems weights of type t for part (counted in s->bytes), or NULL with L->rc set. */
+void *dps_shard_alloc_t(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems,
+			enum dps_wtype t);
+
+/* elems linear weights of the load type (dps_shard_wt_load) for part. */
+void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems);
+
+/* Row r of a weight W of type t with rows of k values. */
+static inline void *dps_shard_wrow(const void *W, enum dps_wtype t, size_t r, int k)
+{
+	return (char *)(uintptr_t)W + dps_wtype_bytes(t, r, k);
+}
+
+/*
+ * When the linear weights are INT8: *W (n x k, read as f32) quantized into a new buffer that
+ * replaces it (the f32 one freed; s->bytes[part] counts the INT8 bytes instead). Otherwise,
+ * or once L->rc is set, nothing.
+ */
+void dps_shard_quantize_w(struct dps_shard_loader *L, enum dps_shard_part part, void **W,
+			  size_t n, int k);
+
+/* Indices [first, first + n) of dimension dim of a (d0 x d1) weight into dst, of type t. */
+void dps_shard_load_range_t(struct dps_shard_loader *L, const char *name, uint64_t d0,
+			    uint64_t d1, int dim, int64_t first, uint64_t n, void *dst,
+			    enum dps_wtype t);
+
+/* The same for a linear weight, in the load type. */
 void dps_shard_load_range_w(struct dps_shard_loader *L, const char *name, uint64_t d0,
 			    uint64_t d1, int dim, int64_t first, uint64_t n, void *dst);
 
@@ -134,6 +165,10 @@ static inline int dps_shard_attn_rank(const struct dps_shard *s)
 }
 
 /* ---- coll.c: the counted collectives --------------------------------------------------------- */
+
+/* step.c: a product on W held as t, counted in s->linear_ns and s->linear_flops. */
+void dps_shard_linear_t(struct dps_shard *s, enum dps_wtype t, float *out, const float *x,
+			const void *W, int m, int n, int k);
 
 /* Counts (and traces) one collective of kind k over group set sg. */
 void dps_shard_count(struct dps_shard *s, enum dps_coll_kind k, int sg, size_t bytes);

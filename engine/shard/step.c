@@ -19,16 +19,22 @@
 #include "kernels/kernels.h"
 #include "shm/wait.h"
 
+void dps_shard_linear_t(struct dps_shard *s, enum dps_wtype t, float *out, const float *x,
+			const void *W, int m, int n, int k)
+{
+	const uint64_t t0 = dps_now_ns();
+
+	dps_linear_w(out, x, W, t, m, n, k);
+	dps_work(); /* each product says the rank works, so a long step never looks stalled */
+	s->linear_ns += dps_now_ns() - t0;
+	s->linear_flops += 2.0 * m * n * k;
+}
+
 /* A product through dps_linear_w on W of s->wt, counted in s->linear_ns and s->linear_flops. */
 void dps_shard_linear(struct dps_shard *s, float *out, const float *x, const void *W, int m,
 		      int n, int k)
 {
-	const uint64_t t0 = dps_now_ns();
-
-	dps_linear_w(out, x, W, s->wt, m, n, k);
-	dps_work(); /* each product says the rank works, so a long step never looks stalled */
-	s->linear_ns += dps_now_ns() - t0;
-	s->linear_flops += 2.0 * m * n * k;
+	dps_shard_linear_t(s, s->wt, out, x, W, m, n, k);
 }
 
 /* ---- MLP ------------------------------------------------------------------------------------ */
@@ -74,8 +80,8 @@ void dps_shard_lookup(const struct dps_shard *s, const void *table, int lo, int 
 	for (int i = 0; i < n; i++) {
 		const int v = ids[i] - lo;
 
-		if (v >= 0 && v < per && s->wt == DPS_WT_BF16) { /* one row widened, exactly */
-			const uint16_t *row = dps_shard_wat(s, table, (size_t)v * (size_t)dim);
+		if (v >= 0 && v < per && s->wt_emb == DPS_WT_BF16) { /* one row widened, exactly */
+			const uint16_t *row = dps_shard_wrow(table, DPS_WT_BF16, (size_t)v, dim);
 
 			for (int c = 0; c < dim; c++)
 				x[(size_t)i * dim + c] = dps_bf16_to_f32(row[c]);
