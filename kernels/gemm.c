@@ -214,6 +214,7 @@ static enum own_isa choose_q8(const char **fallback)
 {
 	const int f16c = __builtin_cpu_supports("f16c");
 	enum own_isa q = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+				 __builtin_cpu_supports("avx512vl") &&
 				 __builtin_cpu_supports("avx512vnni") && f16c ? OWN_AVX512
 		       : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c
 			       ? OWN_AVX2 : OWN_REF;

@@ -2,14 +2,15 @@
 /*
  * kernels/q8.c - INT8 weights in blocks of 32 with F16 scales (see q8.h): quantizing weights
  * and activations, and the product in q8.h's order three ways, bit for bit the same: AVX-512
- * with VNNI (vpdpbusd on the stored q + 128 against the signed activations, started from
- * -128 times the activations' sums, which gives each lane's exact integer), AVX2 (vpmaddubsw
- * on |x| and the weights with x's signs, then vpmaddwd: the same integers), and the plain-C
- * twin. dps_linear_q8 (gemm.c) calls them on its slices of output columns for every product
- * of a quantized model: decode (W streamed from memory once) and prefill.
+ * with VNNI (vpdpbusd of each slot of a group of sixteen blocks, the stored q + 128 against
+ * the signed activations, started from -128 times each block's activation sum, so that each
+ * lane ends as its block's exact sum), AVX2 (vpmaddubsw on |x| and the weights with x's
+ * signs, then vpmaddwd and vpaddd: the same integers, eight blocks per register), and the
+ * plain-C twin. dps_linear_q8 (gemm.c) calls them on its slices of output columns for every
+ * product of a quantized model: decode (W streamed from memory once) and prefill.
  *
  * Blocking, as gemm_dot.c: W taken W_BLOCK_BYTES of rows at a time (kept in L2), inside it
- * four rows of W against up to four (AVX-512) or one (AVX2) rows of x per register tile. The
+ * four rows of W against up to two (AVX-512) or one (AVX2) rows of x per register tile. The
  * blocking changes which tile computes an output and when, never the order of its sum.
  */
 #include <errno.h>
@@ -30,6 +31,19 @@
 
 /* ---- quantizing ------------------------------------------------------------------------ */
 
+/* The largest |v| of a block of cnt values v. */
+static float block_amax(const float *v, int cnt)
+{
+	float amax = 0.0f;
+
+	for (int j = 0; j < cnt; j++) {
+		const float a = fabsf(v[j]);
+
+		amax = a > amax ? a : amax;
+	}
+	return amax;
+}
+
 void dps_q8_quantize_rows(void *dst, int k, const float *src, size_t rows)
 {
 	const size_t kb = dps_q8_blocks(k);
@@ -42,11 +56,9 @@ void dps_q8_quantize_rows(void *dst, int k, const float *src, size_t rows)
 		for (size_t b = 0; b < kb; b++) {
 			const int c0 = (int)b * DPS_Q8_BLOCK;
 			const int cnt = k - c0 < DPS_Q8_BLOCK ? k - c0 : DPS_Q8_BLOCK;
-			float amax = 0.0f, df;
+			float df;
 
-			for (int j = 0; j < cnt; j++)
-				amax = fmaxf(amax, fabsf(v[c0 + j]));
-			d[b] = dps_f32_to_f16(amax / 127.0f);
+			d[b] = dps_f32_to_f16(block_amax(v + c0, cnt) / 127.0f);
 			df = dps_f16_to_f32(d[b]);
 			for (int j = 0; j < DPS_Q8_BLOCK; j++) {
 				long t = 0;
@@ -55,7 +67,7 @@ void dps_q8_quantize_rows(void *dst, int k, const float *src, size_t rows)
 					t = lrintf(v[c0 + j] / df);
 					t = t > 127 ? 127 : t < -127 ? -127 : t;
 				}
-				q[c0 + j] = (uint8_t)(t + 128);
+				q[dps_q8_pos(kb, b, j)] = (uint8_t)(t + 128);
 			}
 		}
 	}
@@ -63,11 +75,25 @@ void dps_q8_quantize_rows(void *dst, int k, const float *src, size_t rows)
 
 void dps_q8_dequantize_row(float *dst, const void *W, int k, size_t r)
 {
+	const size_t kb = dps_q8_blocks(k);
 	const uint8_t *q = dps_q8_row(W, r, k);
 	const uint16_t *d = dps_q8_scales(W, r, k);
 
 	for (int c = 0; c < k; c++)
-		dst[c] = (float)((int)q[c] - 128) * dps_f16_to_f32(d[c / DPS_Q8_BLOCK]);
+		dst[c] = (float)((int)q[dps_q8_pos(kb, (size_t)c / DPS_Q8_BLOCK, c % DPS_Q8_BLOCK)] -
+				 128) * dps_f16_to_f32(d[c / DPS_Q8_BLOCK]);
+}
+
+void dps_q8_export_row(int8_t *q, uint16_t *d, const void *W, int k, size_t r)
+{
+	const size_t kb = dps_q8_blocks(k);
+	const uint8_t *v = dps_q8_row(W, r, k);
+
+	for (int c = 0; q && c < k; c++)
+		q[c] = (int8_t)((int)v[dps_q8_pos(kb, (size_t)c / DPS_Q8_BLOCK, c % DPS_Q8_BLOCK)] -
+				128);
+	if (d)
+		memcpy(d, dps_q8_scales(W, r, k), kb * sizeof(uint16_t));
 }
 
 /* Grows *p to hold want elements of esz bytes (capacity in *cap). 0 or -ENOMEM. */
@@ -77,7 +103,7 @@ static int grow(void **p, size_t *cap, size_t want, size_t esz)
 
 	if (want <= *cap)
 		return 0;
-	q = realloc(*p, want * esz);
+	q = realloc(*p, (want ? want : 1) * esz);
 	if (!q)
 		return -ENOMEM;
 	*p = q;
@@ -85,45 +111,118 @@ static int grow(void **p, size_t *cap, size_t want, size_t esz)
 	return 0;
 }
 
+/*
+ * One block of activations (cnt <= 32 values v) quantized: its scale into *d, its values into
+ * q[0..31] (zero past cnt), and -128 times their sum returned. Plain C: lrintf rounds to
+ * nearest even in the default rounding mode, as the AVX2 twin's vcvtps2dq does.
+ */
+static int32_t act_block_ref(const float *v, int cnt, float *d, int8_t *q)
+{
+	const float amax = block_amax(v, cnt);
+	const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+	int32_t sum = 0;
+
+	*d = amax / 127.0f;
+	for (int j = 0; j < DPS_Q8_BLOCK; j++) {
+		q[j] = j < cnt ? (int8_t)lrintf(v[j] * id) : 0;
+		sum += q[j];
+	}
+	return -128 * sum;
+}
+
+/* act_block_ref with AVX2: the same max (exact), the same two divisions, the same products
+ * rounded the same way. */
+__attribute__((target("avx2,fma"))) static int32_t
+act_block_avx2(const float *v, int cnt, float *d, int8_t *q)
+{
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 x[4], mx = _mm256_setzero_ps();
+	__m256i t[4], sum = _mm256_setzero_si256();
+	float amax, id, m8[8];
+	int32_t s8[8], total = 0;
+
+	for (int h = 0; h < 4; h++) {
+		const int n = cnt - 8 * h < 0 ? 0 : cnt - 8 * h > 8 ? 8 : cnt - 8 * h;
+		const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+							 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+
+		x[h] = n == 8 ? _mm256_loadu_ps(v + 8 * h) : _mm256_maskload_ps(v + 8 * h, lanes);
+		/* |x| first: a NaN is passed over, as block_amax's comparison does */
+		mx = _mm256_max_ps(_mm256_and_ps(x[h], absmask), mx);
+	}
+	_mm256_storeu_ps(m8, mx);
+	amax = 0.0f;
+	for (int l = 0; l < 8; l++)
+		amax = m8[l] > amax ? m8[l] : amax;
+	id = amax > 0.0f ? 127.0f / amax : 0.0f;
+	*d = amax / 127.0f;
+	for (int h = 0; h < 4; h++) {
+		t[h] = _mm256_cvtps_epi32(_mm256_mul_ps(x[h], _mm256_set1_ps(id)));
+		sum = _mm256_add_epi32(sum, t[h]);
+	}
+	{
+		/* int32 -> int8 (every value in -127..127): pack twice, then undo the lane order */
+		const __m256i w16a = _mm256_packs_epi32(t[0], t[1]), w16b = _mm256_packs_epi32(t[2], t[3]);
+		const __m256i b8 = _mm256_packs_epi16(w16a, w16b);
+		const __m256i fix = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6,
+										      3, 7));
+
+		_mm256_storeu_si256((__m256i *)(void *)q, fix);
+	}
+	_mm256_storeu_si256((__m256i *)(void *)s8, sum);
+	for (int l = 0; l < 8; l++)
+		total += s8[l];
+	return -128 * total;
+}
+
+/* 1: act_block_avx2, 0: act_block_ref, -1: not chosen yet (the CPU decides). */
+static int act_isa = -1;
+
+void dps_q8_act_plain(int on)
+{
+	act_isa = on ? 0 : -1;
+}
+
 int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k)
 {
-	const size_t kb = dps_q8_blocks(k), kp = kb * DPS_Q8_BLOCK, pairs = (kb + 1) / 2;
+	const size_t kb = dps_q8_blocks(k), kp = kb * DPS_Q8_BLOCK;
 	const size_t rows = (size_t)(m > 0 ? m : 0);
+	int avx2;
 
+	if (act_isa < 0) {
+		__builtin_cpu_init();
+		act_isa = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	}
+	avx2 = act_isa;
 	if (grow((void **)&a->q, &a->cap_q, rows * kp, 1) ||
 	    grow((void **)&a->d, &a->cap_d, rows * kb, sizeof(float)) ||
-	    grow((void **)&a->de, &a->cap_de, rows * pairs * 16, sizeof(float)) ||
-	    grow((void **)&a->nc, &a->cap_nc, rows * kp / 4, sizeof(int32_t)))
+	    grow((void **)&a->nc, &a->cap_nc, rows * kb, sizeof(int32_t)))
 		return -ENOMEM;
 	a->m = m;
 	a->k = k;
 	for (size_t i = 0; i < rows; i++) {
 		const float *v = x + i * (size_t)k;
 		int8_t *q = a->q + i * kp;
-		float *d = a->d + i * kb, *de = a->de + i * pairs * 16;
-		int32_t *nc = a->nc + i * kp / 4;
 
-		for (size_t b = 0; b < kb; b++) {
-			const int c0 = (int)b * DPS_Q8_BLOCK;
-			const int cnt = k - c0 < DPS_Q8_BLOCK ? k - c0 : DPS_Q8_BLOCK;
-			float amax = 0.0f, id;
+		for (size_t g0 = 0; g0 < kb; g0 += DPS_Q8_GROUP) {
+			const size_t t = kb - g0 < DPS_Q8_GROUP ? kb - g0 : DPS_Q8_GROUP;
+			int32_t blk[DPS_Q8_GROUP][DPS_Q8_BLOCK / 4]; /* each block's 8 slots of 4 */
 
-			for (int j = 0; j < cnt; j++)
-				amax = fmaxf(amax, fabsf(v[c0 + j]));
-			d[b] = amax / 127.0f;
-			id = amax > 0.0f ? 127.0f / amax : 0.0f;
-			for (int j = 0; j < DPS_Q8_BLOCK; j++)
-				q[c0 + j] = j < cnt ? (int8_t)lrintf(v[c0 + j] * id) : 0;
-			for (int t = 0; t < DPS_Q8_BLOCK / 4; t++)
-				nc[b * 8 + (size_t)t] = -128 * (q[c0 + 4 * t] + q[c0 + 4 * t + 1] +
-								q[c0 + 4 * t + 2] + q[c0 + 4 * t + 3]);
-		}
-		for (size_t p = 0; p < pairs; p++)
-			for (int l = 0; l < 16; l++) {
-				const size_t b = 2 * p + (size_t)(l >= 8);
+			for (size_t u = 0; u < t; u++) {
+				const size_t b = g0 + u;
+				const int c0 = (int)b * DPS_Q8_BLOCK;
+				const int cnt = k - c0 < DPS_Q8_BLOCK ? k - c0 : DPS_Q8_BLOCK;
 
-				de[p * 16 + (size_t)l] = b < kb ? d[b] : 0.0f;
+				a->nc[i * kb + b] = avx2 ? act_block_avx2(v + c0, cnt, &a->d[i * kb + b],
+									  (int8_t *)blk[u])
+							 : act_block_ref(v + c0, cnt, &a->d[i * kb + b],
+									 (int8_t *)blk[u]);
 			}
+			/* the group's slots: slot j holds bytes 4j..4j+3 of each block in turn */
+			for (size_t j = 0; j < DPS_Q8_BLOCK / 4; j++)
+				for (size_t u = 0; u < t; u++)
+					memcpy(q + g0 * DPS_Q8_BLOCK + j * 4 * t + 4 * u, &blk[u][j], 4);
+		}
 	}
 	return 0;
 }
@@ -132,7 +231,6 @@ void dps_q8_act_free(struct dps_q8_act *a)
 {
 	free(a->q);
 	free(a->d);
-	free(a->de);
 	free(a->nc);
 	memset(a, 0, sizeof(*a));
 }
@@ -146,16 +244,14 @@ static float dot_q8_ref(const int8_t *q, const float *d, const uint8_t *w, const
 	float a[16] = { 0.0f };
 
 	for (size_t b = 0; b < kb; b++) {
-		const float s = d[b] * dps_f16_to_f32(dw[b]);
+		int32_t p = 0;
 
-		for (int l = 0; l < 8; l++) {
-			const size_t c = b * DPS_Q8_BLOCK + 4 * (size_t)l;
-			int32_t p = 0;
+		for (int c = 0; c < DPS_Q8_BLOCK; c++) {
+			const size_t at = dps_q8_pos(kb, b, c);
 
-			for (int j = 0; j < 4; j++)
-				p += (int32_t)q[c + (size_t)j] * ((int32_t)w[c + (size_t)j] - 128);
-			a[8 * (b & 1) + (size_t)l] = fmaf(s, (float)p, a[8 * (b & 1) + (size_t)l]);
+			p += (int32_t)q[at] * ((int32_t)w[at] - 128);
 		}
+		a[b % 16] = fmaf(d[b] * dps_f16_to_f32(dw[b]), (float)p, a[b % 16]);
 	}
 	return dps_dot_tree_ref(a);
 }
@@ -202,36 +298,81 @@ static void q8_blocked(q8_tile_fn *tile, float *restrict out, int ldo,
 
 /* ---- AVX-512 with VNNI -------------------------------------------------------------------- */
 
-/* The scales of blocks b and b + 1 of a weight row, lanes 0..7 and 8..15 (b + 1 < kb). */
-__attribute__((target("avx512f,avx512bw,avx512vnni,f16c"), always_inline)) static inline __m512
-scales2_avx512(const uint16_t *dw, size_t b)
+/*
+ * One group (t blocks from block g0; full: t == 16, a constant where inlined) of mr rows of x
+ * (from row i0 of a) against four rows of W (w[q], scales dw[q]): the block sums by vpdpbusd,
+ * one 64-byte slot at a time, then one FMA per output into acc. Lanes past t load zeros and
+ * keep their sums.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) static inline void
+group_avx512(__m512 acc[2][GROUP], const struct dps_q8_act *a, int i0,
+	     const uint8_t *const w[GROUP], const uint16_t *const dw[GROUP], size_t kb,
+	     size_t g0, size_t t, const int mr, const int full)
 {
-	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-	uint32_t two;
+	const size_t kp = kb * DPS_Q8_BLOCK, off = g0 * DPS_Q8_BLOCK, sl = 4 * t;
+	const __mmask64 mv = full ? ~(__mmask64)0 : ((__mmask64)1 << sl) - 1;
+	const __mmask16 mb = full ? (__mmask16)0xffff : (__mmask16)((1u << t) - 1);
+	__m512i p[2][GROUP];
 
-	memcpy(&two, dw + b, sizeof(two));
-	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(
-		_mm_cvtph_ps(_mm_cvtsi32_si128((int)two))));
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++) {
+		const __m512i nc = full ? _mm512_loadu_si512(a->nc + (size_t)(i0 + i) * kb + g0)
+					: _mm512_maskz_loadu_epi32(mb, a->nc + (size_t)(i0 + i) * kb + g0);
+
+		p[i][0] = p[i][1] = p[i][2] = p[i][3] = nc;
+	}
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++) {
+		const size_t at = off + (size_t)j * sl;
+		__m512i wv[GROUP];
+
+#pragma GCC unroll 4
+		for (int q = 0; q < GROUP; q++)
+			wv[q] = full ? _mm512_loadu_si512(w[q] + at)
+				     : _mm512_maskz_loadu_epi8(mv, w[q] + at);
+#pragma GCC unroll 2
+		for (int i = 0; i < mr; i++) {
+			const int8_t *xq = a->q + (size_t)(i0 + i) * kp + at;
+			const __m512i xv = full ? _mm512_loadu_si512(xq) : _mm512_maskz_loadu_epi8(mv, xq);
+
+#pragma GCC unroll 4
+			for (int q = 0; q < GROUP; q++)
+				p[i][q] = _mm512_dpbusd_epi32(p[i][q], wv[q], xv);
+		}
+	}
+#pragma GCC unroll 4
+	for (int q = 0; q < GROUP; q++) {
+		const __m512 sw = _mm512_cvtph_ps(full ? _mm256_loadu_si256((const void *)(dw[q] + g0))
+						       : _mm256_maskz_loadu_epi16(mb, dw[q] + g0));
+
+#pragma GCC unroll 2
+		for (int i = 0; i < mr; i++) {
+			const float *dx = a->d + (size_t)(i0 + i) * kb + g0;
+			const __m512 s = _mm512_mul_ps(full ? _mm512_loadu_ps(dx)
+							    : _mm512_maskz_loadu_ps(mb, dx), sw);
+
+			acc[i][q] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(p[i][q]), acc[i][q]);
+		}
+	}
 }
 
 /*
- * mr (1..4, a constant where inlined) rows of x, from row i0 of a, against four rows of W:
- * sixteen-lane accumulators, lanes 0..7 taking the even blocks and 8..15 the odd ones, each
- * pair of blocks one 64-byte load of every row; a last odd block takes lanes 0..7 alone.
+ * mr (1 or 2, a constant where inlined) rows of x, from row i0 of a, against rows r0 ..
+ * r0 + nr - 1 of W, one group of sixteen blocks at a time.
  *
- * Assumptions: rows of W are kp bytes (a multiple of 32), rows of a->q kp bytes; rows
- * r0 + nr .. r0 + 3 are not read (their loads repeat row r0).
+ * Assumptions: rows of W are row_bytes apart; rows r0 + nr .. r0 + 3 are not read (their
+ * loads repeat row r0); masked loads read nothing past the mask.
  */
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c"), always_inline)) static inline void
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) static inline void
 q8_block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0,
 		const void *W, int r0, int nr, const int mr)
 {
 	const int k = a->k;
-	const size_t kb = dps_q8_blocks(k), kp = kb * DPS_Q8_BLOCK, pairs = (kb + 1) / 2;
+	const size_t kb = dps_q8_blocks(k);
 	const uint8_t *w[GROUP];
 	const uint16_t *dw[GROUP];
-	__m512 acc[4][GROUP];
-	size_t b = 0;
+	__m512 acc[2][GROUP];
+	size_t g0 = 0;
 
 	for (int q = 0; q < GROUP; q++) {
 		const size_t r = (size_t)r0 + (size_t)(q < nr ? q : 0);
@@ -239,67 +380,24 @@ q8_block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0
 		w[q] = dps_q8_row(W, r, k);
 		dw[q] = dps_q8_scales(W, r, k);
 	}
-#pragma GCC unroll 4
+	if (mr == 1 && a->m == 1) {
+		/*
+		 * Decode: W streams from memory once. The tile's rows are one contiguous range;
+		 * its lines W_PREFETCH_BYTES ahead are asked for now, in address order.
+		 */
+		const size_t span = (size_t)nr * dps_q8_row_bytes(k);
+
+		for (size_t o = 0; o < span; o += 64)
+			_mm_prefetch((const char *)w[0] + W_PREFETCH_BYTES + o, _MM_HINT_T0);
+	}
+#pragma GCC unroll 2
 	for (int i = 0; i < mr; i++)
 		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
-	for (; b + 2 <= kb; b += 2) {
-		const size_t c = b * DPS_Q8_BLOCK;
-		__m512i wv[GROUP];
-		__m512 sw[GROUP];
-
-#pragma GCC unroll 4
-		for (int q = 0; q < GROUP; q++) {
-			wv[q] = _mm512_loadu_si512((const void *)(w[q] + c));
-			sw[q] = scales2_avx512(dw[q], b);
-		}
-		if (mr == 1) /* decode: W streamed once, one stream ahead in address order */
-			_mm_prefetch((const char *)w[0] + W_PREFETCH_BYTES + c * GROUP, _MM_HINT_T0);
-#pragma GCC unroll 4
-		for (int i = 0; i < mr; i++) {
-			const size_t ii = (size_t)(i0 + i);
-			const __m512i xv = _mm512_loadu_si512((const void *)(a->q + ii * kp + c));
-			const __m512i nc = _mm512_loadu_si512((const void *)(a->nc + ii * kp / 4 + c / 4));
-			const __m512 dx = _mm512_loadu_ps(a->de + (ii * pairs + b / 2) * 16);
-
-#pragma GCC unroll 4
-			for (int q = 0; q < GROUP; q++) {
-				const __m512i p = _mm512_dpbusd_epi32(nc, wv[q], xv);
-
-				acc[i][q] = _mm512_fmadd_ps(_mm512_mul_ps(dx, sw[q]),
-							    _mm512_cvtepi32_ps(p), acc[i][q]);
-			}
-		}
-	}
-	if (b < kb) { /* a last, odd block: lanes 0..7 */
-		const size_t c = b * DPS_Q8_BLOCK;
-		__m512i wv[GROUP];
-		__m512 sw[GROUP];
-
-#pragma GCC unroll 4
-		for (int q = 0; q < GROUP; q++) {
-			wv[q] = _mm512_castsi256_si512(_mm256_loadu_si256((const void *)(w[q] + c)));
-			sw[q] = _mm512_set1_ps(_cvtsh_ss(dw[q][b]));
-		}
-#pragma GCC unroll 4
-		for (int i = 0; i < mr; i++) {
-			const size_t ii = (size_t)(i0 + i);
-			const __m512i xv = _mm512_castsi256_si512(
-				_mm256_loadu_si256((const void *)(a->q + ii * kp + c)));
-			const __m512i nc = _mm512_castsi256_si512(
-				_mm256_loadu_si256((const void *)(a->nc + ii * kp / 4 + c / 4)));
-			const __m512 dx = _mm512_loadu_ps(a->de + (ii * pairs + b / 2) * 16);
-
-#pragma GCC unroll 4
-			for (int q = 0; q < GROUP; q++) {
-				const __m512i p = _mm512_dpbusd_epi32(nc, wv[q], xv);
-
-				acc[i][q] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(dx, sw[q]),
-								  _mm512_cvtepi32_ps(p), acc[i][q],
-								  (__mmask16)0x00ff);
-			}
-		}
-	}
-#pragma GCC unroll 4
+	for (; g0 + DPS_Q8_GROUP <= kb; g0 += DPS_Q8_GROUP)
+		group_avx512(acc, a, i0, w, dw, kb, g0, DPS_Q8_GROUP, mr, 1);
+	if (g0 < kb)
+		group_avx512(acc, a, i0, w, dw, kb, g0, kb - g0, mr, 0);
+#pragma GCC unroll 2
 	for (int i = 0; i < mr; i++) {
 		float s[4];
 
@@ -312,27 +410,16 @@ q8_block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0
 	}
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c"))) static void
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))) static void
 q8_tile_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const void *W,
 	       int r0, int nr)
 {
 	int i = 0;
 
-	for (; i + 4 <= a->m; i += 4)
-		q8_block_avx512(out, ldo, a, i, W, r0, nr, 4);
-	switch (a->m - i) {
-	case 1:
-		q8_block_avx512(out, ldo, a, i, W, r0, nr, 1);
-		break;
-	case 2:
+	for (; i + 2 <= a->m; i += 2)
 		q8_block_avx512(out, ldo, a, i, W, r0, nr, 2);
-		break;
-	case 3:
-		q8_block_avx512(out, ldo, a, i, W, r0, nr, 3);
-		break;
-	default:
-		break;
-	}
+	if (i < a->m)
+		q8_block_avx512(out, ldo, a, i, W, r0, nr, 1);
 }
 
 void dps_gemm_q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a,
@@ -344,25 +431,40 @@ void dps_gemm_q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a
 /* ---- AVX2 ------------------------------------------------------------------------------ */
 
 /*
- * One block (32 values) of a row of x (q, |q|) against a weight row's stored values w: the
- * eight lanes of q8.h's p, exact. vpmaddubsw multiplies |x| (unsigned) by the weight with x's
- * sign (vpsignb; zero where x is zero) and adds pairs, at most 2 * 127 * 127 < 2^15, so it
- * never saturates; vpmaddwd adds the pairs into int32.
+ * The sums of eight blocks (one lane each) over the 8 slots of a group: w and x point at
+ * slot 0 of these eight blocks, sl bytes between slots, cnt (1..8) blocks present (lanes
+ * past them load zeros). vpmaddubsw multiplies |x| (unsigned) by the weight with x's sign
+ * (vpsignb; zero where x is zero) and adds pairs, at most 2 * 127 * 127 < 2^15, so it never
+ * saturates; vpmaddwd adds the pairs into int32, and the slots add up exactly.
  */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i
-p_avx2(__m256i xq, __m256i xa, const uint8_t *w)
+sums8_avx2(const uint8_t *w, const int8_t *x, size_t sl, int cnt)
 {
-	const __m256i ws = _mm256_xor_si256(_mm256_loadu_si256((const void *)w),
-					    _mm256_set1_epi8((char)0x80)); /* q + 128 -> q */
+	const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt),
+						 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	__m256i p = _mm256_setzero_si256();
 
-	return _mm256_madd_epi16(_mm256_maddubs_epi16(xa, _mm256_sign_epi8(ws, xq)),
-				 _mm256_set1_epi16(1));
+	for (int j = 0; j < 8; j++) {
+		const __m256i wv = cnt == 8 ? _mm256_loadu_si256((const void *)(w + (size_t)j * sl))
+					    : _mm256_maskload_epi32((const int *)(const void *)(
+							      w + (size_t)j * sl), lanes);
+		const __m256i xv = cnt == 8 ? _mm256_loadu_si256((const void *)(x + (size_t)j * sl))
+					    : _mm256_maskload_epi32((const int *)(const void *)(
+							      x + (size_t)j * sl), lanes);
+		/* q + 128 -> q (a masked-off lane of zeros becomes -128, times x = 0: nothing) */
+		const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80));
+
+		p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xv),
+									       _mm256_sign_epi8(ws, xv)),
+							  _mm256_set1_epi16(1)));
+	}
+	return p;
 }
 
 /*
- * Every row of x against four rows of W, one row of x at a time: two 8-lane accumulators per
- * row of W (even and odd blocks: lanes 0..7 and 8..15 of q8.h), summed at the end as the
- * AVX-512 kernel's halves are.
+ * Every row of x against rows r0 .. r0 + nr - 1 of W, one pair of W row and x row at a time:
+ * the even and odd halves of a group (blocks 0..7 and 8..15: lanes 0..7 and 8..15 of q8.h)
+ * in two 8-lane accumulators, summed at the end as the AVX-512 kernel's halves are.
  */
 __attribute__((target("avx2,fma,f16c"))) static void
 q8_tile_avx2(float *restrict out, int ldo, const struct dps_q8_act *a, const void *W,
@@ -370,48 +472,42 @@ q8_tile_avx2(float *restrict out, int ldo, const struct dps_q8_act *a, const voi
 {
 	const int k = a->k;
 	const size_t kb = dps_q8_blocks(k), kp = kb * DPS_Q8_BLOCK;
-	const uint8_t *w[GROUP];
-	const uint16_t *dw[GROUP];
 
-	for (int q = 0; q < GROUP; q++) {
-		const size_t r = (size_t)r0 + (size_t)(q < nr ? q : 0);
-
-		w[q] = dps_q8_row(W, r, k);
-		dw[q] = dps_q8_scales(W, r, k);
-	}
 	for (int i = 0; i < a->m; i++) {
 		const int8_t *xq = a->q + (size_t)i * kp;
 		const float *dx = a->d + (size_t)i * kb;
-		__m256 lo[GROUP], hi[GROUP];
+		__m256 h[GROUP];
 		float s[4];
 
-#pragma GCC unroll 4
-		for (int q = 0; q < GROUP; q++)
-			lo[q] = hi[q] = _mm256_setzero_ps();
-		for (size_t b = 0; b < kb; b++) {
-			const size_t c = b * DPS_Q8_BLOCK;
-			const __m256i xv = _mm256_loadu_si256((const void *)(xq + c));
-			const __m256i xa = _mm256_abs_epi8(xv);
-			const __m256 d = _mm256_set1_ps(dx[b]);
+		for (int q = 0; q < GROUP; q++) {
+			const uint8_t *w = dps_q8_row(W, (size_t)r0 + (size_t)(q < nr ? q : 0), k);
+			const uint16_t *dw = dps_q8_scales(W, (size_t)r0 + (size_t)(q < nr ? q : 0), k);
+			__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
 
-			if (a->m == 1)
-				_mm_prefetch((const char *)w[0] + W_PREFETCH_BYTES + c * GROUP,
-					     _MM_HINT_T0);
-#pragma GCC unroll 4
-			for (int q = 0; q < GROUP; q++) {
-				const __m256 sv = _mm256_mul_ps(d, _mm256_set1_ps(_cvtsh_ss(dw[q][b])));
-				const __m256 p = _mm256_cvtepi32_ps(p_avx2(xv, xa, w[q] + c));
+			for (size_t g0 = 0; g0 < kb; g0 += DPS_Q8_GROUP) {
+				const size_t t = kb - g0 < DPS_Q8_GROUP ? kb - g0 : DPS_Q8_GROUP;
+				const size_t off = g0 * DPS_Q8_BLOCK, sl = 4 * t;
+				const int nlo = t < 8 ? (int)t : 8, nhi = (int)t - nlo;
+				float dxs[16] = { 0 }, dws[16] = { 0 };
 
-				if (b & 1)
-					hi[q] = _mm256_fmadd_ps(sv, p, hi[q]);
-				else
-					lo[q] = _mm256_fmadd_ps(sv, p, lo[q]);
+				if (a->m == 1)
+					_mm_prefetch((const char *)w + off + W_PREFETCH_BYTES, _MM_HINT_T0);
+				for (size_t u = 0; u < t; u++) {
+					dxs[u] = dx[g0 + u];
+					dws[u] = _cvtsh_ss(dw[g0 + u]);
+				}
+				lo = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dxs), _mm256_loadu_ps(dws)),
+						     _mm256_cvtepi32_ps(sums8_avx2(w + off, xq + off, sl, nlo)),
+						     lo);
+				if (nhi)
+					hi = _mm256_fmadd_ps(
+						_mm256_mul_ps(_mm256_loadu_ps(dxs + 8), _mm256_loadu_ps(dws + 8)),
+						_mm256_cvtepi32_ps(sums8_avx2(w + off + 32, xq + off + 32, sl, nhi)),
+						hi);
 			}
+			h[q] = _mm256_add_ps(lo, hi);
 		}
-		_mm_storeu_ps(s, dps_dot_reduce4(_mm256_add_ps(lo[0], hi[0]),
-						 _mm256_add_ps(lo[1], hi[1]),
-						 _mm256_add_ps(lo[2], hi[2]),
-						 _mm256_add_ps(lo[3], hi[3])));
+		_mm_storeu_ps(s, dps_dot_reduce4(h[0], h[1], h[2], h[3]));
 		for (int q = 0; q < nr; q++)
 			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
 	}

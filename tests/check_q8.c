@@ -2,14 +2,15 @@
 /*
  * tests/check_q8.c - INT8 weights (kernels/q8.h). Oracles written here from q8.h's text, not
  * from the kernels' code: the quantization rule (checked element by element in double, the F16
- * scale against the CPU's own F16C rounding), and the order of the sum (the lanes, the
- * per-block f32 scale product and the tree, with the integers computed from signed values
- * rather than the stored q + 128). Every path - the plain-C twin, AVX2 and AVX-512 VNNI - is
- * held to that oracle bit for bit at m = 1 .. 129 with odd block counts, partial last blocks
- * and tails in n, and dps_linear_q8 over 1, 2 and 3 threads; a row's result is the same alone
- * and in a batch. The product is also within the quantization error of the f32 product. Two
- * wrong kernels are shown to be caught: every block in lanes 0..7, and the activations'
- * scales left out of the per-block product (applied at the end instead).
+ * scale against the CPU's own F16C rounding), and the order of the sum (a block's exact sum,
+ * the per-block f32 scale product, lane b mod 16 and the tree, with the integers computed from
+ * signed values in column order rather than the stored, interleaved q + 128). Every path - the
+ * plain-C twin, AVX2 and AVX-512 VNNI - is held to that oracle bit for bit at m = 1 .. 129
+ * with whole and partial groups of sixteen blocks, partial last blocks and tails in n, and
+ * dps_linear_q8 over 1, 2 and 3 threads; a row's result is the same alone and in a batch. The
+ * product is also within the quantization error of the f32 product. Two wrong kernels are
+ * shown to be caught: blocks in lanes b mod 8, and the activations' scales left out of the
+ * per-block product (applied at the end instead).
  */
 #include <check.h>
 #include <math.h>
@@ -26,7 +27,8 @@
 static const int shapes[][3] = { { 1, 67, 70 },	  { 1, 2048, 768 }, { 2, 9, 32 },
 				 { 3, 21, 33 },	  { 4, 40, 64 },    { 5, 13, 96 },
 				 { 47, 21, 129 }, { 48, 37, 160 },  { 129, 67, 40 },
-				 { 1, 9, 2063 },  { 7, 5, 1 },      { 129, 100, 771 } };
+				 { 1, 9, 2063 },  { 7, 5, 1 },      { 129, 100, 771 },
+				 { 1, 6, 512 },   { 3, 6, 544 },    { 2, 5, 800 } };
 
 static float frand(unsigned *s)
 {
@@ -71,10 +73,11 @@ static void quantize_oracle(int8_t *q, float *d, const float *w, int n, int k)
 }
 
 /*
- * The order of q8.h, written from its text: activations quantized with an f32 scale, lanes
- * 8 (b & 1) + l, the scale product s = dx * dw rounded to f32, one fmaf per lane and block,
- * the tree. variant 1: every block into lanes 0..7 (a wrong order); variant 2: the activations'
- * scale applied after the sum (a wrong product). Both must be caught.
+ * The order of q8.h, written from its text: activations quantized with an f32 scale, each
+ * block's exact integer sum P, the scale product s = dx * dw rounded to f32, one fmaf per
+ * block into lane b mod 16, the tree. variant 1: every block into lanes 0..7 by b mod 8 (a
+ * wrong order); variant 2: the activations' scale applied after the sum (a wrong product).
+ * Both must be caught.
  */
 static float dot_oracle(const float *x, const int8_t *qw, const float *dw, int k, int variant)
 {
@@ -83,24 +86,17 @@ static float dot_oracle(const float *x, const int8_t *qw, const float *dw, int k
 
 	for (int b = 0; b < kb; b++) {
 		float amax = 0, dx, id, s;
-		int8_t qx[32];
+		int p = 0;
 
 		for (int j = 0; j < 32 && 32 * b + j < k; j++)
 			amax = fmaxf(amax, fabsf(x[32 * b + j]));
 		dx = amax / 127.0f;
 		id = amax > 0 ? 127.0f / amax : 0.0f;
-		for (int j = 0; j < 32; j++)
-			qx[j] = 32 * b + j < k ? (int8_t)nearbyintf(x[32 * b + j] * id) : 0;
+		for (int j = 0; j < 32 && 32 * b + j < k; j++)
+			p += (int)nearbyintf(x[32 * b + j] * id) * qw[32 * b + j];
 		s = variant == 2 ? dw[b] : dx * dw[b];
 		dx_last = dx;
-		for (int l = 0; l < 8; l++) {
-			int p = 0;
-
-			for (int j = 0; j < 4; j++)
-				p += qx[4 * l + j] * qw[32 * b + 4 * l + j];
-			a[(variant == 1 ? 0 : 8 * (b & 1)) + l] =
-				fmaf(s, (float)p, a[(variant == 1 ? 0 : 8 * (b & 1)) + l]);
-		}
+		a[variant == 1 ? b % 8 : b % 16] = fmaf(s, (float)p, a[variant == 1 ? b % 8 : b % 16]);
 	}
 	for (int l = 0; l < 8; l++)
 		a[l] += a[l + 8];
@@ -161,14 +157,15 @@ START_TEST(test_quantization_rule)
 
 		prob_make(&p, 1, n, k, 7u + (unsigned)s, 0);
 		for (int r = 0; r < n; r++) {
-			const uint8_t *q = dps_q8_row(p.wq, (size_t)r, k);
 			const uint16_t *d = dps_q8_scales(p.wq, (size_t)r, k);
+			int8_t q[2063];
 			float deq[2063];
 
-			for (int c = 0; c < kb * 32; c++)
-				ck_assert_msg((int)q[c] - 128 == p.oq[(size_t)r * kb * 32 + c],
+			dps_q8_export_row(q, NULL, p.wq, k, (size_t)r);
+			for (int c = 0; c < k; c++)
+				ck_assert_msg(q[c] == p.oq[(size_t)r * kb * 32 + c],
 					      "k %d row %d value %d: %d, oracle %d", k, r, c,
-					      (int)q[c] - 128, p.oq[(size_t)r * kb * 32 + c]);
+					      q[c], p.oq[(size_t)r * kb * 32 + c]);
 			for (int b = 0; b < kb; b++)
 				ck_assert_float_eq(f16_widen_hw(d[b]), p.od[(size_t)r * kb + b]);
 			/* the values are the nearest multiples of the scale (within half a step) */
@@ -218,6 +215,35 @@ START_TEST(test_paths_give_the_order)
 				      "path %d, m %d n %d k %d, output %d: %a, oracle %a", path, p.m,
 				      p.n, p.k, i, (double)got[i], (double)p.want[i]);
 		free(got);
+		prob_free(&p);
+	}
+}
+END_TEST
+
+START_TEST(test_plain_activations)
+{
+	/* The plain-C quantizer of the activations gives the SIMD one's bytes (and the oracle's
+	 * products), NaN-free inputs with partial blocks and groups. */
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		struct prob p;
+		struct dps_q8_act a = { 0 }, b = { 0 };
+		const size_t kb = dps_q8_blocks(shapes[s][2]);
+		float *got;
+
+		prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2], 31u + (unsigned)s, 0);
+		ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, p.m, p.k), 0);
+		dps_q8_act_plain(1);
+		ck_assert_int_eq(dps_q8_act_quantize(&b, p.x, p.m, p.k), 0);
+		got = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
+		dps_gemm_q8_ref(got, p.n, &b, p.wq, p.n);
+		dps_q8_act_plain(0);
+		ck_assert(!memcmp(a.q, b.q, (size_t)p.m * kb * 32));
+		ck_assert(!memcmp(a.d, b.d, sizeof(float) * (size_t)p.m * kb));
+		ck_assert(!memcmp(a.nc, b.nc, sizeof(int32_t) * (size_t)p.m * kb));
+		ck_assert(!memcmp(got, p.want, sizeof(float) * (size_t)p.m * (size_t)p.n));
+		free(got);
+		dps_q8_act_free(&a);
+		dps_q8_act_free(&b);
 		prob_free(&p);
 	}
 }
@@ -319,7 +345,7 @@ START_TEST(test_wrong_products_are_caught)
 		float *got;
 		int differ = 0;
 
-		prob_make(&p, 3, 40, 200, 23u, variant);
+		prob_make(&p, 3, 40, 800, 23u, variant);
 		got = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
 		run_path(PATH_REF, got, &p);
 		for (int i = 0; i < p.m * p.n; i++)
@@ -352,11 +378,12 @@ int main(void)
 	else
 		printf("skipped: dps_gemm_q8_avx2 needs AVX2 and FMA, which this CPU lacks\n");
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vnni"))
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
 		paths[n_paths++] = PATH_AVX512;
 	else
-		printf("skipped: dps_gemm_q8_avx512 needs AVX-512 BW and VNNI, which this CPU lacks\n");
+		printf("skipped: dps_gemm_q8_avx512 needs AVX-512 BW, VL and VNNI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
+	tcase_add_test(tc, test_plain_activations);
 	tcase_add_test(tc, test_row_slices);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
 	tcase_add_test(tc, test_close_to_f32);
