@@ -127,7 +127,15 @@ START_TEST(test_families)
 		  "\"experts_per_token\":2,\"initial_context_length\":4096,"
 		  "\"quantization_config\":{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":"
 		  "[\"lm_head\"]}", &c);
-	ck_assert(c.mxfp4);
+	ck_assert(c.mxfp4 && !c.int8);
+
+	/* dpshard_int8 (dpshard quantize), in any family; GPT-OSS's experts may stay MXFP4. */
+	expect_ok("Qwen2ForCausalLM", ",\"quantization_config\":{\"quant_method\":"
+		  "\"dpshard_int8\",\"block_size\":32,\"scale_dtype\":\"float16\"}", &c);
+	ck_assert(c.int8 && !c.mxfp4);
+	expect_ok("GptOssForCausalLM", ",\"num_local_experts\":8,\"quantization_config\":"
+		  "{\"quant_method\":\"dpshard_int8\",\"mxfp4_experts\":true}", &c);
+	ck_assert(c.int8 && c.mxfp4);
 }
 END_TEST
 
@@ -170,6 +178,16 @@ START_TEST(test_refusals)
 		       "\"full_attention\"]", "'chunked_attention' is not supported");
 	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"quantization_config\":"
 		       "{\"quant_method\":\"fp8\"}", "quant_method 'fp8' is not supported");
+	expect_refused("LlamaForCausalLM", ",\"quantization_config\":{\"quant_method\":\"mxfp4\"}",
+		       "quant_method 'mxfp4' is not supported");
+	expect_refused("LlamaForCausalLM", ",\"quantization_config\":{\"quant_method\":\"awq\","
+		       "\"bits\":4}", "quant_method 'awq' is not supported");
+	expect_refused("LlamaForCausalLM", ",\"quantization_config\":{\"quant_method\":"
+		       "\"dpshard_int8\",\"group_size\":64}", "'quantization_config.group_size'");
+	expect_refused("LlamaForCausalLM", ",\"quantization_config\":{\"quant_method\":"
+		       "\"dpshard_int8\",\"block_size\":64}", "block_size must be 32");
+	expect_refused("LlamaForCausalLM", ",\"quantization_config\":{\"quant_method\":"
+		       "\"dpshard_int8\",\"mxfp4_experts\":true}", "'quantization_config.mxfp4_experts'");
 	expect_refused("GptOssForCausalLM", ",\"num_local_experts\":8,\"num_experts_per_tok\":2,"
 		       "\"experts_per_token\":4", "disagree");
 	expect_refused("GptOssForCausalLM", "", "missing field 'num_local_experts'");

@@ -12,6 +12,7 @@ int dps_bench_coll(int argc, char **argv);
 int dps_cmd_convert(int argc, char **argv);
 int dps_cmd_generate(int argc, char **argv);
 int dps_cmd_mkmodel(int argc, char **argv);
+int dps_cmd_quantize(int argc, char **argv);
 int dps_bench_decode(int argc, char **argv);
 int dps_bench_accuracy(int argc, char **argv);
 int dps_cmd_serve(int argc, char **argv);

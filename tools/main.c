@@ -23,13 +23,15 @@ static const struct {
 	  "import a llama2.c checkpoint and tokenizer; export a model as GGUF for llama.cpp" },
 	{ "mkmodel", dps_cmd_mkmodel,
 	  "write a seeded random model of any Llama shape, or an Eagle3 draft of a model" },
+	{ "quantize", dps_cmd_quantize,
+	  "write an INT8 checkpoint of a model (linear weights and LM head, blocks of 32)" },
 };
 
 /* The suites of `bench` (tools/cmd_bench.c dispatches them), listed under it. */
 static const struct {
 	const char *name, *help;
 } bench_suites[] = {
-	{ "bench accuracy", "KL divergence and top-1 agreement of BF16 weights against f32" },
+	{ "bench accuracy", "KL divergence and top-1 agreement of BF16 or INT8 weights against f32" },
 	{ "bench coll", "latency and bus bandwidth of the shared-memory collectives" },
 	{ "bench decode", "prefill and decode tokens/s of a model, beside this machine's limits" },
 	{ "bench sweep", "bench decode over every component-size configuration of a TP x DP" },

@@ -290,8 +290,9 @@ int dps_ckpt_load_shard(struct dps_ckpt *ck, const char *name, int want_ndim,
 				   per, dst, err, errlen);
 }
 
-/* What load_range writes to dst. */
-enum { OUT_F32, OUT_RAW, OUT_BF16 };
+/* What load_range writes to dst (OUT_I8: an INT8 tensor's bytes; OUT_F16: an F16 tensor's
+ * halves as stored; both for dps_ckpt_load_range_int8). */
+enum { OUT_F32, OUT_RAW, OUT_BF16, OUT_I8, OUT_F16 };
 
 /*
  * dps_ckpt_load_range (out OUT_F32: converted to F32), dps_ckpt_load_range_raw (OUT_RAW) and
@@ -301,7 +302,7 @@ static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 		      const uint64_t *want_shape, int dim, int64_t first, uint64_t per, void *dst,
 		      int out, char *err, size_t errlen)
 {
-	const int raw = out == OUT_RAW;
+	const int raw = out == OUT_RAW || out == OUT_I8 || out == OUT_F16;
 	const enum dps_st_dtype own = out == OUT_BF16 ? DPS_ST_BF16 : DPS_ST_F32;
 	const struct dps_st_tensor *t;
 	uint64_t outer = 1, inner = 1, d, lo, hi, valid;
@@ -356,10 +357,17 @@ static int load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			 ck->files[file].path, name, dps_st_dtype_name(t->dtype));
 		return -EINVAL;
 	}
+	if (t->dtype == DPS_ST_I8 && !raw) {
+		snprintf(err, errlen, "%s: tensor '%s' is INT8 (dpshard_int8): its weights are "
+			 "read as f32 or INT8, not as BF16", ck->files[file].path, name);
+		return -EINVAL;
+	}
 	/* The callers size dst for one byte an element: anything wider would overrun it. */
-	if (raw && t->dtype != DPS_ST_U8) {
-		snprintf(err, errlen, "%s: tensor '%s' is %s; its raw bytes are read as U8 only",
-			 ck->files[file].path, name, dps_st_dtype_name(t->dtype));
+	if ((out == OUT_RAW && t->dtype != DPS_ST_U8) || (out == OUT_I8 && t->dtype != DPS_ST_I8) ||
+	    (out == OUT_F16 && t->dtype != DPS_ST_F16)) {
+		snprintf(err, errlen, "%s: tensor '%s' is %s; its bytes are read as stored only "
+			 "when it is %s", ck->files[file].path, name, dps_st_dtype_name(t->dtype),
+			 out == OUT_I8 ? "I8" : out == OUT_F16 ? "F16" : "U8");
 		return -EINVAL;
 	}
 
@@ -454,10 +462,83 @@ out:
 	return rc;
 }
 
+int dps_ckpt_load_range_int8(struct dps_ckpt *ck, const char *name, const uint64_t *want_shape,
+			     int dim, int64_t first, uint64_t per, int8_t *q, uint16_t *d,
+			     char *err, size_t errlen)
+{
+	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
+	uint64_t n, K, kb, sshape[2];
+	char sname[272];
+	int rc;
+
+	if (!t || t->dtype != DPS_ST_I8 || t->ndim != 2 || (dim != 0 && dim != 1) || first < 0)
+		return load_range(ck, name, 2, want_shape, dim, first, per, q, OUT_I8, err, errlen);
+	n = t->shape[0], K = t->shape[1], kb = (K + 31) / 32;
+	if (dim == 1 && first % 32 && (uint64_t)first < K) {
+		snprintf(err, errlen, "%s: tensor '%s' is INT8 in blocks of 32 columns, and this "
+			 "rank's columns start at %lld, inside a block: use a layout whose column "
+			 "shards are multiples of 32 wide, or load the unquantized checkpoint with "
+			 "--quantization int8", ck->dir, name, (long long)first);
+		return -EINVAL;
+	}
+	if (snprintf(sname, sizeof(sname), "%s_scale", name) >= (int)sizeof(sname))
+		return -ENAMETOOLONG;
+	sshape[0] = n, sshape[1] = kb;
+	rc = load_range(ck, name, 2, want_shape, dim, first, per, q, OUT_I8, err, errlen);
+	if (rc)
+		return rc;
+	if (!dps_ckpt_find(ck, sname, NULL)) {
+		snprintf(err, errlen, "%s: INT8 tensor '%s' has no '%s' beside it", ck->dir, name,
+			 sname);
+		return -EINVAL;
+	}
+	return load_range(ck, sname, 2, sshape, dim, dim == 0 ? first : first / 32,
+			  dim == 0 ? per : (per + 31) / 32, d, OUT_F16, err, errlen);
+}
+
+/*
+ * dps_ckpt_load_range of an INT8 tensor: its values times their blocks' scales, exact in f32
+ * (dps_ckpt_load_range_int8 says what may be asked).
+ */
+static int load_int8(struct dps_ckpt *ck, const struct dps_st_tensor *t, const char *name,
+		     int dim, int64_t first, uint64_t per, float *dst, char *err, size_t errlen)
+{
+	const uint64_t rows = dim == 0 ? per : t->shape[0];
+	const uint64_t cols = dim == 0 ? t->shape[1] : per, kb = (cols + 31) / 32;
+	int8_t *q = malloc(rows * cols + 1);
+	uint16_t *d = malloc(sizeof(uint16_t) * (rows * kb + 1));
+	int rc = -ENOMEM;
+
+	if (q && d)
+		rc = dps_ckpt_load_range_int8(ck, name, t->shape, dim, first, per, q, d, err,
+					      errlen);
+	/* Column c's block among the loaded scales is c / 32 (a range starts on a block). */
+	for (uint64_t r = 0; !rc && r < rows; r++)
+		for (uint64_t c = 0; c < cols; c++)
+			dst[r * cols + c] = (float)q[r * cols + c] * dps_f16_to_f32(d[r * kb + c / 32]);
+	free(q);
+	free(d);
+	return rc;
+}
+
 int dps_ckpt_load_range(struct dps_ckpt *ck, const char *name, int want_ndim,
 			const uint64_t *want_shape, int dim, int64_t first, uint64_t per, float *dst,
 			char *err, size_t errlen)
 {
+	const struct dps_st_tensor *t = dps_ckpt_find(ck, name, NULL);
+
+	if (t && t->dtype == DPS_ST_I8 && per > 0 && per <= ((uint64_t)1 << 40) && dst &&
+	    (dim == 0 || dim == 1)) {
+		/* the shape check of load_range first, with its message */
+		if (want_ndim > 0 && (want_ndim != t->ndim ||
+				      memcmp(want_shape, t->shape, sizeof(uint64_t) * (size_t)t->ndim)))
+			return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst,
+					  OUT_F32, err, errlen);
+		if (first < 0)
+			return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst,
+					  OUT_F32, err, errlen);
+		return load_int8(ck, t, name, dim, first, per, dst, err, errlen);
+	}
 	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, OUT_F32, err,
 			  errlen);
 }
@@ -478,7 +559,13 @@ int dps_ckpt_weights_bf16(const struct dps_ckpt *ck)
 		for (int i = 0; i < ck->files[f].n; i++) {
 			const struct dps_st_tensor *t = &ck->files[f].t[i];
 
-			if (t->ndim < 2 || t->dtype == DPS_ST_U8 || t->dtype == DPS_ST_I64)
+			const size_t len = strlen(t->name);
+
+			/* bytes, integers, and INT8 weights with their F16 scales say nothing */
+			if (t->ndim < 2 || t->dtype == DPS_ST_U8 || t->dtype == DPS_ST_I64 ||
+			    t->dtype == DPS_ST_I8 ||
+			    (len > 6 && !strcmp(t->name + len - 6, "_scale") &&
+			     t->dtype == DPS_ST_F16))
 				continue;
 			if (t->dtype != DPS_ST_BF16)
 				return 0;

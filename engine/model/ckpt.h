@@ -72,6 +72,19 @@ int dps_ckpt_load_range_bf16(struct dps_ckpt *ck, const char *name, int want_ndi
 			     uint16_t *dst, char *err, size_t errlen);
 
 /*
+ * An INT8 tensor name (`dpshard quantize`: signed values, n x K, and name_scale, F16 scales of
+ * each block of 32 columns, n x ceil(K / 32)) as stored: indices [first, first + per) of
+ * dimension dim (0 or 1) into q (the range's shape, zero past the end) and their blocks' scales
+ * into d (rows x ceil(cols / 32), zero past the end). Along dimension 1 the range must start
+ * on a block of 32 (a block's one scale cannot be cut): otherwise -EINVAL with a message
+ * naming the tensor and the column. want_shape (n, K) as for dps_ckpt_load_range. A tensor
+ * that is not INT8 is refused with -EINVAL.
+ */
+int dps_ckpt_load_range_int8(struct dps_ckpt *ck, const char *name, const uint64_t *want_shape,
+			     int dim, int64_t first, uint64_t per, int8_t *q, uint16_t *d,
+			     char *err, size_t errlen);
+
+/*
  * Whether --dtype auto keeps this checkpoint's linear weights as BF16: 1 when every floating
  * tensor of two or more dimensions is BF16 (and there is one), else 0 (F32, and F16, which
  * widens to F32 exactly, stay F32; so does a checkpoint that mixes types).

@@ -23,6 +23,7 @@ const char *dps_st_dtype_name(enum dps_st_dtype t)
 	case DPS_ST_F16: return "F16";
 	case DPS_ST_I64: return "I64";
 	case DPS_ST_U8: return "U8";
+	case DPS_ST_I8: return "I8";
 	}
 	return "?";
 }
@@ -34,7 +35,8 @@ size_t dps_st_dtype_size(enum dps_st_dtype t)
 	case DPS_ST_F32: return 4;
 	case DPS_ST_BF16:
 	case DPS_ST_F16: return 2;
-	case DPS_ST_U8: return 1;
+	case DPS_ST_U8:
+	case DPS_ST_I8: return 1;
 	}
 	return 0;
 }
@@ -51,6 +53,8 @@ static int parse_dtype(const char *s, enum dps_st_dtype *t)
 		*t = DPS_ST_I64;
 	else if (!strcmp(s, "U8"))
 		*t = DPS_ST_U8;
+	else if (!strcmp(s, "I8"))
+		*t = DPS_ST_I8;
 	else
 		return -EINVAL;
 	return 0;
@@ -365,8 +369,9 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 
 		for (int k = 0; k < t[i].ndim; k++)
 			numel *= t[i].shape[k];
-		if (numel && (t[i].dtype == DPS_ST_U8 ? !t[i].bytes && !t[i].gen_u8
-						      : !t[i].data && !t[i].gen)) {
+		if (numel && !t[i].gen_raw &&
+		    (t[i].dtype == DPS_ST_U8 ? !t[i].bytes && !t[i].gen_u8
+					     : t[i].dtype == DPS_ST_I8 || (!t[i].data && !t[i].gen))) {
 			rc = -EINVAL;
 			goto out;
 		}
@@ -429,6 +434,18 @@ int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n)
 
 			for (int k = 0; k < t[i].ndim; k++)
 				numel *= t[i].shape[k];
+			if (t[i].gen_raw) {
+				const uint64_t total = numel * dps_st_dtype_size(t[i].dtype);
+
+				for (uint64_t j = 0; j < total && !rc; j += CHUNK) {
+					const uint64_t m = total - j < CHUNK ? total - j : CHUNK;
+
+					rc = t[i].gen_raw(bbuf, j, m, t[i].gen_arg);
+					if (!rc && fwrite(bbuf, 1, m, f) != m)
+						rc = -EIO;
+				}
+				continue;
+			}
 			for (uint64_t j = 0; j < numel; j += CHUNK) {
 				const uint64_t m = numel - j < CHUNK ? numel - j : CHUNK;
 				const float *src = t[i].data ? t[i].data + j : fbuf;

@@ -23,7 +23,8 @@
 
 enum dps_st_dtype { DPS_ST_F32, DPS_ST_BF16, DPS_ST_F16,
 		   DPS_ST_I64, /* integer tensors (an Eagle3 draft's d2t), read as F32 */
-		   DPS_ST_U8   /* bytes kept as stored (GPT-OSS's MXFP4 *_blocks and *_scales) */ };
+		   DPS_ST_U8,  /* bytes kept as stored (GPT-OSS's MXFP4 *_blocks and *_scales) */
+		   DPS_ST_I8   /* INT8 weights (`dpshard quantize`), with an F16 X_scale beside */ };
 
 struct dps_st_tensor {
 	char *name;
@@ -43,7 +44,7 @@ struct dps_st_file {
 	struct dps_st_tensor *t;      /* (n), sorted by name */
 };
 
-/* "F32", "BF16", "F16", "I64", "U8"; bytes per element. */
+/* "F32", "BF16", "F16", "I64", "U8", "I8"; bytes per element. */
 const char *dps_st_dtype_name(enum dps_st_dtype t);
 size_t dps_st_dtype_size(enum dps_st_dtype t);
 
@@ -83,13 +84,20 @@ struct dps_st_writer_tensor {
 	 */
 	const uint8_t *bytes;
 	void (*gen_u8)(uint8_t *dst, uint64_t start, uint64_t count, void *arg);
+	/*
+	 * Or, for a tensor of any dtype: gen_raw fills dst with bytes [start, start + count) of
+	 * its data as stored (numel times the dtype's size in all), with gen_arg. 0, or a
+	 * negative code that stops the writer.
+	 */
+	int (*gen_raw)(void *dst, uint64_t start, uint64_t count, void *arg);
 };
 
 /*
  * Writes tensors t[0..n-1] to path as one safetensors file (F32 input converted to each
- * tensor's dtype, round to nearest even; U8 tensors from bytes or gen_u8). Returns 0,
- * -EINVAL (a U8 tensor with elements but neither bytes nor gen_u8, another one without data
- * or gen; no file is written then), or -errno / -ENOMEM.
+ * tensor's dtype, round to nearest even; U8 tensors from bytes or gen_u8; any tensor from
+ * gen_raw). Returns 0, -EINVAL (a U8 tensor with elements but neither bytes, gen_u8 nor
+ * gen_raw, another one without data, gen or gen_raw; no file is written then), gen_raw's
+ * code, or -errno / -ENOMEM.
  */
 int dps_st_write(const char *path, const struct dps_st_writer_tensor *t, int n);
 
