@@ -96,6 +96,22 @@ void dps_q8_export_row(int8_t *q, uint16_t *d, const void *W, int k, size_t r)
 		memcpy(d, dps_q8_scales(W, r, k), kb * sizeof(uint16_t));
 }
 
+void dps_q8_import_rows(void *dst, int k, const int8_t *q, const uint16_t *d, size_t rows)
+{
+	const size_t kb = dps_q8_blocks(k);
+
+	for (size_t i = 0; i < rows; i++) {
+		uint8_t *v = (uint8_t *)(uintptr_t)dps_q8_row(dst, i, k);
+
+		memset(v, 128, kb * DPS_Q8_BLOCK); /* the padding past k: q = 0 */
+		for (int c = 0; c < k; c++)
+			v[dps_q8_pos(kb, (size_t)c / DPS_Q8_BLOCK, c % DPS_Q8_BLOCK)] =
+				(uint8_t)((int)q[i * (size_t)k + (size_t)c] + 128);
+		memcpy((uint16_t *)(uintptr_t)dps_q8_scales(dst, i, k), d + i * kb,
+		       kb * sizeof(uint16_t));
+	}
+}
+
 /* Grows *p to hold want elements of esz bytes (capacity in *cap). 0 or -ENOMEM. */
 static int grow(void **p, size_t *cap, size_t want, size_t esz)
 {

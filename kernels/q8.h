@@ -90,6 +90,12 @@ void dps_q8_quantize_rows(void *dst, int k, const float *src, size_t rows);
 void dps_q8_dequantize_row(float *dst, const void *W, int k, size_t r);
 
 /*
+ * `rows` rows of a checkpoint's INT8 weight (q: rows x k signed values in column order; d:
+ * rows x kb F16 scales) into the first rows of the INT8 weight dst.
+ */
+void dps_q8_import_rows(void *dst, int k, const int8_t *q, const uint16_t *d, size_t rows);
+
+/*
  * Row r of the INT8 weight W as a checkpoint stores it (`dpshard quantize`): q, k signed
  * values in column order, and d, the kb F16 scales. Either may be NULL.
  */

@@ -95,8 +95,7 @@ struct bmsg {
 
 struct bench {
 	const char *model, *blis_arch;
-	enum dps_shard_dtype dtype; int rank0_wt; /* --dtype, and rank 0's enum dps_wtype */
-	enum dps_shard_quant quant; /* --quantization */
+	enum dps_shard_dtype dtype; enum dps_shard_quant quant; int rank0_wt; /* rank 0's wtype */
 	int threads, reps, np, ng, nb;
 	const int *prompts, *gens, *batches;
 	int max_p, max_g, max_b;
@@ -195,8 +194,7 @@ static int rank_main(struct dps_world *w, void *arg)
 	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, b->model,
 			    &(struct dps_shard_opts){ .max_pos = b->max_p > b->max_g + 1 ? b->max_p
 											 : b->max_g + 1,
-						      .max_seqs = b->max_b, .max_rows = R, .dtype = b->dtype,
-						      .quant = b->quant },
+						      .max_seqs = b->max_b, .max_rows = R, .dtype = b->dtype, .quant = b->quant },
 			    err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
@@ -541,9 +539,7 @@ int dps_bench_decode(int argc, char **argv)
 	b.model = model_dir;
 	b.tp = par.tp;
 	b.blis_arch = blis_arch, b.dtype = dtype ? (enum dps_shard_dtype)(dtype - 1) : 0;
-	b.quant = (enum dps_shard_quant)quant;
-	b.threads = threads;
-	b.reps = reps;
+	b.quant = (enum dps_shard_quant)quant, b.threads = threads, b.reps = reps;
 	b.np = np;
 	b.ng = ng;
 	b.nb = nb;
@@ -738,7 +734,7 @@ int dps_bench_decode(int argc, char **argv)
 		 * weights' type), params. */
 		{
 			const double params = (double)dps_model_config_params(&b.cfg);
-			const double bytes = params * (double)dps_wtype_size((enum dps_wtype)b.rank0_wt);
+			const double bytes = (double)dps_wtype_bytes((enum dps_wtype)b.rank0_wt, 1, 32) / 32 * params;
 
 			if (bytes >= 1024.0 * 1024.0 * 1024.0)
 				snprintf(size_s, sizeof(size_s), "%.2f GiB", bytes / (1 << 30));

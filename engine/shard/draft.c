@@ -97,13 +97,14 @@ void dps_shard_load_draft_extras(struct dps_shard_loader *L)
 	const struct dps_st_tensor *d2t;
 
 	s->fc_w = (int)((3 * dim + (uint64_t)s->par.tp - 1) / (uint64_t)s->par.tp);
-	s->fc = dps_shard_alloc_w(L, DPS_PART_MLP, dim * (size_t)s->fc_w);
+	if (s->wt == DPS_WT_Q8) /* column shards on blocks of 32, as the MLP's (load.c) */
+		s->fc_w = (s->fc_w + 31) / 32 * 32;
+	s->fc = dps_shard_alloc_w(L, DPS_PART_MLP, dim, s->fc_w);
 	s->hidden_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, dim);
 	if (s->fc && s->hidden_norm) {
 		dps_shard_load_cols_of_rank(L, "fc.weight", dim, 3 * dim, s->t, s->fc_w, s->fc);
 		dps_shard_load_whole(L, "midlayer.hidden_norm.weight", dim, s->hidden_norm);
 	}
-	dps_shard_quantize_w(L, DPS_PART_MLP, &s->fc, dim, s->fc_w);
 	s->d2t = calloc(V, sizeof(int));
 	if (!s->d2t) {
 		if (!L->rc) {

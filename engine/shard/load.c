@@ -253,7 +253,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 	const int hd = s->hd, t = s->t, ca = s->c[DPS_COMP_ATTN];
 	const int e = dps_shard_attn_rank(s), gm = dps_shard_comp_rank(s, DPS_COMP_MLP);
 	const size_t rows_p = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)hd;
-	const enum dps_wtype lt = dps_shard_wt_load(s);
+	const enum dps_wtype lt = s->wt;
 	char nq[96], nk[96], nv[96], no[96], ng[96], nu[96], nd[96], n1[96], n2[96];
 
 	lname(s, nq, sizeof(nq), l, "self_attn.q_proj.weight");
@@ -273,8 +273,8 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_whole(L, n2, dim, w->ffn_norm);
 	}
 	/* Prefill (plain TP): this TP position's query heads, then the KV heads they read. */
-	w->wqkv_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, rows_p * qin);
-	w->wo_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, dim * (size_t)s->hq_t * (size_t)hd);
+	w->wqkv_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, rows_p, (int)qin);
+	w->wo_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, dim, s->hq_t * hd);
 	if (w->wqkv_p && w->wo_p) {
 		dps_shard_load_rows_of_rank(L, nq, qd, qin, t, (uint64_t)s->hq_t * (uint64_t)hd,
 					    w->wqkv_p);
@@ -289,14 +289,12 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		}
 		dps_shard_load_cols_of_rank(L, no, dim, qd, t, s->hq_t * hd, w->wo_p);
 	}
-	dps_shard_quantize_w(L, DPS_PART_ATTN_PREFILL, &w->wqkv_p, rows_p, (int)qin);
-	dps_shard_quantize_w(L, DPS_PART_ATTN_PREFILL, &w->wo_p, dim, s->hq_t * hd);
 	/* Decode with c_attn > 1: the effective rank's query heads [and KV heads]. */
 	if (ca > 1) {
 		const size_t rows_d = (size_t)(s->hq_e + 2 * s->nkv_e) * (size_t)hd;
 
-		w->wq_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE, rows_d * dim);
-		w->wo_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE, dim * (size_t)s->hq_e * (size_t)hd);
+		w->wq_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE, rows_d, (int)dim);
+		w->wo_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE, dim, s->hq_e * hd);
 		if (w->wq_d && w->wo_d) {
 			dps_shard_load_rows_of_rank(L, nq, qd, dim, e, (uint64_t)s->hq_e * (uint64_t)hd,
 						    w->wq_d);
@@ -312,8 +310,6 @@ static void load_layer(struct dps_shard_loader *L, int l)
 			}
 			dps_shard_load_cols_of_rank(L, no, dim, qd, e, s->hq_e * hd, w->wo_d);
 		}
-		dps_shard_quantize_w(L, DPS_PART_ATTN_DECODE, &w->wq_d, rows_d, (int)dim);
-		dps_shard_quantize_w(L, DPS_PART_ATTN_DECODE, &w->wo_d, dim, s->hq_e * hd);
 	}
 	load_attn_extras(L, l);
 	if (dps_cfg_layer_moe(c, l)) {
@@ -321,16 +317,14 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		return;
 	}
 	/* MLP over TP x c_mlp with the group rank j*TP + t: gate and up rows, down columns. */
-	w->w_gate_up = dps_shard_alloc_w(L, DPS_PART_MLP, 2 * (size_t)s->im_sh * dim);
-	w->w_down = dps_shard_alloc_w(L, DPS_PART_MLP, dim * (size_t)s->im_sh);
+	w->w_gate_up = dps_shard_alloc_w(L, DPS_PART_MLP, 2 * (size_t)s->im_sh, (int)dim);
+	w->w_down = dps_shard_alloc_w(L, DPS_PART_MLP, dim, s->im_sh);
 	if (w->w_gate_up && w->w_down) {
 		dps_shard_load_rows_of_rank(L, ng, im, dim, gm, (uint64_t)s->im_sh, w->w_gate_up);
 		dps_shard_load_rows_of_rank(L, nu, im, dim, gm, (uint64_t)s->im_sh,
 					    dps_shard_wrow(w->w_gate_up, lt, (size_t)s->im_sh, (int)dim));
 		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down);
 	}
-	dps_shard_quantize_w(L, DPS_PART_MLP, &w->w_gate_up, 2 * (size_t)s->im_sh, (int)dim);
-	dps_shard_quantize_w(L, DPS_PART_MLP, &w->w_down, dim, s->im_sh);
 	if (c->mlp_bias) {
 		lname(s, ng, sizeof(ng), l, "mlp.gate_proj.bias");
 		lname(s, nu, sizeof(nu), l, "mlp.up_proj.bias");
@@ -359,14 +353,12 @@ static void *vocab_shard(struct dps_shard_loader *L, enum dps_shard_part part, c
 {
 	const struct dps_model_config *c = &L->s->cfg;
 	const int head = part == DPS_PART_LM_PREFILL || part == DPS_PART_LM_DECODE;
-	const enum dps_wtype t = head ? dps_shard_wt_load(L->s) : L->s->wt_emb;
-	void *p = dps_shard_alloc_t(L, part, (size_t)per * (size_t)c->hidden_size, t);
+	const enum dps_wtype t = head ? L->s->wt : L->s->wt_emb;
+	void *p = dps_shard_alloc_t(L, part, (size_t)per, c->hidden_size, t);
 
 	if (p)
 		dps_shard_load_range_t(L, name, (uint64_t)c->vocab_size, (uint64_t)c->hidden_size,
 				       0, (int64_t)rank * per, (uint64_t)per, p, t);
-	if (head)
-		dps_shard_quantize_w(L, part, &p, (size_t)per, c->hidden_size);
 	return p;
 }
 
@@ -446,6 +438,10 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->v_emb = (c->vocab_size + tp * s->c[DPS_COMP_EMB] - 1) / (tp * s->c[DPS_COMP_EMB]);
 	s->v_lm = (c->vocab_size + tp * s->c[DPS_COMP_LM_HEAD] - 1) / (tp * s->c[DPS_COMP_LM_HEAD]);
 	s->im_sh = (c->intermediate_size + tp * s->c[DPS_COMP_MLP] - 1) / (tp * s->c[DPS_COMP_MLP]);
+	/* INT8: down's column shards start on a block of 32 (zero-padded past the end), so a
+	 * rank's blocks are the one-rank model's, and an INT8 checkpoint's load whole. */
+	if (s->wt == DPS_WT_Q8)
+		s->im_sh = round_up(s->im_sh, 32);
 	if (c->num_local_experts) {
 		s->ep_n = tp * par->dp;
 		s->ep_rank = s->d * tp + s->t;

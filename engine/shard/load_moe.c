@@ -14,6 +14,7 @@
 #include "common/dps.h"
 #include "engine/model/gpt_oss.h"
 #include "engine/shard/shard_int.h"
+#include "kernels/q8.h"
 
 static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
 {
@@ -32,11 +33,16 @@ static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
 	return p;
 }
 
-/* n f32 values of src into BF16 dst, each rounded to nearest even. */
-static void narrow(uint16_t *dst, const float *src, size_t n)
+/* rows x k f32 values of src into dst, held as t (BF16: each rounded to nearest even; INT8:
+ * quantized, kernels/q8.h). */
+static void narrow(void *dst, enum dps_wtype t, const float *src, size_t rows, int k)
 {
-	for (size_t i = 0; i < n; i++)
-		dst[i] = dps_f32_to_bf16(src[i]);
+	if (t == DPS_WT_Q8) {
+		dps_q8_quantize_rows(dst, k, src, rows);
+		return;
+	}
+	for (size_t i = 0; i < rows * (size_t)k; i++)
+		((uint16_t *)dst)[i] = dps_f32_to_bf16(src[i]);
 }
 
 /*
@@ -50,7 +56,7 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 	struct dps_shard *s = L->s;
 	struct dps_shard_layer *w = &s->layers[l];
 	const size_t dim = (size_t)s->cfg.hidden_size, ime = (size_t)s->im_e;
-	const int bf16 = !q4 && s->wt == DPS_WT_BF16;
+	const int narrowed = !q4 && s->wt != DPS_WT_F32;
 	struct dps_gptoss_expert d = { .gu_b = w->exp_gu_b + (size_t)i * 2 * ime };
 
 	if (q4) {
@@ -59,10 +65,10 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 		d.dn_q = w->exp_dn_q[i] = alloc_bytes(L, dim * ime / 2);
 		d.dn_s = w->exp_dn_s[i] = alloc_bytes(L, dim * ime / 32);
 	} else {
-		w->exp_gu[i] = dps_shard_alloc_w(L, DPS_PART_EXPERTS, 2 * ime * dim);
-		w->exp_dn[i] = dps_shard_alloc_w(L, DPS_PART_EXPERTS, dim * ime);
-		d.gu = bf16 ? malloc(sizeof(float) * 2 * ime * dim) : w->exp_gu[i];
-		d.dn = bf16 ? malloc(sizeof(float) * dim * ime) : w->exp_dn[i];
+		w->exp_gu[i] = dps_shard_alloc_w(L, DPS_PART_EXPERTS, 2 * ime, (int)dim);
+		w->exp_dn[i] = dps_shard_alloc_w(L, DPS_PART_EXPERTS, dim, (int)ime);
+		d.gu = narrowed ? malloc(sizeof(float) * 2 * ime * dim) : w->exp_gu[i];
+		d.dn = narrowed ? malloc(sizeof(float) * dim * ime) : w->exp_dn[i];
 		if ((!d.gu || !d.dn) && !L->rc) {
 			L->rc = -ENOMEM;
 			snprintf(L->err, L->errlen, "out of memory reading expert %d of layer %d", e, l);
@@ -71,17 +77,13 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 	if (!L->rc)
 		L->rc = dps_gptoss_expert_read(&L->ck, l, e, i0, (int)ime, q4, &d, L->err,
 					       L->errlen);
-	if (bf16 && !L->rc) {
-		narrow(w->exp_gu[i], d.gu, 2 * ime * dim);
-		narrow(w->exp_dn[i], d.dn, dim * ime);
+	if (narrowed && !L->rc) {
+		narrow(w->exp_gu[i], s->wt, d.gu, 2 * ime, (int)dim);
+		narrow(w->exp_dn[i], s->wt, d.dn, dim, (int)ime);
 	}
-	if (bf16) {
+	if (narrowed) {
 		free(d.gu);
 		free(d.dn);
-	}
-	if (!q4) {
-		dps_shard_quantize_w(L, DPS_PART_EXPERTS, &w->exp_gu[i], 2 * ime, (int)dim);
-		dps_shard_quantize_w(L, DPS_PART_EXPERTS, &w->exp_dn[i], dim, (int)ime);
 	}
 }
 
@@ -106,7 +108,7 @@ void dps_shard_load_experts(struct dps_shard_loader *L, int l)
 
 	snprintf(n0, sizeof(n0), "model.layers.%d.mlp.router.weight", l);
 	snprintf(n1, sizeof(n1), "model.layers.%d.mlp.router.bias", l);
-	w->router = dps_shard_alloc_t(L, DPS_PART_EXPERTS, E * dim, s->wt_emb);
+	w->router = dps_shard_alloc_t(L, DPS_PART_EXPERTS, E, (int)dim, s->wt_emb);
 	w->router_bias = dps_shard_alloc_part(L, DPS_PART_EXPERTS, E);
 	if (w->router && w->router_bias) {
 		dps_shard_load_range_t(L, n0, E, dim, 0, 0, E, w->router, s->wt_emb);

@@ -82,22 +82,12 @@ float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part
 int dps_shard_choose_wt(struct dps_shard_loader *L, enum dps_shard_dtype d,
 			enum dps_shard_quant q);
 
-/*
- * The type a rank reads its linear weights in: f32 when they are to be quantized (so the
- * blocks see the checkpoint's own values; an INT8 checkpoint's dequantize exactly), else
- * s->wt.
- */
-static inline enum dps_wtype dps_shard_wt_load(const struct dps_shard *s)
-{
-	return s->wt == DPS_WT_Q8 ? DPS_WT_F32 : s->wt;
-}
-
-/* elems weights of type t for part (counted in s->bytes), or NULL with L->rc set. */
-void *dps_shard_alloc_t(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems,
+/* n x k weights of type t for part (counted in s->bytes), or NULL with L->rc set. */
+void *dps_shard_alloc_t(struct dps_shard_loader *L, enum dps_shard_part part, size_t n, int k,
 			enum dps_wtype t);
 
-/* elems linear weights of the load type (dps_shard_wt_load) for part. */
-void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems);
+/* n x k linear weights, of s->wt, for part. */
+void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t n, int k);
 
 /* Row r of a weight W of type t with rows of k values. */
 static inline void *dps_shard_wrow(const void *W, enum dps_wtype t, size_t r, int k)
@@ -106,19 +96,15 @@ static inline void *dps_shard_wrow(const void *W, enum dps_wtype t, size_t r, in
 }
 
 /*
- * When the linear weights are INT8: *W (n x k, read as f32) quantized into a new buffer that
- * replaces it (the f32 one freed; s->bytes[part] counts the INT8 bytes instead). Otherwise,
- * or once L->rc is set, nothing.
+ * Indices [first, first + n) of dimension dim of a (d0 x d1) weight into dst, of type t. INT8:
+ * an INT8 tensor's values and scales as stored (a range along dimension 1 must start on a
+ * block of 32), another read as f32 and quantized, kernels/q8.h.
  */
-void dps_shard_quantize_w(struct dps_shard_loader *L, enum dps_shard_part part, void **W,
-			  size_t n, int k);
-
-/* Indices [first, first + n) of dimension dim of a (d0 x d1) weight into dst, of type t. */
 void dps_shard_load_range_t(struct dps_shard_loader *L, const char *name, uint64_t d0,
 			    uint64_t d1, int dim, int64_t first, uint64_t n, void *dst,
 			    enum dps_wtype t);
 
-/* The same for a linear weight, in the load type. */
+/* The same for a linear weight, of s->wt. */
 void dps_shard_load_range_w(struct dps_shard_loader *L, const char *name, uint64_t d0,
 			    uint64_t d1, int dim, int64_t first, uint64_t n, void *dst);
 

@@ -2,8 +2,9 @@
 /*
  * engine/shard/weights.c - how a rank holds its linear weights (see shard.h, --dtype and
  * --quantization): the type chosen at load (f32, BF16 at half the bytes, or INT8 blocks at
- * 34 bytes per 32, quantized one matrix at a time as soon as it is read), their allocation,
- * and the rank-override loaders that read a component's rows or columns of a tensor. Called by load.c,
+ * 34 bytes per 32, quantized as they are read, or taken as stored from an INT8 checkpoint),
+ * their allocation, and the rank-override loaders that read a component's rows or columns of
+ * a tensor. Called by load.c,
  * load_moe.c and draft.c, once per rank at start-up.
  */
 #include <errno.h>
@@ -69,55 +70,87 @@ int dps_shard_choose_wt(struct dps_shard_loader *L, enum dps_shard_dtype d,
 	return 0;
 }
 
-void *dps_shard_alloc_t(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems,
+void *dps_shard_alloc_t(struct dps_shard_loader *L, enum dps_shard_part part, size_t n, int k,
 			enum dps_wtype t)
 {
-	const size_t esz = dps_wtype_size(t);
+	size_t bytes;
 	void *p;
 
 	if (L->rc)
 		return NULL;
-	if (elems > SIZE_MAX / esz) {
-		snprintf(L->err, L->errlen, "rank %d: %zu weights of %s overflow a size",
-			 L->s->w ? L->s->w->rank : 0, elems, dps_wtype_name(t));
+	if (k < 0 || (k && n > SIZE_MAX / 8 / (size_t)k)) {
+		snprintf(L->err, L->errlen, "rank %d: %zu x %d weights of %s overflow a size",
+			 L->s->w ? L->s->w->rank : 0, n, k, dps_wtype_name(t));
 		L->rc = -ENOMEM;
 		return NULL;
 	}
-	p = dps_alloc_huge(elems * esz);
+	bytes = dps_wtype_bytes(t, n, k);
+	p = dps_alloc_huge(bytes);
 	if (!p) {
 		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of weights",
-			 L->s->w ? L->s->w->rank : 0, elems * esz);
+			 L->s->w ? L->s->w->rank : 0, bytes);
 		L->rc = -ENOMEM;
 		return NULL;
 	}
-	L->s->bytes[part] += elems * esz;
+	L->s->bytes[part] += bytes;
 	return p;
 }
 
-void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t elems)
+void *dps_shard_alloc_w(struct dps_shard_loader *L, enum dps_shard_part part, size_t n, int k)
 {
-	return dps_shard_alloc_t(L, part, elems, dps_shard_wt_load(L->s));
+	return dps_shard_alloc_t(L, part, n, k, L->s->wt);
 }
 
-void dps_shard_quantize_w(struct dps_shard_loader *L, enum dps_shard_part part, void **W,
-			  size_t n, int k)
-{
-	void *q;
+/* Rows of f32 read and quantized at a time (the staging buffer is this many rows of k). */
+#define Q8_STAGE_ROWS 1024
 
-	if (L->rc || L->s->wt != DPS_WT_Q8 || !*W)
-		return;
-	q = dps_alloc_huge(dps_q8_bytes(n, k));
-	if (!q) {
-		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of INT8 weights",
-			 L->s->w ? L->s->w->rank : 0, dps_q8_bytes(n, k));
-		L->rc = -ENOMEM;
+/*
+ * dps_shard_load_range_t into INT8: rows x k (the range's shape) of tensor name. An INT8
+ * tensor is taken as stored; another is read as f32, Q8_STAGE_ROWS rows at a time along
+ * dimension 0 (a column range comes whole), and quantized.
+ */
+static void load_range_q8(struct dps_shard_loader *L, const char *name, const uint64_t shape[2],
+			  int dim, int64_t first, uint64_t n, void *dst)
+{
+	const struct dps_st_tensor *t = dps_ckpt_find(&L->ck, name, NULL);
+	const uint64_t rows = dim == 0 ? n : shape[0];
+	const int k = (int)(dim == 0 ? shape[1] : n);
+	const size_t kb = dps_q8_blocks(k);
+	const uint64_t step = dim == 0 ? Q8_STAGE_ROWS : rows;
+
+	if (t && t->dtype == DPS_ST_I8) {
+		int8_t *q = malloc(rows * (uint64_t)k + 1);
+		uint16_t *d = malloc(sizeof(uint16_t) * (rows * kb + 1));
+
+		if (!q || !d) {
+			L->rc = -ENOMEM;
+			snprintf(L->err, L->errlen, "out of memory reading '%s'", name);
+		} else {
+			L->rc = dps_ckpt_load_range_int8(&L->ck, name, shape, dim, first, n, q, d,
+							 L->err, L->errlen);
+		}
+		if (!L->rc)
+			dps_q8_import_rows(dst, k, q, d, rows);
+		free(q);
+		free(d);
 		return;
 	}
-	dps_q8_quantize_rows(q, k, *W, n);
-	free(*W);
-	*W = q;
-	L->s->bytes[part] += dps_q8_bytes(n, k);
-	L->s->bytes[part] -= n * (size_t)k * sizeof(float);
+	for (uint64_t r0 = 0; r0 < rows && !L->rc; r0 += step) {
+		const uint64_t m = rows - r0 < step ? rows - r0 : step;
+		float *f = malloc(sizeof(float) * (m * (uint64_t)k + 1));
+
+		if (!f) {
+			L->rc = -ENOMEM;
+			snprintf(L->err, L->errlen, "out of memory reading '%s'", name);
+			return;
+		}
+		L->rc = dps_ckpt_load_range(&L->ck, name, 2, shape, dim,
+					    dim == 0 ? first + (int64_t)r0 : first, dim == 0 ? m : n, f,
+					    L->err, L->errlen);
+		if (!L->rc)
+			dps_q8_quantize_rows(dps_shard_wrow(dst, DPS_WT_Q8, r0, k), k, f, m);
+		free(f);
+	}
 }
 
 void dps_shard_load_range_t(struct dps_shard_loader *L, const char *name, uint64_t d0,
@@ -128,7 +161,9 @@ void dps_shard_load_range_t(struct dps_shard_loader *L, const char *name, uint64
 
 	if (L->rc)
 		return;
-	if (t == DPS_WT_BF16)
+	if (t == DPS_WT_Q8)
+		load_range_q8(L, name, shape, dim, first, n, dst);
+	else if (t == DPS_WT_BF16)
 		L->rc = dps_ckpt_load_range_bf16(&L->ck, name, 2, shape, dim, first, n, dst, L->err,
 						 L->errlen);
 	else
@@ -139,7 +174,7 @@ void dps_shard_load_range_t(struct dps_shard_loader *L, const char *name, uint64
 void dps_shard_load_range_w(struct dps_shard_loader *L, const char *name, uint64_t d0,
 			    uint64_t d1, int dim, int64_t first, uint64_t n, void *dst)
 {
-	dps_shard_load_range_t(L, name, d0, d1, dim, first, n, dst, dps_shard_wt_load(L->s));
+	dps_shard_load_range_t(L, name, d0, d1, dim, first, n, dst, L->s->wt);
 }
 
 /* ---- the rank-override loaders -------------------------------------------------------------- */
