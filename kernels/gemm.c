@@ -11,6 +11,7 @@
 
 #include <blis.h>
 
+#include "common/f16.h"
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
@@ -134,8 +135,8 @@ static int setup_blis(const char *spec, char *msg, size_t msglen)
 static int own_selfcheck(enum own_isa isa)
 {
 	enum { M = 53, N = 21, K = 70 };
-	static float x[M * K], W[N * K], Ww[N * K], got[M * N], want[M * N];
-	static uint16_t Wb[N * K];
+	static float x[M * K], W[N * K], Ww[N * K], Wh[N * K], got[M * N], want[M * N];
+	static uint16_t Wb[N * K], Wf[N * K];
 	uint32_t r = 0x9e3779b9u;
 
 	for (int i = 0; i < M * K || i < N * K; i++) {
@@ -149,6 +150,8 @@ static int own_selfcheck(enum own_isa isa)
 	for (int i = 0; i < N * K; i++) {
 		Wb[i] = dps_f32_to_bf16(W[i]);
 		Ww[i] = dps_bf16_to_f32(Wb[i]);
+		Wf[i] = dps_f32_to_f16(W[i]);
+		Wh[i] = dps_f16_to_f32(Wf[i]);
 	}
 	for (int m = 1; m <= M; m += M - 1) {
 		dps_gemm_f32_ref(want, N, x, W, m, N, K);
@@ -164,6 +167,14 @@ static int own_selfcheck(enum own_isa isa)
 			dps_gemm_bf16_avx512(got, N, x, Wb, m, N, K);
 		else
 			dps_gemm_bf16_avx2(got, N, x, Wb, m, N, K);
+		if (memcmp(got, want, sizeof(float) * (size_t)m * N))
+			return 0;
+		/* F16 likewise */
+		dps_gemm_f32_ref(want, N, x, Wh, m, N, K);
+		if (isa == OWN_AVX512)
+			dps_gemm_f16_avx512(got, N, x, Wf, m, N, K);
+		else
+			dps_gemm_f16_avx2(got, N, x, Wf, m, N, K);
 		if (memcmp(got, want, sizeof(float) * (size_t)m * N))
 			return 0;
 	}
@@ -252,13 +263,15 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		}
 	}
 	__builtin_cpu_init();
-	g.own = __builtin_cpu_supports("avx512f") ? OWN_AVX512
-	      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? OWN_AVX2
-										 : OWN_REF;
+	/* (F16C too: the F16 products widen with it; every AVX2 CPU has it) */
+	g.own = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c") ? OWN_AVX512
+	      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+			__builtin_cpu_supports("f16c") ? OWN_AVX2
+						     : OWN_REF;
 	if (g.own == OWN_AVX512 && !own_selfcheck(OWN_AVX512)) {
 		fallback = "the AVX-512 kernel differs from its plain-C twin on this CPU";
-		g.own = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? OWN_AVX2
-											  : OWN_REF;
+		g.own = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+				__builtin_cpu_supports("f16c") ? OWN_AVX2 : OWN_REF;
 	}
 	if (g.own == OWN_AVX2 && !own_selfcheck(OWN_AVX2)) {
 		fallback = "the AVX2 kernel differs from its plain-C twin on this CPU";
@@ -301,7 +314,8 @@ const char *dps_gemm_describe(void)
 struct linear_job {
 	float *out;
 	const float *x, *W;
-	const uint16_t *Wb; /* instead of W: BF16 weights */
+	const uint16_t *Wb; /* instead of W: BF16 weights, or F16 ones when f16 */
+	int f16;
 	const void *Wq;     /* instead of W: INT8 weights (q8.h), x quantized in act */
 	const struct dps_q8_act *act;
 	int m, n, k, chunks;
@@ -338,6 +352,17 @@ static void linear_slice(void *arg, int chunk, int tid)
 			dps_gemm_q8_avx2(out, j->n, j->act, Wq, hi - lo);
 		else
 			dps_gemm_q8_ref(out, j->n, j->act, Wq, hi - lo);
+		return;
+	}
+	if (j->Wb && j->f16) { /* dpshard's kernel whatever the f32 products use */
+		const uint16_t *Wb = j->Wb + (size_t)lo * (size_t)j->k;
+
+		if (g.isa == OWN_AVX512)
+			dps_gemm_f16_avx512(out, j->n, j->x, Wb, j->m, hi - lo, j->k);
+		else if (g.isa == OWN_AVX2)
+			dps_gemm_f16_avx2(out, j->n, j->x, Wb, j->m, hi - lo, j->k);
+		else
+			dps_gemm_f16_ref(out, j->n, j->x, Wb, j->m, hi - lo, j->k);
 		return;
 	}
 	if (j->Wb) { /* dpshard's kernel whatever the f32 products use */
@@ -397,7 +422,7 @@ static void linear_run(struct linear_job *jp)
 
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, W, NULL, NULL, NULL, m, n, k, 1 };
+	struct linear_job j = { out, x, W, NULL, 0, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
 }
@@ -405,7 +430,15 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 /* Assumptions: as dps_linear_f32, W (n x k) BF16. */
 void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, NULL, W, NULL, NULL, m, n, k, 1 };
+	struct linear_job j = { out, x, NULL, W, 0, NULL, NULL, m, n, k, 1 };
+
+	linear_run(&j);
+}
+
+/* Assumptions: as dps_linear_f32, W (n x k) F16. */
+void dps_linear_f16(float *out, const float *x, const uint16_t *W, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, W, 1, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
 }
@@ -434,7 +467,7 @@ int dps_linear_q8_reserve(int m, int k)
 /* Assumptions: as dps_linear_f32, W (n x k) INT8 as q8.h lays it out. */
 void dps_linear_q8(float *out, const float *x, const void *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, NULL, NULL, W, &q8_act, m, n, k, 1 };
+	struct linear_job j = { out, x, NULL, NULL, 0, W, &q8_act, m, n, k, 1 };
 
 	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
 		/* No memory for 1.125 bytes per activation: nothing sensible can follow. */
@@ -463,6 +496,8 @@ void dps_linear_w(float *out, const float *x, const void *W, enum dps_wtype t, i
 {
 	if (t == DPS_WT_Q8)
 		dps_linear_q8(out, x, W, m, n, k);
+	else if (t == DPS_WT_F16)
+		dps_linear_f16(out, x, W, m, n, k);
 	else if (t == DPS_WT_BF16)
 		dps_linear_bf16(out, x, W, m, n, k);
 	else
@@ -482,4 +517,9 @@ void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n
 void dps_linear_bf16_ref(float *out, const float *x, const uint16_t *W, int m, int n, int k)
 {
 	dps_gemm_bf16_ref(out, n, x, W, m, n, k);
+}
+
+void dps_linear_f16_ref(float *out, const float *x, const uint16_t *W, int m, int n, int k)
+{
+	dps_gemm_f16_ref(out, n, x, W, m, n, k);
 }

@@ -39,12 +39,13 @@ enum dps_wtype {
 	DPS_WT_F32,  /* float */
 	DPS_WT_BF16, /* uint16_t, BF16 (common/bf16.h) */
 	DPS_WT_Q8,   /* INT8 blocks of 32 with F16 scales (kernels/q8.h), 34 bytes per 32 */
+	DPS_WT_F16,  /* uint16_t, IEEE half (common/f16.h) */
 };
 
-/* Bytes per element of t, for the types of one element per value (f32 and BF16). */
+/* Bytes per element of t, for the types of one element per value (f32, BF16, F16). */
 static inline size_t dps_wtype_size(enum dps_wtype t)
 {
-	return t == DPS_WT_BF16 ? sizeof(uint16_t) : sizeof(float);
+	return t == DPS_WT_BF16 || t == DPS_WT_F16 ? sizeof(uint16_t) : sizeof(float);
 }
 
 /* Bytes of an n x k weight held as t. */
@@ -52,13 +53,13 @@ static inline size_t dps_wtype_bytes(enum dps_wtype t, size_t n, int k)
 {
 	if (t == DPS_WT_Q8)
 		return n * (((size_t)k + 31) / 32) * 34;
-	return n * (size_t)k * (t == DPS_WT_BF16 ? sizeof(uint16_t) : sizeof(float));
+	return n * (size_t)k * dps_wtype_size(t);
 }
 
-/* "f32", "bf16" or "int8". */
+/* "f32", "bf16", "f16" or "int8". */
 static inline const char *dps_wtype_name(enum dps_wtype t)
 {
-	return t == DPS_WT_Q8 ? "int8" : t == DPS_WT_BF16 ? "bf16" : "f32";
+	return t == DPS_WT_Q8 ? "int8" : t == DPS_WT_BF16 ? "bf16" : t == DPS_WT_F16 ? "f16" : "f32";
 }
 
 /*
@@ -95,6 +96,10 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
  */
 void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k);
 
+/* The same on F16 weights (common/f16.h), widened exactly: dps_linear_f32's bits on the
+ * widened weights, at half the bytes of W. */
+void dps_linear_f16(float *out, const float *x, const uint16_t *W, int m, int n, int k);
+
 /*
  * The same product on an INT8 weight W (n x k, kernels/q8.h): x is quantized per block of 32
  * as it enters (once per call, before the columns are split over the threads), and every
@@ -113,7 +118,7 @@ int dps_linear_q8_reserve(int m, int k);
 /* The plain-C twin of dps_linear_q8. */
 void dps_linear_q8_ref(float *out, const float *x, const void *W, int m, int n, int k);
 
-/* dps_linear_f32, _bf16 or _q8, as t says W is held: the one entry of the engine. */
+/* dps_linear_f32, _bf16, _f16 or _q8, as t says W is held: the one entry of the engine. */
 void dps_linear_w(float *out, const float *x, const void *W, enum dps_wtype t, int m, int n,
 		  int k);
 
@@ -144,10 +149,22 @@ void dps_gemm_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
 void dps_gemm_bf16_ref(float *restrict out, int ldo, const float *restrict x,
 		       const uint16_t *restrict W, int m, int n, int k);
 
+/* The same three on F16 weights, each widened to f32 by vcvtph2ps (exact) as it is loaded or
+ * packed: bit for bit dps_gemm_f32_ref on the widened weights. */
+void dps_gemm_f16_avx512(float *restrict out, int ldo, const float *restrict x,
+			 const uint16_t *restrict W, int m, int n, int k);
+void dps_gemm_f16_avx2(float *restrict out, int ldo, const float *restrict x,
+		       const uint16_t *restrict W, int m, int n, int k);
+void dps_gemm_f16_ref(float *restrict out, int ldo, const float *restrict x,
+		      const uint16_t *restrict W, int m, int n, int k);
+
 /* The plain-C twin of dps_linear_f32 under "auto": dps_gemm_f32_ref, bit for bit the same. */
 void dps_linear_f32_ref(float *out, const float *x, const float *W, int m, int n, int k);
 
 /* The plain-C twin of dps_linear_bf16 under "auto": dps_gemm_bf16_ref. */
 void dps_linear_bf16_ref(float *out, const float *x, const uint16_t *W, int m, int n, int k);
+
+/* The plain-C twin of dps_linear_f16: dps_gemm_f16_ref. */
+void dps_linear_f16_ref(float *out, const float *x, const uint16_t *W, int m, int n, int k);
 
 #endif

@@ -23,6 +23,7 @@
 
 #include <immintrin.h>
 
+#include "common/f16.h"
 #include "kernels/dot_int.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_int.h"
@@ -71,6 +72,26 @@ void dps_gemm_bf16_ref(float *restrict out, int ldo, const float *restrict x,
 		for (int r = 0; r < n; r++)
 			out[(size_t)i * (size_t)ldo + (size_t)r] =
 				dot_bf16_ref(x + (size_t)i * (size_t)k, W + (size_t)r * (size_t)k, k);
+}
+
+/* dot_ref on an F16 row, each weight widened first (exact), so the FMAs are dot_ref's. */
+static float dot_f16_ref(const float *restrict x, const uint16_t *restrict w, int k)
+{
+	float a[16] = { 0.0f };
+
+	for (int c0 = 0; c0 < k; c0 += 16)
+		for (int l = 0; l < 16; l++)
+			a[l] = c0 + l < k ? fmaf(dps_f16_to_f32(w[c0 + l]), x[c0 + l], a[l]) : a[l];
+	return dps_dot_tree_ref(a);
+}
+
+void dps_gemm_f16_ref(float *restrict out, int ldo, const float *restrict x,
+		      const uint16_t *restrict W, int m, int n, int k)
+{
+	for (int i = 0; i < m; i++)
+		for (int r = 0; r < n; r++)
+			out[(size_t)i * (size_t)ldo + (size_t)r] =
+				dot_f16_ref(x + (size_t)i * (size_t)k, W + (size_t)r * (size_t)k, k);
 }
 
 /* ---- the blocking, shared by both ISAs ------------------------------------------------ */
@@ -124,17 +145,20 @@ static void gemm_blocked(tile_fn *tile, int mb_max, float *restrict out, int ldo
  * shift, exact: the FMAs that follow are those of the f32 kernel on the widened weights.
  */
 
-/* Row r of W (rows of k elements; BF16 when bf16). */
-static inline const char *w_row(const void *W, size_t r, int k, const int bf16)
+/* Row r of W (rows of k elements; BF16 when h16). */
+static inline const char *w_row(const void *W, size_t r, int k, const int h16)
 {
-	return (const char *)W + r * (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
+	return (const char *)W + r * (size_t)k * (h16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 /* Sixteen weights of row w from column c. */
-__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline __m512
-wload_avx512(const char *w, int c, const int bf16)
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512
+wload_avx512(const char *w, int c, const int h16)
 {
-	if (bf16)
+	if (h16 == 2)
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(
+			(const uint16_t *)(const void *)w + c)));
+	if (h16)
 		return _mm512_castsi512_ps(_mm512_slli_epi32(
 			_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(
 				(const uint16_t *)(const void *)w + c))), 16));
@@ -142,23 +166,26 @@ wload_avx512(const char *w, int c, const int bf16)
 }
 
 /* The first cnt (< 16) weights of row w from column c, +0 in the other lanes; reads no more. */
-__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline __m512
-wload_tail_avx512(const char *w, int c, int cnt, const int bf16)
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512
+wload_tail_avx512(const char *w, int c, int cnt, const int h16)
 {
 	uint16_t b[16] = { 0 };
 
-	if (!bf16)
+	if (!h16)
 		return _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1),
 					     (const float *)(const void *)w + c);
 	memcpy(b, (const uint16_t *)(const void *)w + c, sizeof(uint16_t) * (size_t)cnt);
-	return wload_avx512((const char *)b, 0, 1);
+	return wload_avx512((const char *)b, 0, h16);
 }
 
 /* Eight weights of row w from column c. */
-__attribute__((target("avx2,fma"), always_inline)) static inline __m256
-wload_avx2(const char *w, int c, const int bf16)
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256
+wload_avx2(const char *w, int c, const int h16)
 {
-	if (bf16)
+	if (h16 == 2)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(
+			(const uint16_t *)(const void *)w + c)));
+	if (h16)
 		return _mm256_castsi256_ps(_mm256_slli_epi32(
 			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(
 				(const uint16_t *)(const void *)w + c))), 16));
@@ -166,18 +193,48 @@ wload_avx2(const char *w, int c, const int bf16)
 }
 
 /* The first cnt (< 8) weights of row w from column c (mask: those lanes), +0 in the others. */
-__attribute__((target("avx2,fma"), always_inline)) static inline __m256
-wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int bf16)
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256
+wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
 {
 	uint16_t b[8] = { 0 };
 
-	if (!bf16)
+	if (!h16)
 		return _mm256_maskload_ps((const float *)(const void *)w + c, mask);
 	memcpy(b, (const uint16_t *)(const void *)w + c, sizeof(uint16_t) * (size_t)cnt);
-	return wload_avx2((const char *)b, 0, 1);
+	return wload_avx2((const char *)b, 0, h16);
 }
 
 /* ---- AVX-512 -------------------------------------------------------------------------- */
+
+/*
+ * How far ahead of the read position the one-row kernels (decode) prefetch W (AVX2 and, since
+ * 2026-12-05, AVX-512, whose tiles prefetched the next four rows before). The four rows of a tile
+ * are contiguous, so a tile reads GROUP * k elements of W at GROUP lines per 16 columns; the
+ * prefetch runs W_PREFETCH_BYTES ahead of that position in address order, one stream, and
+ * goes on into the next tiles whatever k is. (It replaced one prefetch per row of the next
+ * tile at the same column, which ran only GROUP rows ahead - 12 KiB at k = 768 - and kept
+ * four streams open: one Zen 3 core, m = 1, f32, 2048 x 768: 56-61% of a plain read before,
+ * 86% after; 768 x 2048: 80-86% -> 94-99%; 32000 x 768: 59-66% -> 84-89%.)
+ */
+#define W_PREFETCH_BYTES ((size_t)32 << 10)
+
+/*
+ * The GROUP lines W_PREFETCH_BYTES past the read position at column c (c a multiple of 16)
+ * of the tile whose first row is w0: called for every c of f32, every other one of BF16
+ * (whose 16 columns of four rows are two lines). Reads nothing: a prefetch past the end of
+ * W does not fault.
+ */
+__attribute__((always_inline)) static inline void
+prefetch_next(const char *w0, int c, size_t esz)
+{
+	const char *p = w0 + W_PREFETCH_BYTES + (size_t)c * esz * GROUP;
+
+	_mm_prefetch(p, _MM_HINT_T0);
+	_mm_prefetch(p + 64, _MM_HINT_T0);
+	_mm_prefetch(p + 128, _MM_HINT_T0);
+	_mm_prefetch(p + 192, _MM_HINT_T0);
+}
+
 
 /*
  * Four rows of W against mr (1..4, a constant where it is inlined) rows of x: out[i][r0 + q]
@@ -189,15 +246,15 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int bf16)
  * alignment; rows r0 + nr .. r0 + 3 of W are not read (their loads repeat row r0); the next
  * four rows of W are prefetched in step with these (decode streams W once).
  */
-__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
 block_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
-	     int r0, int nr, int k, const int mr, const int bf16)
+	     int r0, int nr, int k, const int mr, const int h16)
 {
 	const int tail = k % 16;
 	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
-	const size_t row = (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
-	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
-	const char *w0 = w_row(W, (size_t)r0, k, bf16);
+	const size_t row = (size_t)k * (h16 ? sizeof(uint16_t) : sizeof(float));
+	const size_t esz = h16 ? sizeof(uint16_t) : sizeof(float);
+	const char *w0 = w_row(W, (size_t)r0, k, h16);
 	const char *w1 = nr > 1 ? w0 + row : w0, *w2 = nr > 2 ? w0 + 2 * row : w0;
 	const char *w3 = nr > 3 ? w0 + 3 * row : w0;
 	__m512 a[4][GROUP]; /* a[i][q]: row i of x against row r0 + q of W */
@@ -207,14 +264,21 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const void *
 	for (int i = 0; i < mr; i++)
 		a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
 	for (; c + 16 <= k; c += 16) {
-		const __m512 w0v = wload_avx512(w0, c, bf16), w1v = wload_avx512(w1, c, bf16);
-		const __m512 w2v = wload_avx512(w2, c, bf16), w3v = wload_avx512(w3, c, bf16);
+		const __m512 w0v = wload_avx512(w0, c, h16), w1v = wload_avx512(w1, c, h16);
+		const __m512 w2v = wload_avx512(w2, c, h16), w3v = wload_avx512(w3, c, h16);
 
-		/* the next four rows, one line each (BF16: every other line twice) */
-		_mm_prefetch(w0 + 4 * row + (size_t)c * esz, _MM_HINT_T0);
-		_mm_prefetch(w0 + 5 * row + (size_t)c * esz, _MM_HINT_T0);
-		_mm_prefetch(w0 + 6 * row + (size_t)c * esz, _MM_HINT_T0);
-		_mm_prefetch(w0 + 7 * row + (size_t)c * esz, _MM_HINT_T0);
+		if (mr == 1) {
+			/* decode: W_PREFETCH_BYTES ahead in address order (the tile's rows are
+			 * contiguous), four lines per 16 columns of f32, every other time for BF16 */
+			if (!h16 || !(c & 16))
+				prefetch_next(w0, c, esz);
+		} else {
+			/* the next four rows, one line each (BF16: every other line twice) */
+			_mm_prefetch(w0 + 4 * row + (size_t)c * esz, _MM_HINT_T0);
+			_mm_prefetch(w0 + 5 * row + (size_t)c * esz, _MM_HINT_T0);
+			_mm_prefetch(w0 + 6 * row + (size_t)c * esz, _MM_HINT_T0);
+			_mm_prefetch(w0 + 7 * row + (size_t)c * esz, _MM_HINT_T0);
+		}
 #pragma GCC unroll 4
 		for (int i = 0; i < mr; i++) {
 			const __m512 xv = _mm512_loadu_ps(x + (size_t)i * (size_t)k + c);
@@ -226,10 +290,10 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const void *
 		}
 	}
 	if (tail) {
-		const __m512 w0v = wload_tail_avx512(w0, c, tail, bf16);
-		const __m512 w1v = wload_tail_avx512(w1, c, tail, bf16);
-		const __m512 w2v = wload_tail_avx512(w2, c, tail, bf16);
-		const __m512 w3v = wload_tail_avx512(w3, c, tail, bf16);
+		const __m512 w0v = wload_tail_avx512(w0, c, tail, h16);
+		const __m512 w1v = wload_tail_avx512(w1, c, tail, h16);
+		const __m512 w2v = wload_tail_avx512(w2, c, tail, h16);
+		const __m512 w3v = wload_tail_avx512(w3, c, tail, h16);
 
 #pragma GCC unroll 4
 		for (int i = 0; i < mr; i++) {
@@ -253,42 +317,42 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const void *
 	}
 }
 
-/* tile_fn of block_avx512, bf16 a constant: rows of x four at a time, then the rest. */
-__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
+/* tile_fn of block_avx512, h16 a constant: rows of x four at a time, then the rest. */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
 tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
-	    int mi, int r0, int nr, int k, const int bf16)
+	    int mi, int r0, int nr, int k, const int h16)
 {
 	int i = 0;
 
 	for (; i + 4 <= mi; i += 4)
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 4, bf16);
+			     nr, k, 4, h16);
 	switch (mi - i) {
 	case 1:
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 1, bf16);
+			     nr, k, 1, h16);
 		break;
 	case 2:
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 2, bf16);
+			     nr, k, 2, h16);
 		break;
 	case 3:
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
-			     nr, k, 3, bf16);
+			     nr, k, 3, h16);
 		break;
 	default:
 		break;
 	}
 }
 
-__attribute__((target("avx512f,avx2,fma"))) static void
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void
 tile_f32_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
 		int mi, int r0, int nr, int k)
 {
 	tile_avx512(out, ldo, x, W, mi, r0, nr, k, 0);
 }
 
-__attribute__((target("avx512f,avx2,fma"))) static void
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void
 tile_bf16_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
 		 int mi, int r0, int nr, int k)
 {
@@ -303,6 +367,21 @@ void dps_gemm_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 	gemm_blocked(tile_f32_avx512, 1 << 20, out, ldo, x, W, sizeof(float), m, n, k);
 }
 
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void
+tile_f16_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+		int mi, int r0, int nr, int k)
+{
+	tile_avx512(out, ldo, x, W, mi, r0, nr, k, 2);
+}
+
+void dps_gemm_f16_avx512(float *restrict out, int ldo, const float *restrict x,
+			 const uint16_t *restrict W, int m, int n, int k)
+{
+	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_f16_avx512(out, ldo, x, W, m, n, k))
+		return;
+	gemm_blocked(tile_f16_avx512, 1 << 20, out, ldo, x, W, sizeof(uint16_t), m, n, k);
+}
+
 void dps_gemm_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
 			  const uint16_t *restrict W, int m, int n, int k)
 {
@@ -314,43 +393,15 @@ void dps_gemm_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
 /* ---- AVX2 with FMA -------------------------------------------------------------------- */
 
 /*
- * How far ahead of the read position the AVX2 kernel prefetches W. The four rows of a tile
- * are contiguous, so a tile reads GROUP * k elements of W at GROUP lines per 16 columns; the
- * prefetch runs W_PREFETCH_BYTES ahead of that position in address order, one stream, and
- * goes on into the next tiles whatever k is. (It replaced one prefetch per row of the next
- * tile at the same column, which ran only GROUP rows ahead - 12 KiB at k = 768 - and kept
- * four streams open: one Zen 3 core, m = 1, f32, 2048 x 768: 56-61% of a plain read before,
- * 86% after; 768 x 2048: 80-86% -> 94-99%; 32000 x 768: 59-66% -> 84-89%.)
- */
-#define W_PREFETCH_BYTES ((size_t)32 << 10)
-
-/*
- * The GROUP lines W_PREFETCH_BYTES past the read position at column c (c a multiple of 16)
- * of the tile whose first row is w0: called for every c of f32, every other one of BF16
- * (whose 16 columns of four rows are two lines). Reads nothing: a prefetch past the end of
- * W does not fault.
- */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
-prefetch_next_avx2(const char *w0, int c, size_t esz)
-{
-	const char *p = w0 + W_PREFETCH_BYTES + (size_t)c * esz * GROUP;
-
-	_mm_prefetch(p, _MM_HINT_T0);
-	_mm_prefetch(p + 64, _MM_HINT_T0);
-	_mm_prefetch(p + 128, _MM_HINT_T0);
-	_mm_prefetch(p + 192, _MM_HINT_T0);
-}
-
-/*
  * One half of block_avx2 over the columns [c0, c1) (c0 a multiple of 16; c1 too, or k): lanes
  * off .. off + 7 (off 0 or 8) of the accumulators of mr rows of x against w[0..3], continued
  * from acc[i][q][off ..] and left there.
  */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 half_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[GROUP], int k,
-	  int c0, int c1, const int off, const int mr, const int pf, const int bf16)
+	  int c0, int c1, const int off, const int mr, const int pf, const int h16)
 {
-	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
+	const size_t esz = h16 ? sizeof(uint16_t) : sizeof(float);
 	const int tail = c1 % 16, c16 = c1 - tail;
 	const int cnt = tail - off < 0 ? 0 : tail - off > 8 ? 8 : tail - off;
 	__m256 a[3][GROUP];
@@ -361,11 +412,11 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
 		for (int q = 0; q < GROUP; q++)
 			a[i][q] = _mm256_loadu_ps(acc[i][q] + off);
 	for (int c = c0 + off; c < c16; c += 16) {
-		const __m256 w0v = wload_avx2(w[0], c, bf16), w1v = wload_avx2(w[1], c, bf16);
-		const __m256 w2v = wload_avx2(w[2], c, bf16), w3v = wload_avx2(w[3], c, bf16);
+		const __m256 w0v = wload_avx2(w[0], c, h16), w1v = wload_avx2(w[1], c, h16);
+		const __m256 w2v = wload_avx2(w[2], c, h16), w3v = wload_avx2(w[3], c, h16);
 
-		if (pf && !off && (!bf16 || !(c & 16)))
-			prefetch_next_avx2(w[0], c, esz);
+		if (pf && !off && (!h16 || !(c & 16)))
+			prefetch_next(w[0], c, esz);
 #pragma GCC unroll 3
 		for (int i = 0; i < mr; i++) {
 			const __m256 xv = _mm256_loadu_ps(x + (size_t)i * (size_t)k + c);
@@ -380,10 +431,10 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
 		const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt),
 							_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 		const int c = c16 + off;
-		const __m256 w0v = wload_tail_avx2(w[0], c, cnt, mask, bf16);
-		const __m256 w1v = wload_tail_avx2(w[1], c, cnt, mask, bf16);
-		const __m256 w2v = wload_tail_avx2(w[2], c, cnt, mask, bf16);
-		const __m256 w3v = wload_tail_avx2(w[3], c, cnt, mask, bf16);
+		const __m256 w0v = wload_tail_avx2(w[0], c, cnt, mask, h16);
+		const __m256 w1v = wload_tail_avx2(w[1], c, cnt, mask, h16);
+		const __m256 w2v = wload_tail_avx2(w[2], c, cnt, mask, h16);
+		const __m256 w3v = wload_tail_avx2(w[3], c, cnt, mask, h16);
 
 		const __m256 keep = _mm256_castsi256_ps(mask);
 
@@ -411,11 +462,11 @@ half_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
  * and W is read as one pass. Lane l of each accumulator still sums elements l, l + 16, ...
  * in that order with the same FMAs as half_avx2 (the halves are independent chains).
  */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 row1_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[GROUP], int k,
-	  int c0, int c1, const int pf, const int bf16)
+	  int c0, int c1, const int pf, const int h16)
 {
-	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
+	const size_t esz = h16 ? sizeof(uint16_t) : sizeof(float);
 	const int c16 = c1 - c1 % 16;
 	__m256 lo[GROUP], hi[GROUP];
 
@@ -427,12 +478,12 @@ row1_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
 	for (int c = c0; c < c16; c += 16) {
 		const __m256 xl = _mm256_loadu_ps(x + c), xh = _mm256_loadu_ps(x + c + 8);
 
-		if (pf && (!bf16 || !(c & 16)))
-			prefetch_next_avx2(w[0], c, esz);
+		if (pf && (!h16 || !(c & 16)))
+			prefetch_next(w[0], c, esz);
 #pragma GCC unroll 4
 		for (int q = 0; q < GROUP; q++) {
-			lo[q] = _mm256_fmadd_ps(wload_avx2(w[q], c, bf16), xl, lo[q]);
-			hi[q] = _mm256_fmadd_ps(wload_avx2(w[q], c + 8, bf16), xh, hi[q]);
+			lo[q] = _mm256_fmadd_ps(wload_avx2(w[q], c, h16), xl, lo[q]);
+			hi[q] = _mm256_fmadd_ps(wload_avx2(w[q], c + 8, h16), xh, hi[q]);
 		}
 	}
 #pragma GCC unroll 4
@@ -441,8 +492,8 @@ row1_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
 		_mm256_storeu_ps(acc[0][q] + 8, hi[q]);
 	}
 	if (c16 < c1) { /* the tail, each half as half_avx2 does it */
-		half_avx2(acc, x, w, k, c16, c1, 0, 1, 0, bf16);
-		half_avx2(acc, x, w, k, c16, c1, 8, 1, 0, bf16);
+		half_avx2(acc, x, w, k, c16, c1, 0, 1, 0, h16);
+		half_avx2(acc, x, w, k, c16, c1, 8, 1, 0, h16);
 	}
 }
 
@@ -455,21 +506,21 @@ row1_avx2(float acc[][GROUP][16], const float *restrict x, const char *const w[G
  * Assumptions: x is mr x k and W n x k row-major (stride k), any alignment; rows r0 + nr ..
  * r0 + 3 of W are not read (their loads repeat row r0); maskload reads nothing past the mask.
  */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 block_avx2(float acc[][GROUP][16], const float *restrict x, const void *restrict W, int r0,
-	   int nr, int k, int c0, int c1, const int mr, const int pf, const int bf16)
+	   int nr, int k, int c0, int c1, const int mr, const int pf, const int h16)
 {
-	const size_t row = (size_t)k * (bf16 ? sizeof(uint16_t) : sizeof(float));
-	const char *w0 = w_row(W, (size_t)r0, k, bf16);
+	const size_t row = (size_t)k * (h16 ? sizeof(uint16_t) : sizeof(float));
+	const char *w0 = w_row(W, (size_t)r0, k, h16);
 	const char *const w[GROUP] = { w0, nr > 1 ? w0 + row : w0, nr > 2 ? w0 + 2 * row : w0,
 				       nr > 3 ? w0 + 3 * row : w0 };
 
 	if (mr == 1) {
-		row1_avx2(acc, x, w, k, c0, c1, pf, bf16);
+		row1_avx2(acc, x, w, k, c0, c1, pf, h16);
 		return;
 	}
-	half_avx2(acc, x, w, k, c0, c1, 0, mr, pf, bf16);
-	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf, bf16);
+	half_avx2(acc, x, w, k, c0, c1, 0, mr, pf, h16);
+	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf, h16);
 }
 
 /* Columns of a chunk: the four rows of W stay in L1 while every row of the x block passes. */
@@ -481,9 +532,9 @@ block_avx2(float acc[][GROUP][16], const float *restrict x, const void *restrict
  * accumulators wait in acc between chunks. The first tile of each chunk prefetches the next
  * rows of W; the others find theirs in cache.
  */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 tile_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W, int mi,
-	  int r0, int nr, int k, const int bf16)
+	  int r0, int nr, int k, const int h16)
 {
 	const size_t lx = (size_t)k;
 	float acc[MB_AVX2][GROUP][16];
@@ -495,14 +546,14 @@ tile_avx2(float *restrict out, int ldo, const float *restrict x, const void *res
 		int i = 0;
 
 		if (mi >= 3) {
-			block_avx2(acc, x, W, r0, nr, k, c0, c1, 3, 1, bf16);
+			block_avx2(acc, x, W, r0, nr, k, c0, c1, 3, 1, h16);
 			for (i = 3; i + 3 <= mi; i += 3)
-				block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 3, 0, bf16);
+				block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 3, 0, h16);
 		}
 		if (mi - i == 2)
-			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 2, i == 0, bf16);
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 2, i == 0, h16);
 		else if (mi - i == 1)
-			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 1, i == 0, bf16);
+			block_avx2(acc + i, x + i * lx, W, r0, nr, k, c0, c1, 1, i == 0, h16);
 		if (c1 >= k)
 			break;
 	}
@@ -519,14 +570,14 @@ tile_avx2(float *restrict out, int ldo, const float *restrict x, const void *res
 	}
 }
 
-__attribute__((target("avx2,fma"))) static void
+__attribute__((target("avx2,fma,f16c"))) static void
 tile_f32_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
 	      int mi, int r0, int nr, int k)
 {
 	tile_avx2(out, ldo, x, W, mi, r0, nr, k, 0);
 }
 
-__attribute__((target("avx2,fma"))) static void
+__attribute__((target("avx2,fma,f16c"))) static void
 tile_bf16_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
 	       int mi, int r0, int nr, int k)
 {
@@ -547,4 +598,19 @@ void dps_gemm_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
 	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_bf16_avx2(out, ldo, x, W, m, n, k))
 		return;
 	gemm_blocked(tile_bf16_avx2, MB_AVX2, out, ldo, x, W, sizeof(uint16_t), m, n, k);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void
+tile_f16_avx2(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+	      int mi, int r0, int nr, int k)
+{
+	tile_avx2(out, ldo, x, W, mi, r0, nr, k, 2);
+}
+
+void dps_gemm_f16_avx2(float *restrict out, int ldo, const float *restrict x,
+		       const uint16_t *restrict W, int m, int n, int k)
+{
+	if (m >= GEMM_TILE_M_MIN && k >= 16 && !dps_gemm_tile_f16_avx2(out, ldo, x, W, m, n, k))
+		return;
+	gemm_blocked(tile_f16_avx2, MB_AVX2, out, ldo, x, W, sizeof(uint16_t), m, n, k);
 }

@@ -30,10 +30,15 @@ int dps_gemm_tile_f32_avx2(float *restrict out, int ldo, const float *restrict x
 int dps_gemm_tile_f32_avx512(float *restrict out, int ldo, const float *restrict x,
 			     const float *restrict W, int m, int n, int k);
 
-/* The same on BF16 weights, widened to f32 while they are packed: the f32 results, bit for bit. */
+/* The same on BF16 and F16 weights, widened to f32 while they are packed: the f32 results, bit
+ * for bit. */
 int dps_gemm_tile_bf16_avx2(float *restrict out, int ldo, const float *restrict x,
 			    const uint16_t *restrict W, int m, int n, int k);
 int dps_gemm_tile_bf16_avx512(float *restrict out, int ldo, const float *restrict x,
 			      const uint16_t *restrict W, int m, int n, int k);
+int dps_gemm_tile_f16_avx2(float *restrict out, int ldo, const float *restrict x,
+			   const uint16_t *restrict W, int m, int n, int k);
+int dps_gemm_tile_f16_avx512(float *restrict out, int ldo, const float *restrict x,
+			     const uint16_t *restrict W, int m, int n, int k);
 
 #endif

@@ -31,6 +31,7 @@
 
 #include <immintrin.h>
 
+#include "common/f16.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_int.h"
 
@@ -136,9 +137,10 @@ static void pack_panel(float *restrict p, const float *restrict src, int rows, i
 	}
 }
 
-/* pack_panel of BF16 rows, each weight widened to f32 (exact) as it is placed. */
-static void pack_panel_bf16(float *restrict p, const uint16_t *restrict src, int rows, int w,
-			    int k, int T)
+/* pack_panel of BF16 (h16 1) or F16 (2) rows, each weight widened to f32 (exact) as it is
+ * placed. */
+static void pack_panel_half(float *restrict p, const uint16_t *restrict src, int rows, int w,
+			    int k, int T, int h16)
 {
 	if (rows < w || k < LANES * T)
 		memset(p, 0, sizeof(float) * (size_t)LANES * (size_t)T * (size_t)w);
@@ -150,16 +152,19 @@ static void pack_panel_bf16(float *restrict p, const uint16_t *restrict src, int
 			float *d = p + (size_t)t * (size_t)w + (size_t)e;
 
 			for (int l = 0; l < cnt; l++)
-				d[(size_t)l * (size_t)T * (size_t)w] = dps_bf16_to_f32(s[c0 + l]);
+				d[(size_t)l * (size_t)T * (size_t)w] = h16 == 2 ? dps_f16_to_f32(s[c0 + l])
+										: dps_bf16_to_f32(s[c0 + l]);
 		}
 	}
 }
 
-/* Eight weights of row s (f32, or BF16 widened by a 16-bit shift, exact). */
-__attribute__((target("avx2,fma"), always_inline)) static inline __m256
-row8_avx2(const char *s, const int bf16)
+/* Eight weights of row s (f32; BF16 widened by a 16-bit shift; F16 by vcvtph2ps; exact). */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256
+row8_avx2(const char *s, const int h16)
 {
-	if (bf16)
+	if (h16 == 2)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)s));
+	if (h16)
 		return _mm256_castsi256_ps(_mm256_slli_epi32(
 			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)s)), 16));
 	return _mm256_loadu_ps((const float *)(const void *)s);
@@ -170,12 +175,12 @@ row8_avx2(const char *s, const int bf16)
  * 16 x 16 block of columns 16 t .. 16 t + 15 is transposed in registers as four 8 x 8 blocks.
  * Requires k a multiple of 16 and all sixteen rows present.
  */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 pack_rows16(float *restrict p, const void *restrict src, int e0, int w, int k, int T,
-	    const int bf16)
+	    const int h16)
 {
 	const size_t lane = (size_t)T * (size_t)w; /* floats between lanes l and l + 1 */
-	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float), row = esz * (size_t)k;
+	const size_t esz = h16 ? sizeof(uint16_t) : sizeof(float), row = esz * (size_t)k;
 	const char *src8 = src;
 
 	for (int t = 0; t < T; t++) {
@@ -189,7 +194,7 @@ pack_rows16(float *restrict p, const void *restrict src, int e0, int w, int k, i
 				__m256 r[8], u[8], v[8];
 
 				for (int e = 0; e < 8; e++)
-					r[e] = row8_avx2(s + (size_t)e * row, bf16);
+					r[e] = row8_avx2(s + (size_t)e * row, h16);
 				for (int e = 0; e < 8; e += 2) {
 					u[e] = _mm256_unpacklo_ps(r[e], r[e + 1]);
 					u[e + 1] = _mm256_unpackhi_ps(r[e], r[e + 1]);
@@ -214,16 +219,22 @@ pack_rows16(float *restrict p, const void *restrict src, int e0, int w, int k, i
 	}
 }
 
-__attribute__((target("avx2,fma"))) static void
+__attribute__((target("avx2,fma,f16c"))) static void
 pack_rows16_f32_avx2(float *restrict p, const void *restrict src, int e0, int w, int k, int T)
 {
 	pack_rows16(p, src, e0, w, k, T, 0);
 }
 
-__attribute__((target("avx2,fma"))) static void
+__attribute__((target("avx2,fma,f16c"))) static void
 pack_rows16_bf16_avx2(float *restrict p, const void *restrict src, int e0, int w, int k, int T)
 {
 	pack_rows16(p, src, e0, w, k, T, 1);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void
+pack_rows16_f16_avx2(float *restrict p, const void *restrict src, int e0, int w, int k, int T)
+{
+	pack_rows16(p, src, e0, w, k, T, 2);
 }
 
 /* ---- the tree ------------------------------------------------------------------------- */
@@ -336,15 +347,16 @@ kernel_avx512(float *restrict lb, const float *restrict pa, const float *restric
 /* ---- the blocking ----------------------------------------------------------------------- */
 
 /*
- * Assumptions: x is m x k, W n x k (f32, or BF16 when bf16: widened as it is packed), out
+ * Assumptions: x is m x k, W n x k (f32, or BF16 or F16 when h16 is 1 or 2: widened as it is
+ * packed), out
  * m x n with row stride ldo, all row-major, any alignment; k >= 1. The caller has checked
  * the CPU runs `kern`.
  */
 static int gemm_tiled(kernel_fn *kern, const int mr, const int nr, float *restrict out, int ldo,
-		      const float *restrict x, const void *restrict W, const int bf16, int m,
+		      const float *restrict x, const void *restrict W, const int h16, int m,
 		      int n, int k)
 {
-	const size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
+	const size_t esz = h16 ? sizeof(uint16_t) : sizeof(float);
 	const int T = (k + LANES - 1) / LANES, tail = k % LANES;
 	const size_t pa_len = (size_t)LANES * (size_t)T * (size_t)mr; /* floats per panel */
 	const size_t pb_len = (size_t)LANES * (size_t)T * (size_t)nr;
@@ -375,10 +387,13 @@ static int gemm_tiled(kernel_fn *kern, const int mr, const int nr, float *restri
 
 			if (rows == nr && !tail)
 				for (int e0 = 0; e0 < nr; e0 += 16)
-					(bf16 ? pack_rows16_bf16_avx2 : pack_rows16_f32_avx2)(
+					(h16 == 2 ? pack_rows16_f16_avx2
+					 : h16	  ? pack_rows16_bf16_avx2
+						  : pack_rows16_f32_avx2)(
 						dst, src + (size_t)e0 * (size_t)k * esz, e0, nr, k, T);
-			else if (bf16)
-				pack_panel_bf16(dst, (const uint16_t *)(const void *)src, rows, nr, k, T);
+			else if (h16)
+				pack_panel_half(dst, (const uint16_t *)(const void *)src, rows, nr, k, T,
+						h16);
 			else
 				pack_panel(dst, (const float *)(const void *)src, rows, nr, k, T);
 		}
@@ -419,4 +434,16 @@ int dps_gemm_tile_bf16_avx512(float *restrict out, int ldo, const float *restric
 			      const uint16_t *restrict W, int m, int n, int k)
 {
 	return gemm_tiled(kernel_avx512, MR_AVX512, NR_AVX512, out, ldo, x, W, 1, m, n, k);
+}
+
+int dps_gemm_tile_f16_avx2(float *restrict out, int ldo, const float *restrict x,
+			   const uint16_t *restrict W, int m, int n, int k)
+{
+	return gemm_tiled(kernel_avx2, MR_AVX2, NR_AVX2, out, ldo, x, W, 2, m, n, k);
+}
+
+int dps_gemm_tile_f16_avx512(float *restrict out, int ldo, const float *restrict x,
+			     const uint16_t *restrict W, int m, int n, int k)
+{
+	return gemm_tiled(kernel_avx512, MR_AVX512, NR_AVX512, out, ldo, x, W, 2, m, n, k);
 }

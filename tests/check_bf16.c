@@ -10,10 +10,14 @@
  * products are shown to be caught: the f32 weights before narrowing, and vdpbf16ps's order
  * (a pair of products added before it is accumulated).
  *
+ * F16 weights likewise (test_f16_paths): every path and form is the f32 product of the weights
+ * widened by the CPU's F16C, and the same weights read as BF16 are caught.
+ *
  * The engine: a BF16 checkpoint (mkmodel --dtype bf16) loaded with --dtype bf16 gives, on one
  * rank, the logits of every prefill and greedy decode step bit for bit as the same checkpoint
  * widened to f32 (--dtype f32), for a dense model, f32 experts and GPT-OSS's biases and sinks,
- * in about half the bytes; the F32 checkpoint of the unrounded weights gives other logits.
+ * in about half the bytes; an F16 checkpoint is kept F16 by --dtype auto, with the same
+ * contract; the F32 checkpoint of the unrounded weights gives other logits.
  * (Sharded layouts: tests/cli.sh compares their ids.)
  */
 #include <check.h>
@@ -23,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <immintrin.h>
+
+#include "common/f16.h"
 #include "engine/model/mkmodel.h"
 #include "engine/shard/shard.h"
 #include "kernels/gemm.h"
@@ -201,6 +208,71 @@ START_TEST(test_linear_threads)
 }
 END_TEST
 
+/* The F16 of f widened by the CPU's F16C (an oracle that shares nothing with common/f16.c). */
+__attribute__((target("f16c"))) static float f16_hw(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+START_TEST(test_f16_paths)
+{
+	/*
+	 * F16 weights (common/f16.h): every path, both forms, and dps_linear_f16 over 1 and 3
+	 * threads give the f32 twin's bits on the weights widened by F16C.
+	 */
+	char msg[256];
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("f16c"))
+		return; /* the oracle widens with F16C; main() says so */
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		struct prob p;
+		const size_t nk = (size_t)shapes[s][1] * (size_t)shapes[s][2];
+		uint16_t *wf = malloc(sizeof(uint16_t) * nk + 2);
+		float *wh = malloc(sizeof(float) * nk + 4), *want, *got;
+
+		prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2], 41u + (unsigned)s);
+		for (size_t i = 0; i < nk; i++) {
+			wf[i] = dps_f32_to_f16(p.w[i]);
+			wh[i] = f16_hw(wf[i]);
+		}
+		want = calloc((size_t)p.m * p.n, sizeof(float));
+		got = calloc((size_t)p.m * p.n, sizeof(float));
+		dps_gemm_f32_ref(want, p.n, p.x, wh, p.m, p.n, p.k);
+		dps_gemm_f16_ref(got, p.n, p.x, wf, p.m, p.n, p.k);
+		ck_assert_msg(!memcmp(got, want, sizeof(float) * (size_t)p.m * p.n), "f16 ref");
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+			dps_gemm_f16_avx2(got, p.n, p.x, wf, p.m, p.n, p.k);
+			ck_assert_msg(!memcmp(got, want, sizeof(float) * (size_t)p.m * p.n),
+				      "f16 avx2 m=%d n=%d k=%d", p.m, p.n, p.k);
+			if (p.m >= GEMM_TILE_M_MIN) {
+				ck_assert_int_eq(dps_gemm_tile_f16_avx2(got, p.n, p.x, wf, p.m, p.n, p.k), 0);
+				ck_assert(!memcmp(got, want, sizeof(float) * (size_t)p.m * p.n));
+			}
+		}
+		if (__builtin_cpu_supports("avx512f")) {
+			dps_gemm_f16_avx512(got, p.n, p.x, wf, p.m, p.n, p.k);
+			ck_assert_msg(!memcmp(got, want, sizeof(float) * (size_t)p.m * p.n),
+				      "f16 avx512 m=%d n=%d k=%d", p.m, p.n, p.k);
+			if (p.m >= GEMM_TILE_M_MIN) {
+				ck_assert_int_eq(dps_gemm_tile_f16_avx512(got, p.n, p.x, wf, p.m, p.n, p.k), 0);
+				ck_assert(!memcmp(got, want, sizeof(float) * (size_t)p.m * p.n));
+			}
+		}
+		for (int threads = 1; threads <= 3; threads += 2) {
+			ck_assert_msg(!dps_gemm_setup("auto", threads, msg, sizeof(msg)), "%s", msg);
+			dps_linear_w(got, p.x, wf, DPS_WT_F16, p.m, p.n, p.k);
+			ck_assert(!memcmp(got, want, sizeof(float) * (size_t)p.m * p.n));
+		}
+		/* the check can fail: the same weights read as BF16 are others */
+		dps_gemm_bf16_ref(got, p.n, p.x, wf, p.m, p.n, p.k);
+		ck_assert(memcmp(got, want, sizeof(float) * (size_t)p.m * p.n));
+		free(wf), free(wh), free(want), free(got);
+		prob_free(&p);
+	}
+}
+END_TEST
+
 START_TEST(test_wrong_products_are_caught)
 {
 	/*
@@ -322,6 +394,26 @@ START_TEST(test_engine_bf16_is_widened_f32)
 	shard_load(&b, p16, DPS_SHARD_DTYPE_AUTO);
 	ck_assert_int_eq(b.wt, DPS_WT_BF16);
 	dps_shard_free(&b);
+	/* An F16 checkpoint: auto keeps it F16, and its logits are the widened f32 ones. */
+	{
+		char p16h[128];
+		struct dps_shard c;
+		float *lc = malloc(sizeof(float) * 9 * V);
+
+		snprintf(p16h, sizeof(p16h), "%s/%s-f16", dir, presets[_i]);
+		shard_load(&c, p16h, DPS_SHARD_DTYPE_AUTO);
+		ck_assert_int_eq(c.wt, DPS_WT_F16);
+		greedy(&c, lc);
+		ck_assert_msg(shard_bytes(&c) < shard_bytes(&a) * 11 / 10, "%s: F16 %zu bytes",
+			      presets[_i], shard_bytes(&c));
+		dps_shard_free(&c);
+		shard_load(&c, p16h, DPS_SHARD_DTYPE_F32);
+		greedy(&c, lb);
+		ck_assert_msg(!memcmp(lc, lb, sizeof(float) * 9 * V),
+			      "%s: F16 logits differ from the widened f32 ones", presets[_i]);
+		dps_shard_free(&c);
+		free(lc);
+	}
 	/* The check can fail: the unrounded F32 checkpoint of the same seed differs. */
 	shard_load(&b, p32, DPS_SHARD_DTYPE_AUTO);
 	ck_assert_int_eq(b.wt, DPS_WT_F32);
@@ -363,6 +455,10 @@ int main(void)
 	tcase_add_test(tc, test_tile_form);
 	tcase_add_loop_test(tc, test_linear_threads, 0, 3);
 	tcase_add_test(tc, test_wrong_products_are_caught);
+	if (__builtin_cpu_supports("f16c"))
+		tcase_add_test(tc, test_f16_paths);
+	else
+		printf("skipped: test_f16_paths widens with F16C, which this CPU lacks\n");
 	snprintf(dir, sizeof(dir), "/tmp/dps-bf16-XXXXXX");
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");
@@ -371,10 +467,12 @@ int main(void)
 	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
 		char path[128], err[256];
 
-		for (int f = 0; f < 2; f++) {
-			snprintf(path, sizeof(path), "%s/%s-%s", dir, presets[i], f ? "f32" : "bf16");
+		for (int f = 0; f < 3; f++) {
+			snprintf(path, sizeof(path), "%s/%s-%s", dir, presets[i],
+				 f == 2 ? "f16" : f ? "f32" : "bf16");
 			if (dps_mkmodel(&dps_mkmodel_preset(presets[i])->cfg, 11,
-					f ? DPS_ST_F32 : DPS_ST_BF16, path, err, sizeof(err))) {
+					f == 2 ? DPS_ST_F16 : f ? DPS_ST_F32 : DPS_ST_BF16, path, err,
+					sizeof(err))) {
 				fprintf(stderr, "mkmodel %s: %s\n", presets[i], err);
 				return 1;
 			}

@@ -203,7 +203,7 @@ int dps_bench_accuracy(int argc, char **argv)
 	const char *model = NULL, *base = NULL, *text_file = NULL, *prompt = NULL;
 	const char *blis_arch = "auto";
 	int dtype = 0, quant = 0, n_pos = 4096, ctx = 0, threads = 0, json = 0, npos, rc, bf16;
-	int int8 = 0;
+	int int8 = 0, f16 = 0;
 	int *t = NULL, n_tok = 0, np = 0, win, chunk;
 	char defdir[4096], err[512];
 	struct dps_model p = { 0 };
@@ -268,7 +268,7 @@ int dps_bench_accuracy(int argc, char **argv)
 		if (ck.cfg.int8 && !quant)
 			int8 = 1, bf16 = 0;
 		else if (!quant && dtype == 1 + DPS_SHARD_DTYPE_AUTO)
-			bf16 = dps_ckpt_weights_bf16(&ck);
+			bf16 = dps_ckpt_weights_bf16(&ck), f16 = dps_ckpt_weights_f16(&ck);
 		dps_ckpt_close(&ck);
 	}
 	if (!threads)
@@ -356,7 +356,7 @@ int dps_bench_accuracy(int argc, char **argv)
 	}
 
 	/* The model under test, beside the base. */
-	if (bf16 || int8) {
+	if (bf16 || f16 || int8) {
 		struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 
 		q.sharded = 1;
@@ -365,8 +365,8 @@ int dps_bench_accuracy(int argc, char **argv)
 							      .max_rows = chunk,
 							      .dtype = int8 && dtype
 									       ? (enum dps_shard_dtype)(dtype - 1)
-									       : int8 ? DPS_SHARD_DTYPE_AUTO
-										      : DPS_SHARD_DTYPE_BF16,
+									       : int8 || f16 ? DPS_SHARD_DTYPE_AUTO
+											     : DPS_SHARD_DTYPE_BF16,
 							      .quant = (enum dps_shard_quant)quant },
 				    err, sizeof(err));
 		for (int k = 0; !rc && k < DPS_PART_COUNT; k++)
@@ -398,8 +398,8 @@ int dps_bench_accuracy(int argc, char **argv)
 	}
 	dps_kld_summarize(&acc, &sum);
 	{
-		const char *dt = int8 ? "int8" : bf16 ? "bf16" : "f32";
-		const char *engine = int8 || bf16 ? "sharded engine, 1 x 1" : "one-rank model";
+		const char *dt = int8 ? "int8" : bf16 ? "bf16" : f16 ? "f16" : "f32";
+		const char *engine = int8 || bf16 || f16 ? "sharded engine, 1 x 1" : "one-rank model";
 		const char *what = text_file ? "file" : prompt ? "greedy f32 from the prompt"
 							       : "greedy f32 from BOS";
 

@@ -32,9 +32,9 @@
 /* Loads the model's config and checks the layout against it; 0, or the exit status after a
  * message. */
 /*
- * Whether the model's linear weights are held as BF16 or INT8, which only the sharded engine
- * does: 1 when asked (--dtype bf16, --quantization) or when --dtype auto finds them BF16 or
- * INT8 in the checkpoint, else 0 (also when it cannot be opened: the load that follows says
+ * Whether the model's linear weights are held as BF16, F16 or INT8, which only the sharded
+ * engine does: 1 when asked (--dtype bf16, --quantization) or when --dtype auto finds them
+ * BF16, F16 or INT8 in the checkpoint, else 0 (also when it cannot be opened: the load that follows says
  * why).
  */
 static int weights_narrow(const char *dir, int asked)
@@ -47,7 +47,7 @@ static int weights_narrow(const char *dir, int asked)
 		return 1;
 	if (dps_ckpt_open(&ck, dir, err, sizeof(err)))
 		return 0;
-	rc = dps_ckpt_weights_bf16(&ck) || ck.cfg.int8;
+	rc = dps_ckpt_weights_bf16(&ck) || dps_ckpt_weights_f16(&ck) || ck.cfg.int8;
 	dps_ckpt_close(&ck);
 	return rc;
 }

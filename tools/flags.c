@@ -421,7 +421,7 @@ struct dps_flag dps_flag_dtype(int *choice)
 {
 	return (struct dps_flag){ "dtype", DPS_FLAG_CHOICE, choice, "auto|f32|bf16",
 				  "the linear weights in memory: auto (the checkpoint's: BF16 kept "
-				  "as BF16, F16 widened to f32), f32 (widened, exact), bf16 (F32 and "
-				  "F16 rounded to nearest even: half the bytes; one rank too runs "
-				  "the sharded engine)", 0, 0, 0 };
+				  "as BF16, F16 as F16), f32 (widened, exact), bf16 (F32 and F16 "
+				  "rounded to nearest even); BF16 and F16 are half the bytes, and one "
+				  "rank too runs the sharded engine then", 0, 0, 0 };
 }

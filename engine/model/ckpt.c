@@ -551,14 +551,15 @@ int dps_ckpt_load_range_bf16(struct dps_ckpt *ck, const char *name, int want_ndi
 			  errlen);
 }
 
-int dps_ckpt_weights_bf16(const struct dps_ckpt *ck)
+/* Whether every floating tensor of two or more dimensions (INT8 weights, their scales, bytes
+ * and integers aside) is of type dt, and there is one. */
+static int weights_all(const struct dps_ckpt *ck, enum dps_st_dtype dt)
 {
-	int bf16 = 0;
+	int found = 0;
 
 	for (int f = 0; f < ck->n_files; f++)
 		for (int i = 0; i < ck->files[f].n; i++) {
 			const struct dps_st_tensor *t = &ck->files[f].t[i];
-
 			const size_t len = strlen(t->name);
 
 			/* bytes, integers, and INT8 weights with their F16 scales say nothing */
@@ -567,11 +568,29 @@ int dps_ckpt_weights_bf16(const struct dps_ckpt *ck)
 			    (len > 6 && !strcmp(t->name + len - 6, "_scale") &&
 			     t->dtype == DPS_ST_F16))
 				continue;
-			if (t->dtype != DPS_ST_BF16)
+			if (t->dtype != dt)
 				return 0;
-			bf16 = 1;
+			found = 1;
 		}
-	return bf16;
+	return found;
+}
+
+int dps_ckpt_weights_bf16(const struct dps_ckpt *ck)
+{
+	return weights_all(ck, DPS_ST_BF16);
+}
+
+int dps_ckpt_weights_f16(const struct dps_ckpt *ck)
+{
+	return weights_all(ck, DPS_ST_F16);
+}
+
+int dps_ckpt_load_range_f16(struct dps_ckpt *ck, const char *name, int want_ndim,
+			    const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
+			    uint16_t *dst, char *err, size_t errlen)
+{
+	return load_range(ck, name, want_ndim, want_shape, dim, first, per, dst, OUT_F16, err,
+			  errlen);
 }
 
 int dps_ckpt_load_range_raw(struct dps_ckpt *ck, const char *name, int want_ndim,

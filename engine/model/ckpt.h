@@ -86,10 +86,21 @@ int dps_ckpt_load_range_int8(struct dps_ckpt *ck, const char *name, const uint64
 
 /*
  * Whether --dtype auto keeps this checkpoint's linear weights as BF16: 1 when every floating
- * tensor of two or more dimensions is BF16 (and there is one), else 0 (F32, and F16, which
- * widens to F32 exactly, stay F32; so does a checkpoint that mixes types).
+ * tensor of two or more dimensions is BF16 (and there is one), else 0 (a checkpoint that mixes
+ * types stays F32).
  */
 int dps_ckpt_weights_bf16(const struct dps_ckpt *ck);
+
+/* The same for F16: 1 when every such tensor is F16 (kept as F16 by --dtype auto). */
+int dps_ckpt_weights_f16(const struct dps_ckpt *ck);
+
+/*
+ * An F16 tensor's values as stored (two bytes each), for weights kept as F16: as
+ * dps_ckpt_load_range, into dst; a tensor of another type is refused with -EINVAL.
+ */
+int dps_ckpt_load_range_f16(struct dps_ckpt *ck, const char *name, int want_ndim,
+			    const uint64_t *want_shape, int dim, int64_t first, uint64_t per,
+			    uint16_t *dst, char *err, size_t errlen);
 
 /*
  * The same without conversion: the tensor's own bytes, one per element (zero bytes past the

@@ -27,7 +27,9 @@ int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 						      /* the draft is held as its target is */
 						      .dtype = R->m.wt_emb == DPS_WT_BF16
 								       ? DPS_SHARD_DTYPE_BF16
-								       : DPS_SHARD_DTYPE_F32,
+								       : R->m.wt_emb == DPS_WT_F16
+									 ? DPS_SHARD_DTYPE_AUTO
+									 : DPS_SHARD_DTYPE_F32,
 						      .quant = R->m.wt == DPS_WT_Q8 ? DPS_SHARD_QUANT_INT8
 										    : DPS_SHARD_QUANT_AUTO,
 						      .target = &R->m },

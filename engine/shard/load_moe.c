@@ -33,16 +33,17 @@ static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
 	return p;
 }
 
-/* rows x k f32 values of src into dst, held as t (BF16: each rounded to nearest even; INT8:
- * quantized, kernels/q8.h). */
+/* rows x k f32 values of src into dst, held as t (BF16: each rounded to nearest even; F16:
+ * the F16 they were read from; INT8: quantized, kernels/q8.h). */
 static void narrow(void *dst, enum dps_wtype t, const float *src, size_t rows, int k)
 {
 	if (t == DPS_WT_Q8) {
 		dps_q8_quantize_rows(dst, k, src, rows);
 		return;
 	}
-	for (size_t i = 0; i < rows * (size_t)k; i++)
-		((uint16_t *)dst)[i] = dps_f32_to_bf16(src[i]);
+	for (size_t i = 0; i < rows * (size_t)k; i++) /* F16: exact, src came from F16 */
+		((uint16_t *)dst)[i] = t == DPS_WT_F16 ? dps_f32_to_f16(src[i])
+						       : dps_f32_to_bf16(src[i]);
 }
 
 /*

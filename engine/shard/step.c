@@ -85,6 +85,11 @@ void dps_shard_lookup(const struct dps_shard *s, const void *table, int lo, int 
 
 			for (int c = 0; c < dim; c++)
 				x[(size_t)i * dim + c] = dps_bf16_to_f32(row[c]);
+		} else if (v >= 0 && v < per && s->wt_emb == DPS_WT_F16) {
+			const uint16_t *row = dps_shard_wrow(table, DPS_WT_F16, (size_t)v, dim);
+
+			for (int c = 0; c < dim; c++)
+				x[(size_t)i * dim + c] = dps_f16_to_f32(row[c]);
 		} else if (v >= 0 && v < per)
 			dps_embedding(x + (size_t)i * dim, table, dim, v);
 		else

@@ -41,7 +41,8 @@ int dps_shard_choose_wt(struct dps_shard_loader *L, enum dps_shard_dtype d,
 
 	switch (d) {
 	case DPS_SHARD_DTYPE_AUTO:
-		t = dps_ckpt_weights_bf16(&L->ck) ? DPS_WT_BF16 : DPS_WT_F32;
+		t = dps_ckpt_weights_bf16(&L->ck) ? DPS_WT_BF16
+		    : dps_ckpt_weights_f16(&L->ck) ? DPS_WT_F16 : DPS_WT_F32;
 		break;
 	case DPS_SHARD_DTYPE_F32:
 		t = DPS_WT_F32;
@@ -166,6 +167,9 @@ void dps_shard_load_range_t(struct dps_shard_loader *L, const char *name, uint64
 	else if (t == DPS_WT_BF16)
 		L->rc = dps_ckpt_load_range_bf16(&L->ck, name, 2, shape, dim, first, n, dst, L->err,
 						 L->errlen);
+	else if (t == DPS_WT_F16)
+		L->rc = dps_ckpt_load_range_f16(&L->ck, name, 2, shape, dim, first, n, dst, L->err,
+						L->errlen);
 	else
 		L->rc = dps_ckpt_load_range(&L->ck, name, 2, shape, dim, first, n, dst, L->err,
 					    L->errlen);
