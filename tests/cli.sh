@@ -90,7 +90,7 @@ shm_list >"$tmp/shm.before"
 run --help
 if expect_rc 0; then
 	for cmd in groups bench "bench accuracy" "bench coll" "bench decode" "bench sweep" "bench serve" \
-		"bench tokenize" convert mkmodel generate serve tokenize detokenize; do
+		"bench tokenize" convert mkmodel quantize generate serve tokenize detokenize; do
 		grep -q "^  $cmd " "$tmp/out" || { fail "$desc: does not list '$cmd'"; show stdout "$tmp/out"; }
 	done
 fi
