@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
+#include "kernels/mxfp4.h"
 #include "kernels/q8.h"
 
 /* Below this m the skinny-matrix kernels of zen3/haswell beat skx's packed 32x12 kernel
@@ -28,6 +29,7 @@ static struct {
 	enum own_isa own; /* "auto": dpshard's batch-invariant kernel (gemm_dot.c); else BLIS */
 	enum own_isa isa; /* dpshard's kernel this CPU runs (BF16 products take it under BLIS too) */
 	enum own_isa q8;  /* the INT8 kernel this CPU runs (AVX-512 also needs BW and VNNI) */
+	enum own_isa mxq8; /* the integer MXFP4 one (q8's, AVX2 where AVX-512 lacks VBMI) */
 	int threads;
 	int warned; /* the self-check's warning was printed */
 	int small_m_max;
@@ -185,6 +187,12 @@ static int own_selfcheck(enum own_isa isa)
  * Whether the INT8 kernel of `isa` gives its plain-C twin's bits, on one row and on many,
  * an odd number of blocks with a partial last one, and a row of W that is all zero.
  */
+/* The integer MXFP4 kernel that goes with the INT8 kernel of isa. */
+static enum own_isa mxq8_isa(enum own_isa isa)
+{
+	return isa == OWN_AVX512 && !__builtin_cpu_supports("avx512vbmi") ? OWN_AVX2 : isa;
+}
+
 static int q8_selfcheck(enum own_isa isa)
 {
 	enum { M = 6, N = 7, K = 70 };
@@ -202,7 +210,17 @@ static int q8_selfcheck(enum own_isa isa)
 		if (i < N * K)
 			W[i] = i / K == 3 ? 0.0f : (float)((int)(r >> 8) % 2001 - 1000) / 512.0f;
 	}
+	static uint8_t mb[N * 96 / 2], ms[N * 3];
+	static float x96[M * 96];
+
 	dps_q8_quantize_rows(Wq, K, W, N);
+	for (int i = 0; i < N * 96 / 2; i++)
+		mb[i] = (uint8_t)(i * 37 + 11);
+	for (int i = 0; i < N * 3; i++)
+		ms[i] = (uint8_t)(110 + i % 20);
+	dps_mxfp4_interleave(mb, N, 96);
+	for (int i = 0; i < M * 96; i++)
+		x96[i] = x[(i * 7) % (M * K)];
 	for (int m = 1; m <= M && ok; m += M - 1) {
 		if (dps_q8_act_quantize(&a, x, m, K)) {
 			ok = 0;
@@ -213,6 +231,17 @@ static int q8_selfcheck(enum own_isa isa)
 			dps_gemm_q8_avx512(got, N, &a, Wq, N);
 		else
 			dps_gemm_q8_avx2(got, N, &a, Wq, N);
+		ok = !memcmp(got, want, sizeof(float) * (size_t)m * N);
+		/* the integer form of MXFP4 (k = 96: a group of three blocks) */
+		if (!ok || dps_q8_act_quantize(&a, x96, m, 96)) {
+			ok = 0;
+			break;
+		}
+		dps_gemm_mxfp4q8_ref(want, N, &a, mb, ms, N);
+		if (mxq8_isa(isa) == OWN_AVX512)
+			dps_gemm_mxfp4q8_avx512(got, N, &a, mb, ms, N);
+		else
+			dps_gemm_mxfp4q8_avx2(got, N, &a, mb, ms, N);
 		ok = !memcmp(got, want, sizeof(float) * (size_t)m * N);
 	}
 	dps_q8_act_free(&a);
@@ -289,6 +318,7 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 		const char *q8_fallback = "";
 
 		g.q8 = choose_q8(&q8_fallback);
+		g.mxq8 = mxq8_isa(g.q8);
 		if (*q8_fallback && !g.warned)
 			fprintf(stderr, "dpshard: WARNING: %s; using the %s INT8 kernel\n",
 				q8_fallback, g.q8 == OWN_AVX2 ? "AVX2" : "plain-C");
@@ -317,6 +347,7 @@ struct linear_job {
 	const uint16_t *Wb; /* instead of W: BF16 weights, or F16 ones when f16 */
 	int f16;
 	const void *Wq;     /* instead of W: INT8 weights (q8.h), x quantized in act */
+	const uint8_t *Mb, *Ms; /* or re-laid MXFP4 blocks and their scales (mxfp4.h) */
 	const struct dps_q8_act *act;
 	int m, n, k, chunks;
 };
@@ -343,6 +374,18 @@ static void linear_slice(void *arg, int chunk, int tid)
 	if (lo >= hi)
 		return;
 	out = j->out + lo;
+	if (j->Mb) {
+		const uint8_t *b = j->Mb + (size_t)lo * (size_t)(j->k / 32) * 16;
+		const uint8_t *s = j->Ms + (size_t)lo * (size_t)(j->k / 32);
+
+		if (g.mxq8 == OWN_AVX512)
+			dps_gemm_mxfp4q8_avx512(out, j->n, j->act, b, s, hi - lo);
+		else if (g.mxq8 == OWN_AVX2)
+			dps_gemm_mxfp4q8_avx2(out, j->n, j->act, b, s, hi - lo);
+		else
+			dps_gemm_mxfp4q8_ref(out, j->n, j->act, b, s, hi - lo);
+		return;
+	}
 	if (j->Wq) {
 		const void *Wq = dps_q8_row(j->Wq, (size_t)lo, j->k);
 
@@ -416,13 +459,13 @@ static void linear_run(struct linear_job *jp)
 	 */
 	nt = dps_pool_size(g.pool);
 	if (nt > 1)
-		j.chunks = nt * (g.own != OWN_NONE || j.Wb || j.Wq ? 4 : 2);
+		j.chunks = nt * (g.own != OWN_NONE || j.Wb || j.Wq || j.Mb ? 4 : 2);
 	dps_pool_run(g.pool, j.chunks, linear_slice, &j);
 }
 
 void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, W, NULL, 0, NULL, NULL, m, n, k, 1 };
+	struct linear_job j = { out, x, W, NULL, 0, NULL, NULL, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
 }
@@ -430,7 +473,7 @@ void dps_linear_f32(float *out, const float *x, const float *W, int m, int n, in
 /* Assumptions: as dps_linear_f32, W (n x k) BF16. */
 void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, NULL, W, 0, NULL, NULL, m, n, k, 1 };
+	struct linear_job j = { out, x, NULL, W, 0, NULL, NULL, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
 }
@@ -438,7 +481,7 @@ void dps_linear_bf16(float *out, const float *x, const uint16_t *W, int m, int n
 /* Assumptions: as dps_linear_f32, W (n x k) F16. */
 void dps_linear_f16(float *out, const float *x, const uint16_t *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, NULL, W, 1, NULL, NULL, m, n, k, 1 };
+	struct linear_job j = { out, x, NULL, W, 1, NULL, NULL, NULL, NULL, m, n, k, 1 };
 
 	linear_run(&j);
 }
@@ -467,10 +510,25 @@ int dps_linear_q8_reserve(int m, int k)
 /* Assumptions: as dps_linear_f32, W (n x k) INT8 as q8.h lays it out. */
 void dps_linear_q8(float *out, const float *x, const void *W, int m, int n, int k)
 {
-	struct linear_job j = { out, x, NULL, NULL, 0, W, &q8_act, m, n, k, 1 };
+	struct linear_job j = { out, x, NULL, NULL, 0, W, NULL, NULL, &q8_act, m, n, k, 1 };
 
 	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
 		/* No memory for 1.125 bytes per activation: nothing sensible can follow. */
+		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
+			"%d x %d product\n", m, k);
+		abort();
+	}
+	linear_run(&j);
+}
+
+/* Assumptions: as dps_linear_q8, W (n x k, k a multiple of 32) MXFP4 re-laid by
+ * dps_mxfp4_interleave, its scales as stored. */
+void dps_linear_mxfp4_q8(float *out, const float *x, const uint8_t *blocks,
+			 const uint8_t *scales, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, NULL, 0, NULL, blocks, scales, &q8_act, m, n, k, 1 };
+
+	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
 		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
 			"%d x %d product\n", m, k);
 		abort();

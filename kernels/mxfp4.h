@@ -60,4 +60,37 @@ void dps_linear_mxfp4_avx2(float *out, const float *x, const uint8_t *blocks,
 void dps_linear_mxfp4_avx512(float *out, const float *x, const uint8_t *blocks,
 			     const uint8_t *scales, int m, int n, int k);
 
+/*
+ * The integer form (kernels/mxfp4_q8.c), under --quantization int8: the activations quantized
+ * per block of 32 (kernels/q8.h), each block's products summed exactly in integers, the blocks
+ * in f32 in q8.h's order with the block's scale halved for the doubled values (2v). It reads the
+ * weights re-laid by dps_mxfp4_interleave (the same bytes, codes moved within their group of
+ * sixteen blocks); the scales stay as stored.
+ */
+struct dps_q8_act;
+
+/* Re-lays `rows` rows of k (a multiple of 32) of MXFP4 blocks for the integer form, in place.
+ * 0 or -ENOMEM. */
+int dps_mxfp4_interleave(uint8_t *blocks, size_t rows, int k);
+
+/* Row r of such re-laid weights as f32 (2v times 2^(e - 128): the stored values, exactly). */
+void dps_mxfp4_deinterleave_row(float *restrict out, const uint8_t *restrict blocks,
+				const uint8_t *restrict scales, size_t r, int k);
+
+/*
+ * out (m x n, row stride ldo) = the quantized activations a . the n re-laid rows of W, in the
+ * order above, single-threaded: AVX-512 with BW, VL, VNNI and VBMI; AVX2 with FMA and F16C
+ * (the caller checks); the plain-C twin. Bit for bit the same.
+ */
+void dps_gemm_mxfp4q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a,
+			     const uint8_t *blocks, const uint8_t *scales, int n);
+void dps_gemm_mxfp4q8_avx2(float *restrict out, int ldo, const struct dps_q8_act *a,
+			   const uint8_t *blocks, const uint8_t *scales, int n);
+void dps_gemm_mxfp4q8_ref(float *restrict out, int ldo, const struct dps_q8_act *a,
+			  const uint8_t *blocks, const uint8_t *scales, int n);
+
+/* The product on the rank's pool (kernels/gemm.c): x (m x k) quantized once, then the slices. */
+void dps_linear_mxfp4_q8(float *out, const float *x, const uint8_t *blocks,
+			 const uint8_t *scales, int m, int n, int k);
+
 #endif

@@ -58,6 +58,7 @@ struct result {
 	double bound;          /* decode: fraction of the bandwidth bound; prefill: of the sgemm rate */
 	double calls_per_layer[DPS_COLL_KINDS]; /* decode steps, rank 0 */
 	double dispatch_bytes, expert_bytes;    /* decode: per step, every rank */
+	double expert_gbs;     /* decode, MoE: bytes / time of the expert products, a rank's mean */
 	int real;              /* decode: sequences of every replica together */
 };
 
@@ -88,6 +89,7 @@ enum { MSG_RESULT = 1, MSG_BYTES = 2, MSG_MOE = 3 };
 struct bmsg {
 	int32_t type, rank, test, p, b, g, rep, gi, bi, wt; /* wt: MSG_BYTES, the weights' type */
 	double moe_bytes, ep_bytes; /* MSG_MOE: this rank's, over the G steps of one run */
+	double exp_bytes, exp_secs; /* MSG_MOE: of which the expert products, and their time */
 	double secs, coll_s, lin_s, lin_flops, steps;
 	double decode_bytes, all_bytes, kv_bytes;
 	double calls_per_layer[DPS_COLL_KINDS];
@@ -101,6 +103,7 @@ struct bench {
 	int max_p, max_g, max_b;
 	int load[DPS_MAX_WORLD];   /* per replica: percent of the batch (100: all) */
 	double moe_sum[MAX_LIST][MAX_LIST], ep_sum[MAX_LIST][MAX_LIST]; /* [gi][bi], all ranks */
+	double exp_bytes[MAX_LIST][MAX_LIST], exp_secs[MAX_LIST][MAX_LIST];
 	/* collected by the supervisor */
 	struct bmsg *rows;
 	int nrows, cap;
@@ -280,7 +283,7 @@ static int rank_main(struct dps_world *w, void *arg)
 				/* Coupled replicas step at B rows, padded; others run their own rows. */
 				const int rows = dps_shard_coupled(&s) ? B : real;
 				struct dps_shard_stats st0;
-				uint64_t t0, c0, moe0, ep0;
+				uint64_t t0, c0, moe0, ep0, xb0, xt0;
 				const float *lg = NULL;
 
 				for (int i = 0; i < real; i++) {
@@ -299,6 +302,8 @@ static int rank_main(struct dps_world *w, void *arg)
 				st0 = s.stats;
 				c0 = coll_ns(w);
 				moe0 = s.moe_bytes;
+				xb0 = s.exp_bytes;
+				xt0 = s.exp_ns;
 				ep0 = dispatch_bytes(&s);
 				t0 = dps_now_ns();
 				for (int g = 1; g <= G && lg && !rc; g++) {
@@ -339,6 +344,8 @@ static int rank_main(struct dps_world *w, void *arg)
 					e.rank = w->rank;
 					e.moe_bytes = (double)(s.moe_bytes - moe0);
 					e.ep_bytes = (double)(dispatch_bytes(&s) - ep0);
+					e.exp_bytes = (double)(s.exp_bytes - xb0);
+					e.exp_secs = (double)(s.exp_ns - xt0) / 1e9;
 					rc = dps_ring_push(&w->to_sup, &e, sizeof(e), 0);
 				}
 			}
@@ -369,6 +376,8 @@ static void on_msg(int rank, const void *msg, size_t len, void *arg)
 		if (m.gi >= 0 && m.gi < MAX_LIST && m.bi >= 0 && m.bi < MAX_LIST) {
 			b->moe_sum[m.gi][m.bi] += m.moe_bytes;
 			b->ep_sum[m.gi][m.bi] += m.ep_bytes;
+			b->exp_bytes[m.gi][m.bi] += m.exp_bytes;
+			b->exp_secs[m.gi][m.bi] += m.exp_secs;
 		}
 		return;
 	}
@@ -645,6 +654,8 @@ int dps_bench_decode(int argc, char **argv)
 			 * (over the TP ranks, which split the KV heads). */
 			r->expert_bytes = k ? b.moe_sum[gi][bi] / k / G : 0;
 			r->dispatch_bytes = k ? b.ep_sum[gi][bi] / k / G : 0;
+			r->expert_gbs = b.exp_secs[gi][bi] > 0
+						? b.exp_bytes[gi][bi] / b.exp_secs[gi][bi] / 1e9 : 0;
 			r->bytes_per_step = weights + r->expert_bytes + (double)real * kv_row * (G + 3) / 2.0;
 			r->gbs = r->step_ms > 0 ? r->bytes_per_step / (r->step_ms / 1e3) / 1e9 : 0;
 			r->bound = bw > 0 ? r->gbs * 1e9 / bw : 0;
@@ -702,14 +713,15 @@ int dps_bench_decode(int argc, char **argv)
 				       "\"alltoall_per_layer\": %.2f, \"reducescatter_per_layer\": %.2f, "
 				       "\"bytes_per_step\": %.0f, \"expert_bytes_per_step\": %.0f, "
 				       "\"dispatch_bytes_per_step\": %.0f, \"sequences\": %d, "
-				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f}%s\n", r->test,
+				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f, "
+				       "\"expert_read_gbs\": %.2f}%s\n", r->test,
 				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
 				       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
 				       r->calls_per_layer[DPS_COLL_ALLGATHER],
 				       r->calls_per_layer[DPS_COLL_ALLTOALL],
 				       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,
 				       r->expert_bytes, r->dispatch_bytes, r->real, r->gbs,
-				       r->bound, i + 1 < nres ? "," : "");
+				       r->bound, r->expert_gbs, i + 1 < nres ? "," : "");
 		}
 		printf(" ]}\n");
 	} else {
@@ -731,10 +743,18 @@ int dps_bench_decode(int argc, char **argv)
 			printf("\n");
 		}
 		/* llama-bench's first columns: model, size (every weight once, in the linear
-		 * weights' type), params. */
+		 * weights' type; MXFP4 experts at 17 bytes per 32), params. */
 		{
 			const double params = (double)dps_model_config_params(&b.cfg);
-			const double bytes = (double)dps_wtype_bytes((enum dps_wtype)b.rank0_wt, 1, 32) / 32 * params;
+			const double per = (double)dps_wtype_bytes((enum dps_wtype)b.rank0_wt, 1, 32) / 32;
+			double expert = 0, bytes;
+
+			if (b.cfg.mxfp4)
+				for (int l = 0; l < b.cfg.num_hidden_layers; l++)
+					if (dps_cfg_layer_moe(&b.cfg, l))
+						expert += 3.0 * b.cfg.num_local_experts *
+							  b.cfg.intermediate_size * b.cfg.hidden_size;
+			bytes = (params - expert) * per + expert * 17 / 32;
 
 			if (bytes >= 1024.0 * 1024.0 * 1024.0)
 				snprintf(size_s, sizeof(size_s), "%.2f GiB", bytes / (1 << 30));
@@ -779,6 +799,20 @@ int dps_bench_decode(int argc, char **argv)
 		printf("\nAR/AG/RS/A2A: all-reduces, all-gathers, reduce-scatters and all-to-alls per "
 		       "layer of a decode step on rank 0; disp KB: what the expert dispatch moves per step, every rank "
 		       "together%s\n", load_s ? "; bB:S: batch B per replica, S sequences in all" : "");
+		for (int i = 0; i < nres; i++) {
+			const struct result *r = &res[i];
+
+			if (r->prompt || r->expert_gbs <= 0)
+				continue;
+			printf("experts, %s b%d: their products read %.1f GB/s on a rank while they run",
+			       r->test, r->batch, r->expert_gbs);
+			if (world == 1 && bw > 0)
+				printf(" = %.0f%% of the measured read bandwidth\n",
+				       100 * r->expert_gbs * 1e9 / bw);
+			else
+				printf(" (a rank's mean; the measured %.1f GB/s is every rank's together)\n",
+				       bw / 1e9);
+		}
 	}
 	free(b.rows);
 	if (plot) {

@@ -14,6 +14,7 @@
 #include "common/dps.h"
 #include "engine/model/gpt_oss.h"
 #include "engine/shard/shard_int.h"
+#include "kernels/mxfp4.h"
 #include "kernels/q8.h"
 
 static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
@@ -78,6 +79,14 @@ static void load_expert(struct dps_shard_loader *L, int l, int i, int e, int64_t
 	if (!L->rc)
 		L->rc = dps_gptoss_expert_read(&L->ck, l, e, i0, (int)ime, q4, &d, L->err,
 					       L->errlen);
+	if (q4 && s->wt == DPS_WT_Q8 && !L->rc) {
+		/* INT8: the integer form of the MXFP4 products reads its blocks re-laid */
+		L->rc = dps_mxfp4_interleave(d.gu_q, 2 * ime, (int)dim);
+		if (!L->rc)
+			L->rc = dps_mxfp4_interleave(d.dn_q, dim, (int)ime);
+		if (L->rc)
+			snprintf(L->err, L->errlen, "out of memory re-laying expert %d of layer %d", e, l);
+	}
 	if (narrowed && !L->rc) {
 		narrow(w->exp_gu[i], s->wt, d.gu, 2 * ime, (int)dim);
 		narrow(w->exp_dn[i], s->wt, d.dn, dim, (int)ime);

@@ -75,15 +75,21 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			}
 		if (!cnt)
 			continue;
+		const uint64_t eb = w->exp_gu_q && w->exp_gu_q[i]
+					    ? 3 * (uint64_t)im * (uint64_t)dim * 17 / 32
+					    : dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
+						      dps_wtype_bytes(s->wt, (size_t)dim, im);
+		uint64_t t0 = dps_now_ns();
+
+		s->moe_bytes += eb;
+		s->exp_bytes += eb;
 		if (w->exp_gu_q && w->exp_gu_q[i]) {
-			s->moe_bytes += 3 * (uint64_t)im * (uint64_t)dim * 17 / 32;
-			dps_linear_mxfp4(s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt,
-					 2 * im, dim);
+			(s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
+				s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im, dim);
 		} else {
-			s->moe_bytes += dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
-					dps_wtype_bytes(s->wt, (size_t)dim, im);
 			dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
 		}
+		s->exp_ns += dps_now_ns() - t0;
 		if (w->exp_gu_b)
 			dps_add_bias(s->m_gu, w->exp_gu_b + (size_t)i * 2 * (size_t)im, cnt, 2 * im);
 		for (int r = 0; r < cnt; r++) {
@@ -92,11 +98,13 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			dps_swiglu_clamped(g, g + im, im, limit); /* GPT-OSS's, limit 7.0 */
 			memmove(s->m_gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
 		}
+		t0 = dps_now_ns();
 		if (w->exp_dn_q && w->exp_dn_q[i])
-			dps_linear_mxfp4(s->m_eout, s->m_gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim,
-					 im);
+			(s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
+				s->m_eout, s->m_gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim, im);
 		else
 			dps_shard_linear(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
+		s->exp_ns += dps_now_ns() - t0;
 		if (w->exp_dn_b) /* on the rank that adds it (load_moe.c) */
 			dps_add_bias(s->m_eout, w->exp_dn_b + (size_t)i * (size_t)dim, cnt, dim);
 		for (int r = 0; r < cnt; r++) {

@@ -217,6 +217,7 @@ struct dps_shard {
 
 	struct dps_shard_stats stats;  /* since load */
 	uint64_t moe_bytes;            /* router and expert weight bytes read, since load */
+	uint64_t exp_bytes, exp_ns;    /* of which the experts' products, and their time */
 	uint64_t linear_ns;            /* time in the matrix products, since load */
 	double linear_flops;
 	int trace;                     /* print every collective on stderr */

@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/mxfp4_q8.c - MXFP4 weights against INT8 activations (mxfp4.h, "integer form"): what
+ * GPT-OSS's MXFP4 experts run under --quantization int8, as llama.cpp runs MXFP4 against its
+ * Q8 activations. Called by dps_linear_mxfp4_q8 (gemm.c) on its slices of output columns.
+ *
+ * Every E2M1 value times two is a small integer (0, 1, 2, 3, 4, 6, 8, 12, with its sign), so
+ * with the activations quantized per block of 32 as kernels/q8.h quantizes them, a block's 32
+ * products are one exact integer sum, and only the blocks are summed in f32 - in q8.h's order:
+ * a[b mod 16] = fmaf(dx_b * sc_b, P_b, a[b mod 16]), P_b = sum over the block of 2 v * qx,
+ * sc_b = 2^(e_b - 128) (the block's scale halved, for the doubled values), then the tree.
+ *
+ * For that the weights are re-laid once, at load (dps_mxfp4_interleave): a row's blocks in
+ * groups of 16, as q8.h's values are, two slots per byte: byte 4u + o of a group's 64-byte
+ * load i (u the block, o = 0..3) holds the code of value 8i + o in its low nibble and of value
+ * 8i + 4 + o in its high nibble, so the low nibbles of one load are q8.h's slot 2i and the high
+ * ones slot 2i + 1. A load of 64 bytes is then 128 weights: one shift and two vpermb (code
+ * -> 2v + 128; vpermb reads six bits of an index, so a table of the sixteen values four times
+ * over needs no nibble mask) and two vpdpbusd against the activations' slots (started from -128
+ * times the blocks' sums); a block's scale is applied as vscalefps of dx by e - 128, the
+ * product dx * 2^(e - 128) rounded once as the multiplication rounds it. The AVX2 twin looks up 2v itself and multiplies with vpmaddubsw on |x| and the
+ * values with x's signs (at most 2 * 12 * 127 per pair), then vpmaddwd; the plain-C twin the same
+ * integers. All three give the same bits.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "kernels/dot_int.h"
+#include "kernels/mxfp4.h"
+#include "kernels/q8.h"
+
+#define GROUP 4 /* rows of W per tile */
+#define W_BURST_BYTES ((size_t)8 << 10)
+
+/* 2v for each code (the values of dps_mxfp4_values, doubled). */
+static const int8_t twice[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+/* The f32 of 2^(e - 128) (e = 0: 2^-128 and e = 1: 2^-127 are subnormal; 255 is NaN). */
+static inline float half_scale(uint8_t e)
+{
+	const uint32_t u = e == 0 ? 0x00200000u : e == 1 ? 0x00400000u : e == 255 ? 0x7fc00000u
+			 : (uint32_t)(e - 1) << 23;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* The code of value c (0..31) of block b of a row in the interleaved layout. */
+static inline int code_at(const uint8_t *row, size_t kb, size_t b, int c)
+{
+	const size_t g = b / DPS_Q8_GROUP, u = b % DPS_Q8_GROUP;
+	const size_t t = kb - g * DPS_Q8_GROUP < DPS_Q8_GROUP ? kb - g * DPS_Q8_GROUP : DPS_Q8_GROUP;
+	const int i = c / 8, o = c % 4, hi = (c % 8) >= 4;
+	const uint8_t byte = row[g * DPS_Q8_GROUP * 16 + (size_t)i * 4 * t + 4 * u + (size_t)o];
+
+	return hi ? byte >> 4 : byte & 15;
+}
+
+int dps_mxfp4_interleave(uint8_t *blocks, size_t rows, int k)
+{
+	const size_t kb = (size_t)k / 32;
+	uint8_t *src = malloc(kb * 16 + 1);
+
+	if (!src)
+		return -ENOMEM;
+	for (size_t r = 0; r < rows; r++) {
+		uint8_t *row = blocks + r * kb * 16;
+
+		memcpy(src, row, kb * 16);
+		for (size_t b = 0; b < kb; b++) {
+			const size_t g = b / DPS_Q8_GROUP, u = b % DPS_Q8_GROUP;
+			const size_t t = kb - g * DPS_Q8_GROUP < DPS_Q8_GROUP ? kb - g * DPS_Q8_GROUP
+									     : DPS_Q8_GROUP;
+			const uint8_t *blk = src + b * 16; /* byte j: codes 2j (low), 2j + 1 (high) */
+
+			for (int i = 0; i < 4; i++)
+				for (int o = 0; o < 4; o++) {
+					const int lc = 8 * i + o, hc = 8 * i + 4 + o;
+					const int lo = (blk[lc / 2] >> (4 * (lc % 2))) & 15;
+					const int hi = (blk[hc / 2] >> (4 * (hc % 2))) & 15;
+
+					row[g * DPS_Q8_GROUP * 16 + (size_t)i * 4 * t + 4 * u + (size_t)o] =
+						(uint8_t)(lo | hi << 4);
+				}
+		}
+	}
+	free(src);
+	return 0;
+}
+
+void dps_mxfp4_deinterleave_row(float *restrict out, const uint8_t *restrict blocks,
+				const uint8_t *restrict scales, size_t r, int k)
+{
+	const size_t kb = (size_t)k / 32;
+	const uint8_t *row = blocks + r * kb * 16;
+
+	for (int c = 0; c < k; c++)
+		out[c] = (float)twice[code_at(row, kb, (size_t)c / 32, c % 32)] *
+			 half_scale(scales[r * kb + (size_t)c / 32]);
+}
+
+/* ---- the plain-C twin -------------------------------------------------------------------- */
+
+void dps_gemm_mxfp4q8_ref(float *restrict out, int ldo, const struct dps_q8_act *a,
+			  const uint8_t *blocks, const uint8_t *scales, int n)
+{
+	const size_t kb = dps_q8_blocks(a->k), kp = kb * DPS_Q8_BLOCK;
+
+	for (int i = 0; i < a->m; i++)
+		for (int r = 0; r < n; r++) {
+			const uint8_t *row = blocks + (size_t)r * kb * 16;
+			const int8_t *q = a->q + (size_t)i * kp;
+			float acc[16] = { 0.0f };
+
+			for (size_t b = 0; b < kb; b++) {
+				int32_t p = 0;
+
+				for (int c = 0; c < DPS_Q8_BLOCK; c++)
+					p += twice[code_at(row, kb, b, c)] * q[dps_q8_pos(kb, b, c)];
+				acc[b % 16] = fmaf(a->d[(size_t)i * kb + b] *
+							   half_scale(scales[(size_t)r * kb + b]),
+						   (float)p, acc[b % 16]);
+			}
+			out[(size_t)i * (size_t)ldo + (size_t)r] = dps_dot_tree_ref(acc);
+		}
+}
+
+/* ---- AVX-512 with VNNI -------------------------------------------------------------------- */
+
+/* The exponents e - 128 of sixteen blocks' scales as f32 (t of them), and which are 255. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512
+exps16_avx512(const uint8_t *e, __mmask16 mb, __mmask16 *nan)
+{
+	const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mb, e));
+
+	*nan = _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255));
+	return _mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_set1_epi32(128)));
+}
+
+/*
+ * mr (1 or 2) rows of x from row i0 of a against rows r0 .. r0 + nr - 1 of W: per group of
+ * sixteen blocks, four loads of each row's bytes, their nibbles looked up as 2v + 128 and
+ * multiplied by vpdpbusd into the blocks' lanes, then one FMA per output.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), always_inline)) static inline void
+block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0,
+	     const uint8_t *blocks, const uint8_t *scales, int r0, int nr, const int mr)
+{
+	const size_t kb = dps_q8_blocks(a->k), kp = kb * DPS_Q8_BLOCK, rb = kb * 16;
+	/* vpermb reads an index's low six bits: 2v + 128 of its low nibble, four times over */
+	const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
+		(char)128, (char)129, (char)130, (char)131, (char)132, (char)134, (char)136,
+		(char)140, (char)128, (char)127, (char)126, (char)125, (char)124, (char)122,
+		(char)120, (char)116));
+	const uint8_t *w[GROUP], *e[GROUP];
+	__m512 acc[2][GROUP];
+
+	for (int q = 0; q < GROUP; q++) {
+		const size_t r = (size_t)r0 + (size_t)(q < nr ? q : 0);
+
+		w[q] = blocks + r * rb;
+		e[q] = scales + r * kb;
+	}
+	if (mr == 1 && a->m == 1) {
+		/* decode: the tile's rows and their scales (two streams) asked for ahead at once */
+		for (size_t o = 0; o < (size_t)nr * rb; o += 64)
+			_mm_prefetch((const char *)w[0] + W_BURST_BYTES + o, _MM_HINT_T0);
+		for (size_t o = 0; o < (size_t)nr * kb; o += 64)
+			_mm_prefetch((const char *)e[0] + W_BURST_BYTES / 16 + o, _MM_HINT_T0);
+	}
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++)
+		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
+	for (size_t g0 = 0; g0 < kb; g0 += DPS_Q8_GROUP) {
+		const size_t t = kb - g0 < DPS_Q8_GROUP ? kb - g0 : DPS_Q8_GROUP, sl = 4 * t;
+		const __mmask64 mv = t == 16 ? ~(__mmask64)0 : ((__mmask64)1 << sl) - 1;
+		const __mmask16 mb = (__mmask16)((1u << t) - 1);
+		__m512i p[2][GROUP];
+
+#pragma GCC unroll 2
+		for (int i = 0; i < mr; i++) {
+			const __m512i nc = _mm512_maskz_loadu_epi32(mb, a->nc + (size_t)(i0 + i) * kb + g0);
+
+			p[i][0] = p[i][1] = p[i][2] = p[i][3] = nc;
+		}
+#pragma GCC unroll 4
+		for (int l = 0; l < 4; l++) {
+			__m512i lo[GROUP], hi[GROUP];
+
+#pragma GCC unroll 4
+			for (int q = 0; q < GROUP; q++) {
+				const __m512i v = _mm512_maskz_loadu_epi8(mv, w[q] + g0 * 16 + (size_t)l * sl);
+
+				lo[q] = _mm512_permutexvar_epi8(v, table);
+				hi[q] = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), table);
+			}
+#pragma GCC unroll 2
+			for (int i = 0; i < mr; i++) {
+				const int8_t *xq = a->q + (size_t)(i0 + i) * kp + g0 * DPS_Q8_BLOCK;
+				const __m512i x0 = _mm512_maskz_loadu_epi8(mv, xq + (size_t)(2 * l) * sl);
+				const __m512i x1 = _mm512_maskz_loadu_epi8(mv, xq + (size_t)(2 * l + 1) * sl);
+
+#pragma GCC unroll 4
+				for (int q = 0; q < GROUP; q++)
+					p[i][q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[i][q], lo[q], x0),
+								      hi[q], x1);
+			}
+		}
+#pragma GCC unroll 4
+		for (int q = 0; q < GROUP; q++) {
+			__mmask16 nan;
+			const __m512 ex = exps16_avx512(e[q] + g0, mb, &nan);
+
+#pragma GCC unroll 2
+			for (int i = 0; i < mr; i++) {
+				const __m512 dx = _mm512_maskz_loadu_ps(mb, a->d + (size_t)(i0 + i) * kb + g0);
+
+				/* dx * 2^(e - 128), rounded once as the product with the power would
+				 * be; the NaN scale makes the block NaN */
+				const __m512 sx = _mm512_mask_mov_ps(_mm512_scalef_ps(dx, ex), nan,
+								     _mm512_set1_ps(__builtin_nanf("")));
+
+				acc[i][q] = _mm512_fmadd_ps(sx, _mm512_cvtepi32_ps(p[i][q]), acc[i][q]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++) {
+		float s[4];
+
+		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(acc[i][0]),
+						 dps_dot_halves512(acc[i][1]),
+						 dps_dot_halves512(acc[i][2]),
+						 dps_dot_halves512(acc[i][3])));
+		for (int q = 0; q < nr; q++)
+			out[(size_t)(i0 + i) * (size_t)ldo + (size_t)(r0 + q)] = s[q];
+	}
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"))) void
+dps_gemm_mxfp4q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a,
+			const uint8_t *blocks, const uint8_t *scales, int n)
+{
+	for (int r0 = 0; r0 < n; r0 += GROUP) {
+		const int nr = n - r0 < GROUP ? n - r0 : GROUP;
+		int i = 0;
+
+		for (; i + 2 <= a->m; i += 2)
+			block_avx512(out, ldo, a, i, blocks, scales, r0, nr, 2);
+		if (i < a->m)
+			block_avx512(out, ldo, a, i, blocks, scales, r0, nr, 1);
+	}
+}
+
+/* ---- AVX2 ------------------------------------------------------------------------------ */
+
+/*
+ * Eight blocks' sums (lanes) over a group: w at the group's first byte for these blocks
+ * (blocks 0..7, or 8..15 at +32), x at the activations' group, sl the slot width, cnt (1..8)
+ * blocks present.
+ */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline __m256i
+sums8_avx2(const uint8_t *w, const int8_t *x, size_t sl, int cnt)
+{
+	const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt),
+						 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8,
+					       -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+					       -6, -8, -12);
+	const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+	__m256i p = _mm256_setzero_si256();
+
+	for (int l = 0; l < 4; l++) {
+		const __m256i v = _mm256_maskload_epi32((const int *)(const void *)(w + (size_t)l * sl),
+							lanes);
+
+		for (int h = 0; h < 2; h++) {
+			const __m256i xv = _mm256_maskload_epi32(
+				(const int *)(const void *)(x + (size_t)(2 * l + h) * sl), lanes);
+			const __m256i codes = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, nib);
+			const __m256i wv = _mm256_shuffle_epi8(table, codes);
+
+			p = _mm256_add_epi32(p, _mm256_madd_epi16(
+						      _mm256_maddubs_epi16(_mm256_abs_epi8(xv),
+									   _mm256_sign_epi8(wv, xv)),
+						      ones));
+		}
+	}
+	return p;
+}
+
+__attribute__((target("avx2,fma,f16c"))) void
+dps_gemm_mxfp4q8_avx2(float *restrict out, int ldo, const struct dps_q8_act *a,
+		      const uint8_t *blocks, const uint8_t *scales, int n)
+{
+	const size_t kb = dps_q8_blocks(a->k), kp = kb * DPS_Q8_BLOCK, rb = kb * 16;
+
+	for (int i = 0; i < a->m; i++)
+		for (int r0 = 0; r0 < n; r0 += GROUP) {
+			const int nr = n - r0 < GROUP ? n - r0 : GROUP;
+			__m256 h[GROUP];
+			float s[4];
+
+			for (int q = 0; q < GROUP; q++) {
+				const size_t r = (size_t)r0 + (size_t)(q < nr ? q : 0);
+				const uint8_t *w = blocks + r * rb, *e = scales + r * kb;
+				__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+
+				for (size_t g0 = 0; g0 < kb; g0 += DPS_Q8_GROUP) {
+					const size_t t = kb - g0 < DPS_Q8_GROUP ? kb - g0 : DPS_Q8_GROUP;
+					const size_t sl = 4 * t;
+					const int nlo = t < 8 ? (int)t : 8, nhi = (int)t - nlo;
+					const int8_t *xq = a->q + (size_t)i * kp + g0 * DPS_Q8_BLOCK;
+					float ss[16] = { 0 };
+
+					for (size_t u = 0; u < t; u++)
+						ss[u] = a->d[(size_t)i * kb + g0 + u] * half_scale(e[g0 + u]);
+					lo = _mm256_fmadd_ps(_mm256_loadu_ps(ss),
+							     _mm256_cvtepi32_ps(sums8_avx2(w + g0 * 16, xq, sl, nlo)),
+							     lo);
+					if (nhi)
+						hi = _mm256_fmadd_ps(
+							_mm256_loadu_ps(ss + 8),
+							_mm256_cvtepi32_ps(sums8_avx2(w + g0 * 16 + 32, xq + 32,
+										      sl, nhi)),
+							hi);
+				}
+				h[q] = _mm256_add_ps(lo, hi);
+			}
+			_mm_storeu_ps(s, dps_dot_reduce4(h[0], h[1], h[2], h[3]));
+			for (int q = 0; q < nr; q++)
+				out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
+		}
+}
