@@ -29,7 +29,7 @@ static struct {
 	enum own_isa own; /* "auto": dpshard's batch-invariant kernel (gemm_dot.c); else BLIS */
 	enum own_isa isa; /* dpshard's kernel this CPU runs (BF16 products take it under BLIS too) */
 	enum own_isa q8;  /* the INT8 kernel this CPU runs (AVX-512 also needs BW and VNNI) */
-	enum own_isa mxq8; /* the integer MXFP4 one (q8's, AVX2 where AVX-512 lacks VBMI) */
+	enum own_isa mxq8; /* the integer MXFP4 one (AVX-512 also needs VBMI) */
 	int threads;
 	int warned; /* the self-check's warning was printed */
 	int small_m_max;
@@ -187,12 +187,6 @@ static int own_selfcheck(enum own_isa isa)
  * Whether the INT8 kernel of `isa` gives its plain-C twin's bits, on one row and on many,
  * an odd number of blocks with a partial last one, and a row of W that is all zero.
  */
-/* The integer MXFP4 kernel that goes with the INT8 kernel of isa. */
-static enum own_isa mxq8_isa(enum own_isa isa)
-{
-	return isa == OWN_AVX512 && !__builtin_cpu_supports("avx512vbmi") ? OWN_AVX2 : isa;
-}
-
 static int q8_selfcheck(enum own_isa isa)
 {
 	enum { M = 6, N = 7, K = 70 };
@@ -210,17 +204,7 @@ static int q8_selfcheck(enum own_isa isa)
 		if (i < N * K)
 			W[i] = i / K == 3 ? 0.0f : (float)((int)(r >> 8) % 2001 - 1000) / 512.0f;
 	}
-	static uint8_t mb[N * 96 / 2], ms[N * 3];
-	static float x96[M * 96];
-
 	dps_q8_quantize_rows(Wq, K, W, N);
-	for (int i = 0; i < N * 96 / 2; i++)
-		mb[i] = (uint8_t)(i * 37 + 11);
-	for (int i = 0; i < N * 3; i++)
-		ms[i] = (uint8_t)(110 + i % 20);
-	dps_mxfp4_interleave(mb, N, 96);
-	for (int i = 0; i < M * 96; i++)
-		x96[i] = x[(i * 7) % (M * K)];
 	for (int m = 1; m <= M && ok; m += M - 1) {
 		if (dps_q8_act_quantize(&a, x, m, K)) {
 			ok = 0;
@@ -232,13 +216,41 @@ static int q8_selfcheck(enum own_isa isa)
 		else
 			dps_gemm_q8_avx2(got, N, &a, Wq, N);
 		ok = !memcmp(got, want, sizeof(float) * (size_t)m * N);
-		/* the integer form of MXFP4 (k = 96: a group of three blocks) */
-		if (!ok || dps_q8_act_quantize(&a, x96, m, 96)) {
+	}
+	dps_q8_act_free(&a);
+	return ok;
+}
+
+/*
+ * Whether the integer MXFP4 kernel of `isa` gives its plain-C twin's bits, on one row and on
+ * many, with k = 544: a whole group of sixteen blocks and a partial one, and a tail of rows.
+ */
+static int mxq8_selfcheck(enum own_isa isa)
+{
+	enum { M = 6, N = 7, K = 544 };
+	static float x[M * K], got[M * N], want[M * N];
+	static uint8_t mb[N * K / 2], ms[N * K / 32];
+	struct dps_q8_act a = { 0 };
+	uint32_t r = 0x27d4eb2fu;
+	int ok = 1;
+
+	for (int i = 0; i < M * K; i++) {
+		r = r * 1664525u + 1013904223u;
+		x[i] = (float)((int)(r >> 8) % 2001 - 1000) / 256.0f;
+	}
+	for (int i = 0; i < N * K / 2; i++)
+		mb[i] = (uint8_t)(i * 37 + 11);
+	for (int i = 0; i < N * K / 32; i++)
+		ms[i] = (uint8_t)(110 + i % 20);
+	if (dps_mxfp4_interleave(mb, N, K))
+		return 0;
+	for (int m = 1; m <= M && ok; m += M - 1) {
+		if (dps_q8_act_quantize(&a, x, m, K)) {
 			ok = 0;
 			break;
 		}
 		dps_gemm_mxfp4q8_ref(want, N, &a, mb, ms, N);
-		if (mxq8_isa(isa) == OWN_AVX512)
+		if (isa == OWN_AVX512)
 			dps_gemm_mxfp4q8_avx512(got, N, &a, mb, ms, N);
 		else
 			dps_gemm_mxfp4q8_avx2(got, N, &a, mb, ms, N);
@@ -246,6 +258,28 @@ static int q8_selfcheck(enum own_isa isa)
 	}
 	dps_q8_act_free(&a);
 	return ok;
+}
+
+/* The integer MXFP4 kernel for this CPU (AVX-512 also needs VBMI), checked against its twin. */
+static enum own_isa choose_mxq8(const char **fallback)
+{
+	const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+			 __builtin_cpu_supports("f16c");
+	enum own_isa q = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+				 __builtin_cpu_supports("avx512vl") &&
+				 __builtin_cpu_supports("avx512vnni") &&
+				 __builtin_cpu_supports("avx512vbmi") ? OWN_AVX512
+		       : avx2 ? OWN_AVX2 : OWN_REF;
+
+	if (q == OWN_AVX512 && !mxq8_selfcheck(OWN_AVX512)) {
+		*fallback = "the AVX-512 integer MXFP4 kernel differs from its plain-C twin on this CPU";
+		q = avx2 ? OWN_AVX2 : OWN_REF;
+	}
+	if (q == OWN_AVX2 && !mxq8_selfcheck(OWN_AVX2)) {
+		*fallback = "the AVX2 integer MXFP4 kernel differs from its plain-C twin on this CPU";
+		q = OWN_REF;
+	}
+	return q;
 }
 
 /* The INT8 kernel for this CPU, checked against its twin; *fallback says why a wider one was
@@ -315,14 +349,17 @@ int dps_gemm_setup(const char *spec, int threads, char *msg, size_t msglen)
 			g.isa == OWN_AVX2 ? "AVX2" : "plain-C");
 	}
 	{
-		const char *q8_fallback = "";
+		const char *q8_fallback = "", *mx_fallback = "";
 
 		g.q8 = choose_q8(&q8_fallback);
-		g.mxq8 = mxq8_isa(g.q8);
+		g.mxq8 = choose_mxq8(&mx_fallback);
 		if (*q8_fallback && !g.warned)
 			fprintf(stderr, "dpshard: WARNING: %s; using the %s INT8 kernel\n",
 				q8_fallback, g.q8 == OWN_AVX2 ? "AVX2" : "plain-C");
-		g.warned |= *fallback || *q8_fallback;
+		if (*mx_fallback && !g.warned)
+			fprintf(stderr, "dpshard: WARNING: %s; using the %s one\n", mx_fallback,
+				g.mxq8 == OWN_AVX2 ? "AVX2" : "plain-C");
+		g.warned |= *fallback || *q8_fallback || *mx_fallback;
 	}
 	if (own)
 		snprintf(g.desc, sizeof(g.desc), "dpshard's batch-invariant %s kernels%s%s%s",

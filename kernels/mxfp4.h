@@ -80,7 +80,7 @@ void dps_mxfp4_deinterleave_row(float *restrict out, const uint8_t *restrict blo
 /*
  * out (m x n, row stride ldo) = the quantized activations a . the n re-laid rows of W, in the
  * order above, single-threaded: AVX-512 with BW, VL, VNNI and VBMI; AVX2 with FMA and F16C
- * (the caller checks); the plain-C twin. Bit for bit the same.
+ * (the caller checks); the plain-C twin. Bit for bit the same (NaN where NaN).
  */
 void dps_gemm_mxfp4q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a,
 			     const uint8_t *blocks, const uint8_t *scales, int n);

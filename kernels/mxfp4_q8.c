@@ -19,8 +19,9 @@
  * over needs no nibble mask) and two vpdpbusd against the activations' slots (started from -128
  * times the blocks' sums); a block's scale is applied as vscalefps of dx by e - 128, the
  * product dx * 2^(e - 128) rounded once as the multiplication rounds it. The AVX2 twin looks up 2v itself and multiplies with vpmaddubsw on |x| and the
- * values with x's signs (at most 2 * 12 * 127 per pair), then vpmaddwd; the plain-C twin the same
- * integers. All three give the same bits.
+ * values with x's signs (at most 2 * 12 * 127 per pair), then vpmaddwd; the plain-C twin
+ * the same integers. All three give the same bits (NaN where NaN: a scale byte of 255, or an
+ * infinite activation, makes the output NaN, not always the same NaN).
  */
 #include <errno.h>
 #include <math.h>
@@ -166,8 +167,10 @@ block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0,
 		w[q] = blocks + r * rb;
 		e[q] = scales + r * kb;
 	}
-	if (mr == 1 && a->m == 1) {
-		/* decode: the tile's rows and their scales (two streams) asked for ahead at once */
+	if (i0 == 0) {
+		/* the tile's rows and their scales (two streams) asked for ahead at once, by the
+		 * first rows of x (the hardware's prefetcher alone reads four rows at a quarter of
+		 * the bandwidth) */
 		for (size_t o = 0; o < (size_t)nr * rb; o += 64)
 			_mm_prefetch((const char *)w[0] + W_BURST_BYTES + o, _MM_HINT_T0);
 		for (size_t o = 0; o < (size_t)nr * kb; o += 64)
@@ -300,8 +303,9 @@ dps_gemm_mxfp4q8_avx2(float *restrict out, int ldo, const struct dps_q8_act *a,
 {
 	const size_t kb = dps_q8_blocks(a->k), kp = kb * DPS_Q8_BLOCK, rb = kb * 16;
 
-	for (int i = 0; i < a->m; i++)
-		for (int r0 = 0; r0 < n; r0 += GROUP) {
+	/* tiles of rows outer, so that a tile's bytes stay in cache for every row of x */
+	for (int r0 = 0; r0 < n; r0 += GROUP)
+		for (int i = 0; i < a->m; i++) {
 			const int nr = n - r0 < GROUP ? n - r0 : GROUP;
 			__m256 h[GROUP];
 			float s[4];

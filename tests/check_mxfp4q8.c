@@ -8,8 +8,8 @@
  * f32, one fmaf per block into lane b mod 16, and the tree. Every path (plain C, AVX2,
  * AVX-512 VNNI) is held to it bit for bit over m = 1 .. 129, whole and partial groups of
  * sixteen blocks and tails in n; dps_linear_mxfp4_q8 over 1, 2 and 3 threads gives every row of
- * a batch as it is alone; the extreme scales (subnormal powers, overflow, NaN) give the plain
- * twin's results; the re-laid weights read back as the stored values; the product is
+ * a batch as it is alone; the extreme scales (subnormal powers, overflow, NaN) give the
+ * oracle's results; the re-laid weights read back as the stored values; the product is
  * within the activations' quantization error of the exact MXFP4 product. Two wrong oracles
  * (blocks in lanes b mod 8; a block's nibbles read high first) are shown to be caught.
  */
@@ -61,7 +61,6 @@ static float dot_oracle(const float *x, const uint8_t *blk, const uint8_t *sc, i
 	for (int b = 0; b < kb; b++) {
 		float amax = 0, dx, id, s2;
 		int p = 0, lane = variant == 1 ? b % 8 : b % 16;
-		uint32_t bits;
 
 		for (int j = 0; j < 32; j++)
 			amax = fmaxf(amax, fabsf(x[32 * b + j]));
@@ -74,9 +73,8 @@ static float dot_oracle(const float *x, const uint8_t *blk, const uint8_t *sc, i
 
 			p += (int)nearbyintf(x[32 * b + j] * id) * twice_value(code);
 		}
-		/* 2^(e - 128) by its bits (sc in 2 .. 254 here: a normal number) */
-		bits = (uint32_t)(sc[b] - 1) << 23;
-		memcpy(&s2, &bits, sizeof(s2));
+		/* 2^(e - 128), exact in f32 down to e = 0 (a subnormal); e = 255 is NaN */
+		s2 = sc[b] == 255 ? __builtin_nanf("") : ldexpf(1.0f, sc[b] - 128);
 		a[lane] = fmaf(dx * s2, (float)p, a[lane]);
 	}
 	for (int l = 0; l < 8; l++)
@@ -200,8 +198,8 @@ END_TEST
 START_TEST(test_extreme_scales)
 {
 	/* The scales 0 and 1 (subnormal powers), 2, 254 (overflow to infinity) and 255 (NaN):
-	 * every path gives the plain-C twin's bits, or NaN where it does, and a block with the
-	 * NaN scale makes its output NaN. */
+	 * every path gives the oracle's bits, or NaN where it does, and a block with the NaN
+	 * scale makes its output NaN. */
 	struct prob p;
 	struct dps_q8_act a = { 0 };
 	float *want, *got;
@@ -214,7 +212,11 @@ START_TEST(test_extreme_scales)
 	want = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
 	got = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
 	ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, p.m, p.k), 0);
-	dps_gemm_mxfp4q8_ref(want, p.n, &a, p.relaid, p.scales, p.n);
+	for (int i = 0; i < p.m; i++)
+		for (int r = 0; r < p.n; r++)
+			want[(size_t)i * p.n + r] = dot_oracle(p.x + (size_t)i * p.k,
+							       p.blocks + (size_t)r * 17 * 16,
+							       p.scales + (size_t)r * 17, p.k, 0);
 	for (int i = 0; i < p.m; i++)
 		ck_assert(isnan(want[(size_t)i * p.n + 4]));
 	for (int path = 0; path < n_paths; path++) {
@@ -222,7 +224,7 @@ START_TEST(test_extreme_scales)
 		for (int i = 0; i < p.m * p.n; i++)
 			ck_assert_msg(isnan(want[i]) ? isnan(got[i])
 						     : !memcmp(&got[i], &want[i], sizeof(float)),
-				      "path %d, output %d: %a, plain C %a", paths[path], i,
+				      "path %d, output %d: %a, oracle %a", paths[path], i,
 				      (double)got[i], (double)want[i]);
 	}
 	dps_q8_act_free(&a);

@@ -28,7 +28,7 @@ if command -v clang >/dev/null 2>&1 &&
 	srcs="$srcs $(ls "$src"/engine/model/tok*.c) $src/common/utf8.c"
 	srcs="$srcs $src/engine/api/request.c $src/engine/api/request_fields.c"
 	srcs="$srcs $src/engine/api/http_parse.c $src/common/json.c"
-	srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c $src/common/conf.c"
+	srcs="$srcs $src/common/err.c $src/common/log.c $src/common/util.c $src/common/conf.c $src/common/f16.c"
 	srcs="$srcs $src/engine/model/chat.c $(ls "$src"/engine/model/jinja_*.c)"
 	mkdir "$work/obj"
 	objs=

@@ -40,6 +40,7 @@
 #include "kernels/limits.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
+#include "tools/bench_decode.h"
 #include "tools/bench_spec.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
@@ -48,19 +49,6 @@
 
 #define MAX_LIST 16
 
-struct result {
-	char test[32];
-	int batch, prompt, gen;
-	double mean, sd;       /* tokens/s */
-	double step_ms, coll_ms; /* per step (decode) or per prefill, and its collective part */
-	double bytes_per_step; /* decode: weights + KV read per step, every rank */
-	double gbs;            /* decode: achieved read rate; prefill: product GFLOP/s */
-	double bound;          /* decode: fraction of the bandwidth bound; prefill: of the sgemm rate */
-	double calls_per_layer[DPS_COLL_KINDS]; /* decode steps, rank 0 */
-	double dispatch_bytes, expert_bytes;    /* decode: per step, every rank */
-	double expert_gbs;     /* decode, MoE: bytes / time of the expert products, a rank's mean */
-	int real;              /* decode: sequences of every replica together */
-};
 
 /* A comma list of integers in [lo, hi]: its count, or -1 (also for an empty list). */
 static int parse_list(const char *s, int *out, int lo, int hi)
@@ -725,94 +713,12 @@ int dps_bench_decode(int argc, char **argv)
 		}
 		printf(" ]}\n");
 	} else {
-		const char *base_name = strrchr(model_dir, '/');
-		char name[64], size_s[32], params_s[32];
+		const struct bench_table t = { res, nres, model_dir, lname, world, threads,
+					       world * threads < ncpu ? world * threads : ncpu, &mach,
+					       bw, peak, b.rank0_bytes, b.rank0_wt, b.rank0_kv,
+					       load_s != NULL, b.load, par.dp, &b.cfg };
 
-		snprintf(name, sizeof(name), "%s", base_name && base_name[1] ? base_name + 1 : model_dir);
-		dps_machine_line(stdout, &mach);
-		printf("%s, %d rank(s) x %d thread(s)\n%s\n", lname, world, threads, mach.blis);
-		printf("measured in this run: memory read %.1f GB/s (%d threads), sgemm %.0f GFLOP/s "
-		       "(1536^3, %d thread(s))\n", bw / 1e9, world * threads < ncpu ? world * threads
-									 : ncpu, peak, threads);
-		printf("per rank (rank 0): %.1f MB of weights (%s), %.1f MB of KV cache\n", b.rank0_bytes
-		       / 1e6, dps_wtype_name((enum dps_wtype)b.rank0_wt), b.rank0_kv / 1e6);
-		if (load_s) {
-			printf("decode load per replica (percent of the batch):");
-			for (int d = 0; d < par.dp; d++)
-				printf(" %d", b.load[d]);
-			printf("\n");
-		}
-		/* llama-bench's first columns: model, size (every weight once, in the linear
-		 * weights' type; MXFP4 experts at 17 bytes per 32), params. */
-		{
-			const double params = (double)dps_model_config_params(&b.cfg);
-			const double per = (double)dps_wtype_bytes((enum dps_wtype)b.rank0_wt, 1, 32) / 32;
-			double expert = 0, bytes;
-
-			if (b.cfg.mxfp4)
-				for (int l = 0; l < b.cfg.num_hidden_layers; l++)
-					if (dps_cfg_layer_moe(&b.cfg, l))
-						expert += 3.0 * b.cfg.num_local_experts *
-							  b.cfg.intermediate_size * b.cfg.hidden_size;
-			bytes = (params - expert) * per + expert * 17 / 32;
-
-			if (bytes >= 1024.0 * 1024.0 * 1024.0)
-				snprintf(size_s, sizeof(size_s), "%.2f GiB", bytes / (1 << 30));
-			else
-				snprintf(size_s, sizeof(size_s), "%.2f MiB", bytes / (1 << 20));
-			snprintf(params_s, sizeof(params_s), params >= 1e9 ? "%.2f B" : "%.2f M",
-				 params >= 1e9 ? params / 1e9 : params / 1e6);
-		}
-		printf("\n| %-16s | %9s | %8s | %-22s | %5s | %-9s | %16s | %9s | %9s | %-15s | %9s "
-		       "| %-34s |\n", "model", "size", "params", "layout", "ranks", "test", "t/s",
-		       "step ms", "coll ms", "AR/AG/RS/A2A", "disp KB", "limit");
-		printf("|------------------|-----------|----------|------------------------|-------|"
-		       "-----------|------------------|-----------|-----------|-----------------|"
-		       "-----------|------------------------------------|\n");
-		for (int i = 0; i < nres; i++) {
-			const struct result *r = &res[i];
-			char test[48], lim[64], calls[32] = "", disp[24] = "";
-
-			if (r->prompt) {
-				snprintf(test, sizeof(test), "%.31s", r->test);
-				snprintf(lim, sizeof(lim), "products %.0f GFLOP/s = %.0f%% sgemm", r->gbs,
-					 100 * r->bound);
-			} else {
-				snprintf(test, sizeof(test), "%.31s b%d", r->test, r->batch);
-				snprintf(lim, sizeof(lim), "read %.1f GB/s = %.0f%% of bound", r->gbs,
-					 100 * r->bound);
-				snprintf(calls, sizeof(calls), "%.1f/%.1f/%.1f/%.1f",
-					 r->calls_per_layer[DPS_COLL_ALLREDUCE],
-					 r->calls_per_layer[DPS_COLL_ALLGATHER],
-					 r->calls_per_layer[DPS_COLL_REDUCESCATTER],
-					 r->calls_per_layer[DPS_COLL_ALLTOALL]);
-				if (b.cfg.num_local_experts)
-					snprintf(disp, sizeof(disp), "%.1f", r->dispatch_bytes / 1e3);
-				if (load_s)
-					snprintf(test, sizeof(test), "%.31s b%d:%d", r->test, r->batch,
-						 r->real);
-			}
-			printf("| %-16.16s | %9s | %8s | %-22.22s | %5d | %-9s | %7.1f ± %6.1f | %9.3f "
-			       "| %9.3f | %-15s | %9s | %-34s |\n", name, size_s, params_s, lname, world,
-			       test, r->mean, r->sd, r->step_ms, r->coll_ms, calls, disp, lim);
-		}
-		printf("\nAR/AG/RS/A2A: all-reduces, all-gathers, reduce-scatters and all-to-alls per "
-		       "layer of a decode step on rank 0; disp KB: what the expert dispatch moves per step, every rank "
-		       "together%s\n", load_s ? "; bB:S: batch B per replica, S sequences in all" : "");
-		for (int i = 0; i < nres; i++) {
-			const struct result *r = &res[i];
-
-			if (r->prompt || r->expert_gbs <= 0)
-				continue;
-			printf("experts, %s b%d: their products read %.1f GB/s on a rank while they run",
-			       r->test, r->batch, r->expert_gbs);
-			if (world == 1 && bw > 0)
-				printf(" = %.0f%% of the measured read bandwidth\n",
-				       100 * r->expert_gbs * 1e9 / bw);
-			else
-				printf(" (a rank's mean; the measured %.1f GB/s is every rank's together)\n",
-				       bw / 1e9);
-		}
+		dps_bench_decode_table(&t);
 	}
 	free(b.rows);
 	if (plot) {
