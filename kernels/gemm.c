@@ -544,18 +544,24 @@ int dps_linear_q8_reserve(int m, int k)
 	return rc;
 }
 
+/* An integer product: x quantized once into q8_act, then the slices. */
+static void q8_run(struct linear_job *j)
+{
+	if (dps_q8_act_quantize(&q8_act, j->x, j->m, j->k)) {
+		/* No memory for 1.125 bytes per activation: nothing sensible can follow. */
+		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
+			"%d x %d product\n", j->m, j->k);
+		abort();
+	}
+	linear_run(j);
+}
+
 /* Assumptions: as dps_linear_f32, W (n x k) INT8 as q8.h lays it out. */
 void dps_linear_q8(float *out, const float *x, const void *W, int m, int n, int k)
 {
 	struct linear_job j = { out, x, NULL, NULL, 0, W, NULL, NULL, &q8_act, m, n, k, 1 };
 
-	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
-		/* No memory for 1.125 bytes per activation: nothing sensible can follow. */
-		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
-			"%d x %d product\n", m, k);
-		abort();
-	}
-	linear_run(&j);
+	q8_run(&j);
 }
 
 /* Assumptions: as dps_linear_q8, W (n x k, k a multiple of 32) MXFP4 re-laid by
@@ -565,12 +571,7 @@ void dps_linear_mxfp4_q8(float *out, const float *x, const uint8_t *blocks,
 {
 	struct linear_job j = { out, x, NULL, NULL, 0, NULL, blocks, scales, &q8_act, m, n, k, 1 };
 
-	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
-		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
-			"%d x %d product\n", m, k);
-		abort();
-	}
-	linear_run(&j);
+	q8_run(&j);
 }
 
 void dps_linear_q8_ref(float *out, const float *x, const void *W, int m, int n, int k)
