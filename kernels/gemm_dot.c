@@ -12,9 +12,12 @@
  *
  * Blocking: a slice of W is taken W_BLOCK_BYTES of rows at a time (kept in L2) and, for each,
  * x X_BLOCK_BYTES of rows at a time; inside, four rows of W against up to four (AVX-512) or
- * three (AVX2) rows of x per register tile; AVX2 with one row of x (decode at batch 1) runs
- * both halves of its accumulators together, so W is read in one pass as AVX-512 reads it. The
- * blocking changes which tile computes an output and when, never the order of its sum.
+ * three (AVX2) rows of x per register tile. Decode (one or two rows of x on AVX-512, one on
+ * AVX2) reads W one row after the other instead (rows_avx512, rows_avx2): the rows are
+ * contiguous, so W is one sequential stream, which this CPU's prefetcher follows far better
+ * than four rows side by side, with one software prefetch of the page after next as each 4 KiB
+ * page begins. The blocking changes which tile computes an output and when, never the order of
+ * its sum.
  */
 #include <math.h>
 #include <stddef.h>
@@ -207,7 +210,7 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
 /* ---- AVX-512 -------------------------------------------------------------------------- */
 
 /*
- * How far ahead of the read position the AVX2 one-row kernel (decode) prefetches W. The four rows
+ * How far ahead of the read position the AVX2 four-row tiles (batch > 1) prefetch W. The four rows
  * of a tile are contiguous, so a tile reads GROUP * k elements of W at GROUP lines per 16 columns; the
  * prefetch runs W_PREFETCH_BYTES ahead of that position in address order, one stream, and
  * goes on into the next tiles whatever k is. (It replaced one prefetch per row of the next
@@ -216,8 +219,15 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
  * 86% after; 768 x 2048: 80-86% -> 94-99%; 32000 x 768: 59-66% -> 84-89%.)
  */
 #define W_PREFETCH_BYTES ((size_t)32 << 10)
-/* How far ahead the AVX-512 one-row tile asks for its rows (block_avx512). */
-#define W_BURST_BYTES ((size_t)16 << 10)
+/*
+ * The one-row kernels' prefetch: as the read position enters a 4 KiB page, the first
+ * PAGE_AHEAD_LINES lines of the page PAGE_AHEAD bytes further on, so the hardware's stream
+ * (which stops at a page's end) is already running there (one Zen 5 core, bench-110m f32,
+ * batch 1, three interleaved rounds of bench decode: 53 -> 62 tok/s; 4 lines 58, 16 lines 63,
+ * 8 KiB ahead 58).
+ */
+#define PAGE_AHEAD 4096
+#define PAGE_AHEAD_LINES 8
 
 /*
  * The GROUP lines W_PREFETCH_BYTES past the read position at column c (c a multiple of 16)
@@ -264,16 +274,6 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const void *
 #pragma GCC unroll 4
 	for (int i = 0; i < mr; i++)
 		a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
-	if (mr == 1) {
-		/*
-		 * Decode: the tile's rows (contiguous) W_BURST_BYTES ahead, every line asked for at
-		 * once, as the INT8 kernel does (one Zen 5 core, m = 1, 32000 x 768, five
-		 * interleaved rounds: f32 16.3 -> 17.4 GB/s, BF16 15.3 -> 17.6, medians, against
-		 * 32 KiB ahead four lines per 16 columns).
-		 */
-		for (size_t o = 0; o < (size_t)nr * row; o += 64)
-			_mm_prefetch(w0 + W_BURST_BYTES + o, _MM_HINT_T0);
-	}
 	for (; c + 16 <= k; c += 16) {
 		const __m512 w0v = wload_avx512(w0, c, h16), w1v = wload_avx512(w1, c, h16);
 		const __m512 w2v = wload_avx512(w2, c, h16), w3v = wload_avx512(w3, c, h16);
@@ -323,6 +323,65 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const void *
 	}
 }
 
+/*
+ * Decode (mr = 1 or 2 rows of x): rows r0 .. r0 + nr - 1 of W one after the other, each
+ * against the mr rows of x, so that W is read as one sequential stream (its rows are
+ * contiguous) which the hardware's prefetcher follows by itself. Each output's sum is
+ * block_avx512's, lane for lane and in the same order. Four rows read side by side are four
+ * streams: one Zen 5 core, m = 1, the bench-110m shapes (12 layers and the head, 438 MB),
+ * eight interleaved rounds: four rows with a burst prefetch 13.4 GB/s, one row with none 23.6
+ * (a plain read 22), one row with a prefetch 512 B to 4 KiB ahead 18-22; m = 2: 12.3 -> 18.
+ */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
+rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
+	    int r0, int nr, int k, const int mr, const int h16)
+{
+	const int tail = k % 16;
+	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
+	__m512 a[2][GROUP]; /* a[i][q]: row i of x against row r0 + q of W */
+
+	for (int q = 0; q < GROUP; q++) {
+		const char *w = w_row(W, (size_t)r0 + (size_t)(q < nr ? q : 0), k, h16);
+		int c = 0;
+
+#pragma GCC unroll 2
+		for (int i = 0; i < mr; i++)
+			a[i][q] = _mm512_setzero_ps();
+		if (q >= nr)
+			continue;
+		for (; c + 16 <= k; c += 16) {
+			const char *p = w + (size_t)c * (h16 ? sizeof(uint16_t) : sizeof(float));
+			const __m512 wv = wload_avx512(w, c, h16);
+
+			if (((uintptr_t)p & (PAGE_AHEAD - 1)) < 64)
+				for (int z = 0; z < PAGE_AHEAD_LINES; z++)
+					_mm_prefetch(p + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
+#pragma GCC unroll 2
+			for (int i = 0; i < mr; i++)
+				a[i][q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)i * (size_t)k + c),
+							  a[i][q]);
+		}
+		if (tail) {
+			const __m512 wv = wload_tail_avx512(w, c, tail, h16);
+
+#pragma GCC unroll 2
+			for (int i = 0; i < mr; i++)
+				a[i][q] = _mm512_mask3_fmadd_ps(
+					wv, _mm512_maskz_loadu_ps(mask, x + (size_t)i * (size_t)k + c),
+					a[i][q], mask);
+		}
+	}
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++) {
+		float s[4];
+
+		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a[i][0]), dps_dot_halves512(a[i][1]),
+						 dps_dot_halves512(a[i][2]), dps_dot_halves512(a[i][3])));
+		for (int q = 0; q < nr; q++)
+			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
+	}
+}
+
 /* tile_fn of block_avx512, h16 a constant: rows of x four at a time, then the rest. */
 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
 tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
@@ -330,6 +389,14 @@ tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 {
 	int i = 0;
 
+	if (mi == 1) {
+		rows_avx512(out, ldo, x, W, r0, nr, k, 1, h16);
+		return;
+	}
+	if (mi == 2) {
+		rows_avx512(out, ldo, x, W, r0, nr, k, 2, h16);
+		return;
+	}
 	for (; i + 4 <= mi; i += 4)
 		block_avx512(out + (size_t)i * (size_t)ldo, ldo, x + (size_t)i * (size_t)k, W, r0,
 			     nr, k, 4, h16);
@@ -529,6 +596,55 @@ block_avx2(float acc[][GROUP][16], const float *restrict x, const void *restrict
 	half_avx2(acc, x, w, k, c0, c1, 8, mr, pf, h16);
 }
 
+/*
+ * Decode at batch 1: rows r0 .. r0 + nr - 1 of W one after the other against one row of x, W
+ * read as one stream as rows_avx512 reads it; lanes 0..7 and 8..15 of each accumulator are
+ * two chains, summed in block_avx2's order (the tail as half_avx2 does it).
+ */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
+rows_avx2(float *restrict out, const float *restrict x, const void *restrict W, int r0, int nr,
+	  int k, const int h16)
+{
+	const size_t esz = h16 ? sizeof(uint16_t) : sizeof(float);
+	const int tail = k % 16, c16 = k - tail;
+	__m256 h[GROUP];
+	float s[4];
+
+	for (int q = 0; q < GROUP; q++) {
+		const char *w = w_row(W, (size_t)r0 + (size_t)(q < nr ? q : 0), k, h16);
+		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+
+		if (q < nr) {
+			for (int c = 0; c < c16; c += 16) {
+				const char *p = w + (size_t)c * esz;
+
+				if (((uintptr_t)p & (PAGE_AHEAD - 1)) < 64)
+					for (int z = 0; z < PAGE_AHEAD_LINES; z++)
+						_mm_prefetch(p + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
+				lo = _mm256_fmadd_ps(wload_avx2(w, c, h16), _mm256_loadu_ps(x + c), lo);
+				hi = _mm256_fmadd_ps(wload_avx2(w, c + 8, h16), _mm256_loadu_ps(x + c + 8),
+						     hi);
+			}
+			for (int off = 0; off < tail; off += 8) {
+				const int cnt = tail - off > 8 ? 8 : tail - off;
+				const __m256i mask = _mm256_cmpgt_epi32(
+					_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+				const __m256 wv = wload_tail_avx2(w, c16 + off, cnt, mask, h16);
+				const __m256 xv = _mm256_maskload_ps(x + c16 + off, mask);
+				__m256 *a = off ? &hi : &lo;
+
+				/* lanes past k keep their sums (an FMA of zeros would turn -0 into +0) */
+				*a = _mm256_blendv_ps(*a, _mm256_fmadd_ps(wv, xv, *a),
+						      _mm256_castsi256_ps(mask));
+			}
+		}
+		h[q] = _mm256_add_ps(lo, hi);
+	}
+	_mm_storeu_ps(s, dps_dot_reduce4(h[0], h[1], h[2], h[3]));
+	for (int q = 0; q < nr; q++)
+		out[r0 + q] = s[q];
+}
+
 /* Columns of a chunk: the four rows of W stay in L1 while every row of the x block passes. */
 #define KC_AVX2 1024
 #define MB_AVX2 48 /* the most rows of x per tile_avx2 (its accumulators: 12 KiB of stack) */
@@ -545,6 +661,10 @@ tile_avx2(float *restrict out, int ldo, const float *restrict x, const void *res
 	const size_t lx = (size_t)k;
 	float acc[MB_AVX2][GROUP][16];
 
+	if (mi == 1) {
+		rows_avx2(out, x, W, r0, nr, k, h16);
+		return;
+	}
 	memset(acc, 0, sizeof(acc[0]) * (size_t)mi); /* +0 in every lane */
 
 	for (int c0 = 0; c0 < k || c0 == 0; c0 += KC_AVX2) {

@@ -5,7 +5,7 @@
  * plain-C twin (dps_gemm_f32_ref) on weights widened here with a shift of our own; every BF16
  * path is held to it - the plain-C twin, AVX2 and AVX-512 (each in both its forms: dot product
  * below GEMM_TILE_M_MIN rows, register tile from there on) and dps_linear_bf16 over 1, 2 and 3
- * threads - at m = 1, 47, 48, 129 with tails in k and n and signed zeros. The narrowing is
+ * threads - at m = 1, 2, 47, 48, 129 with tails in k and n and signed zeros. The narrowing is
  * checked against round-to-nearest-even found by comparing neighbours in double, and two wrong
  * products are shown to be caught: the f32 weights before narrowing, and vdpbf16ps's order
  * (a pair of products added before it is accumulated).
@@ -38,7 +38,7 @@
 static const int shapes[][3] = { { 1, 67, 70 },	  { 1, 2048, 768 }, { 47, 96, 33 },
 				 { 47, 21, 129 }, { 48, 96, 33 },   { 48, 37, 64 },
 				 { 129, 67, 40 }, { 129, 100, 771 }, { 3, 5, 7 },
-				 { 1, 9, 2063 } };
+				 { 1, 9, 2063 }, { 2, 67, 70 },    { 2, 13, 17 } };
 
 static float frand(unsigned *s)
 {
