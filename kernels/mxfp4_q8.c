@@ -18,7 +18,10 @@
  * -> 2v + 128; vpermb reads six bits of an index, so a table of the sixteen values four times
  * over needs no nibble mask) and two vpdpbusd against the activations' slots (started from -128
  * times the blocks' sums); a block's scale is applied as vscalefps of dx by e - 128, the
- * product dx * 2^(e - 128) rounded once as the multiplication rounds it. The AVX2 twin looks up 2v itself and multiplies with vpmaddubsw on |x| and the
+ * product dx * 2^(e - 128) rounded once as the multiplication rounds it. Decode (one or two
+ * rows of x) reads W one row after another instead of four side by side (one stream, as
+ * gemm_dot.c's decode does) and looks the nibbles up with vpshufb after a mask (the same
+ * bytes as vpermb). The AVX2 twin looks up 2v itself and multiplies with vpmaddubsw on |x| and the
  * values with x's signs (at most 2 * 12 * 127 per pair), then vpmaddwd; the plain-C twin
  * the same integers. All three give the same bits (NaN where NaN: a scale byte of 255, or an
  * infinite activation, makes the output NaN, not always the same NaN).
@@ -36,6 +39,9 @@
 
 #define GROUP 4 /* rows of W per tile */
 #define W_BURST_BYTES ((size_t)8 << 10)
+/* The one-row tiles' prefetch, as gemm_dot.c's: the page after next as a page begins. */
+#define PAGE_AHEAD 4096
+#define PAGE_AHEAD_LINES 8
 
 /* 2v for each code (the values of dps_mxfp4_values, doubled). */
 static const int8_t twice[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
@@ -245,10 +251,143 @@ block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0,
 	}
 }
 
+/*
+ * block_avx512 for one row of W (codes w, scales e) against mr rows of x from row 0, one group
+ * of t blocks from block g0: the same integer sums (in two chains, low and high nibbles, added
+ * before the FMA: integers, exact) and the same FMA per output, so the same bits. As a page of
+ * the codes (or of the scales) begins, the first lines of the page after next are asked for.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), always_inline)) static inline void
+row_group_avx512(__m512 sum[2], const struct dps_q8_act *a, const uint8_t *w, const uint8_t *e,
+		 size_t kb, size_t g0, size_t t, const int mr, const int full)
+{
+	const size_t kp = kb * DPS_Q8_BLOCK, sl = 4 * t;
+	const __mmask64 mv = full ? ~(__mmask64)0 : ((__mmask64)1 << sl) - 1;
+	const __mmask16 mb = full ? (__mmask16)0xffff : (__mmask16)((1u << t) - 1);
+	const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
+		(char)128, (char)129, (char)130, (char)131, (char)132, (char)134, (char)136,
+		(char)140, (char)128, (char)127, (char)126, (char)125, (char)124, (char)122,
+		(char)120, (char)116));
+	const __m512i nib = _mm512_set1_epi8(15);
+	const char *pw = (const char *)(w + g0 * 16), *pe = (const char *)(e + g0);
+	__m512i p[2][2];
+	__mmask16 nan;
+	__m512 ex;
+
+	if (((uintptr_t)pw & (PAGE_AHEAD - 1)) < 16 * t)
+		for (int z = 0; z < PAGE_AHEAD_LINES; z++)
+			_mm_prefetch(pw + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
+	if (((uintptr_t)pe & (PAGE_AHEAD - 1)) < t)
+		_mm_prefetch(pe + PAGE_AHEAD, _MM_HINT_T0);
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++) {
+		p[i][0] = full ? _mm512_loadu_si512(a->nc + (size_t)i * kb + g0)
+			       : _mm512_maskz_loadu_epi32(mb, a->nc + (size_t)i * kb + g0);
+		p[i][1] = _mm512_setzero_si512();
+	}
+#pragma GCC unroll 4
+	for (int l = 0; l < 4; l++) {
+		const __m512i v = full ? _mm512_loadu_si512(pw + (size_t)l * sl)
+				      : _mm512_maskz_loadu_epi8(mv, pw + (size_t)l * sl);
+		const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
+		const __m512i hi = _mm512_shuffle_epi8(table,
+						       _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+
+#pragma GCC unroll 2
+		for (int i = 0; i < mr; i++) {
+			const int8_t *xq = a->q + (size_t)i * kp + g0 * DPS_Q8_BLOCK;
+
+			const int8_t *x0 = xq + (size_t)(2 * l) * sl, *x1 = xq + (size_t)(2 * l + 1) * sl;
+
+			p[i][0] = _mm512_dpbusd_epi32(p[i][0], lo, full ? _mm512_loadu_si512(x0)
+								: _mm512_maskz_loadu_epi8(mv, x0));
+			p[i][1] = _mm512_dpbusd_epi32(p[i][1], hi, full ? _mm512_loadu_si512(x1)
+								: _mm512_maskz_loadu_epi8(mv, x1));
+		}
+	}
+	ex = exps16_avx512(e + g0, mb, &nan);
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++) {
+		const float *pd = a->d + (size_t)i * kb + g0;
+		const __m512 dx = full ? _mm512_loadu_ps(pd) : _mm512_maskz_loadu_ps(mb, pd);
+		const __m512 sx = _mm512_mask_mov_ps(_mm512_scalef_ps(dx, ex), nan,
+						     _mm512_set1_ps(__builtin_nanf("")));
+
+		sum[i] = _mm512_fmadd_ps(sx, _mm512_cvtepi32_ps(_mm512_add_epi32(p[i][0], p[i][1])),
+					 sum[i]);
+	}
+}
+
+/*
+ * Decode (mr = a->m, 1 or 2): rows r0 .. r0 + nr - 1 of W one after the other, so the codes
+ * are read as one stream (and the scales as a second, sixteen times thinner), which this
+ * CPU's prefetcher follows far better than four rows side by side (gemm_dot.c's rows_avx512).
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), always_inline)) static inline void
+rows_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
+	    const uint8_t *scales, int r0, int nr, const int mr)
+{
+	const size_t kb = dps_q8_blocks(a->k), rb = kb * 16;
+	__m512 acc[GROUP][2];
+
+	for (int q = 0; q < GROUP; q++) {
+		__m512 sum[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() }; /* in registers */
+
+		if (q < nr) {
+			const uint8_t *w = blocks + (size_t)(r0 + q) * rb;
+			const uint8_t *e = scales + (size_t)(r0 + q) * kb;
+			size_t g0 = 0;
+
+			for (; g0 + DPS_Q8_GROUP <= kb; g0 += DPS_Q8_GROUP)
+				row_group_avx512(sum, a, w, e, kb, g0, DPS_Q8_GROUP, mr, 1);
+			if (g0 < kb)
+				row_group_avx512(sum, a, w, e, kb, g0, kb - g0, mr, 0);
+		}
+		acc[q][0] = sum[0];
+		acc[q][1] = sum[1];
+	}
+#pragma GCC unroll 2
+	for (int i = 0; i < mr; i++) {
+		float s[4];
+
+		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(acc[0][i]),
+						 dps_dot_halves512(acc[1][i]),
+						 dps_dot_halves512(acc[2][i]),
+						 dps_dot_halves512(acc[3][i])));
+		for (int q = 0; q < nr; q++)
+			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
+	}
+}
+
+/* rows_avx512 over every tile, one function a count of rows of x. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), noinline)) static void
+rows1_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
+	     const uint8_t *scales, int n)
+{
+	for (int r0 = 0; r0 < n; r0 += GROUP)
+		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 1);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), noinline)) static void
+rows2_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
+	     const uint8_t *scales, int n)
+{
+	for (int r0 = 0; r0 < n; r0 += GROUP)
+		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 2);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"))) void
 dps_gemm_mxfp4q8_avx512(float *restrict out, int ldo, const struct dps_q8_act *a,
 			const uint8_t *blocks, const uint8_t *scales, int n)
 {
+	if (a->m == 1) {
+		rows1_avx512(out, ldo, a, blocks, scales, n);
+		return;
+	}
+	if (a->m == 2) {
+		rows2_avx512(out, ldo, a, blocks, scales, n);
+		return;
+	}
 	for (int r0 = 0; r0 < n; r0 += GROUP) {
 		const int nr = n - r0 < GROUP ? n - r0 : GROUP;
 		int i = 0;
