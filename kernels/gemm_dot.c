@@ -210,24 +210,21 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
 /* ---- AVX-512 -------------------------------------------------------------------------- */
 
 /*
- * How far ahead of the read position the AVX2 four-row tiles (batch > 1) prefetch W. The four rows
- * of a tile are contiguous, so a tile reads GROUP * k elements of W at GROUP lines per 16 columns; the
- * prefetch runs W_PREFETCH_BYTES ahead of that position in address order, one stream, and
- * goes on into the next tiles whatever k is. (It replaced one prefetch per row of the next
- * tile at the same column, which ran only GROUP rows ahead - 12 KiB at k = 768 - and kept
- * four streams open: one Zen 3 core, m = 1, f32, 2048 x 768: 56-61% of a plain read before,
- * 86% after; 768 x 2048: 80-86% -> 94-99%; 32000 x 768: 59-66% -> 84-89%.)
+ * How far ahead of the read position the AVX2 four-row tiles (batch > 1) prefetch W: the rows
+ * of a tile are contiguous, so the prefetch runs W_PREFETCH_BYTES ahead in address order, one
+ * stream, GROUP lines per 16 columns, into the next tiles whatever k is.
  */
 #define W_PREFETCH_BYTES ((size_t)32 << 10)
 /*
- * The one-row kernels' prefetch: as the read position enters a 4 KiB page, the first
- * PAGE_AHEAD_LINES lines of the page PAGE_AHEAD bytes further on, so the hardware's stream
- * (which stops at a page's end) is already running there (one Zen 5 core, bench-110m f32,
- * batch 1, three interleaved rounds of bench decode: 53 -> 62 tok/s; 4 lines 58, 16 lines 63,
- * 8 KiB ahead 58).
+ * The one-row kernels' prefetch: as the read position enters a 4 KiB page, the first lines of
+ * the page after next, so the hardware's stream (which stops at a page's end) already runs
+ * there (one Zen 5 core, bench-110m f32, batch 1, bench decode: 53 -> 62 tok/s; 4 lines 58,
+ * 16 lines 63, 8 KiB ahead 58).
  */
 #define PAGE_AHEAD 4096
 #define PAGE_AHEAD_LINES 8
+/* How far ahead the two-row BF16/F16 kernel (pairs16_avx512) prefetches, in address order. */
+#define PAIR_AHEAD ((size_t)8 << 10)
 
 /*
  * The GROUP lines W_PREFETCH_BYTES past the read position at column c (c a multiple of 16)
@@ -382,6 +379,63 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 	}
 }
 
+/*
+ * BF16 or F16 at batch 1, a whole tile of four rows: rows 0 and 1 side by side, then 2 and 3,
+ * each pair's lines asked for PAIR_AHEAD bytes ahead in address order (one prefetch stream over
+ * both rows). One row alone is one chain of FMAs, each waiting for the last (about 1.1 ns on
+ * Zen 5) and eating 32 bytes of BF16: about the memory's pace, so the two never overlap; two
+ * chains do. Each output's sum is rows_avx512's, lane for lane. (One Zen 5 core, the bench-110m
+ * shapes in BF16, five rounds: one row 20 GB/s, two rows with this prefetch 8 KiB ahead 26,
+ * 16 KiB 24, four rows 21; f32, whose FMA eats 64 bytes, stays one row: 29 against 24.)
+ */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
+pairs16_avx512(float *restrict out, const float *restrict x, const void *restrict W, int r0,
+	       int k, const int h16)
+{
+	const size_t row = (size_t)k * sizeof(uint16_t);
+	const int tail = k % 16;
+	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
+	__m512 a[GROUP];
+	float s[4];
+
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		const char *w0 = w_row(W, (size_t)r0 + 2 * (size_t)h, k, h16), *w1 = w0 + row;
+		__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+		int c = 0;
+
+		/* 32 columns a pass, a whole line of each row (16 a pass ran a fifth slower) */
+		for (; c + 32 <= k; c += 32) {
+			const char *pf = w0 + PAIR_AHEAD + (size_t)c * 2 * sizeof(uint16_t);
+			const __m512 xv = _mm512_loadu_ps(x + c), xw = _mm512_loadu_ps(x + c + 16);
+
+			_mm_prefetch(pf, _MM_HINT_T0);
+			_mm_prefetch(pf + 64, _MM_HINT_T0);
+			s0 = _mm512_fmadd_ps(wload_avx512(w0, c, h16), xv, s0);
+			s1 = _mm512_fmadd_ps(wload_avx512(w1, c, h16), xv, s1);
+			s0 = _mm512_fmadd_ps(wload_avx512(w0, c + 16, h16), xw, s0);
+			s1 = _mm512_fmadd_ps(wload_avx512(w1, c + 16, h16), xw, s1);
+		}
+		for (; c + 16 <= k; c += 16) {
+			const __m512 xv = _mm512_loadu_ps(x + c);
+
+			s0 = _mm512_fmadd_ps(wload_avx512(w0, c, h16), xv, s0);
+			s1 = _mm512_fmadd_ps(wload_avx512(w1, c, h16), xv, s1);
+		}
+		if (tail) {
+			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c);
+
+			s0 = _mm512_mask3_fmadd_ps(wload_tail_avx512(w0, c, tail, h16), xv, s0, mask);
+			s1 = _mm512_mask3_fmadd_ps(wload_tail_avx512(w1, c, tail, h16), xv, s1, mask);
+		}
+		a[2 * h] = s0;
+		a[2 * h + 1] = s1;
+	}
+	_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a[0]), dps_dot_halves512(a[1]),
+					 dps_dot_halves512(a[2]), dps_dot_halves512(a[3])));
+	memcpy(out + r0, s, sizeof(s));
+}
+
 /* tile_fn of block_avx512, h16 a constant: rows of x four at a time, then the rest. */
 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
 tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *restrict W,
@@ -389,6 +443,10 @@ tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 {
 	int i = 0;
 
+	if (mi == 1 && h16 && nr == GROUP) {
+		pairs16_avx512(out, x, W, r0, k, h16);
+		return;
+	}
 	if (mi == 1) {
 		rows_avx512(out, ldo, x, W, r0, nr, k, 1, h16);
 		return;
