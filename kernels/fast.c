@@ -7,6 +7,7 @@
  * within rounding, not bit for bit; on one CPU they are deterministic.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <immintrin.h>
@@ -280,6 +281,35 @@ static inline const float *paged_row(const float *base, const int *restrict tabl
 }
 
 /*
+ * out = sum over t in [first, n_pos), in that order, of p_t v_t for a head of ns * 16 values:
+ * the ns sixteen-lane slices of out accumulate side by side, position after position, so V is
+ * read in one pass and the ns chains of FMAs overlap; each value's sum is the one the loop
+ * below (a slice at a time) makes, term for term and in the same order.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+weighted_v512(float *restrict out, const float *restrict v, const int *restrict table, int bs,
+	      size_t block_stride, int first, int n_pos, size_t kv_stride,
+	      const float *restrict p, const int ns)
+{
+	__m512 acc[8];
+
+#pragma GCC unroll 8
+	for (int j = 0; j < ns; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (int t = first; t < n_pos; t++) {
+		const float *vt = paged_row(v, table, bs, block_stride, kv_stride, t);
+		const __m512 pt = _mm512_set1_ps(p[t]);
+
+#pragma GCC unroll 8
+		for (int j = 0; j < ns; j++)
+			acc[j] = _mm512_fmadd_ps(pt, _mm512_loadu_ps(vt + 16 * j), acc[j]);
+	}
+#pragma GCC unroll 8
+	for (int j = 0; j < ns; j++)
+		_mm512_storeu_ps(out + 16 * j, acc[j]);
+}
+
+/*
  * Assumptions: head_dim >= 1 (any value; a multiple of 16 is fastest); 0 <= first < n_pos;
  * positions found through the block table as dps_attention_paged_ref says, only those of
  * [first, n_pos) read; scratch holds n_pos floats (the window's at scratch + first); out does
@@ -305,6 +335,16 @@ __attribute__((target("avx512f"))) void dps_attention_paged_avx512(
 		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
 	}
 	softmax512(scratch + first, n_pos - first, sink);
+	switch (head_dim) { /* the usual sizes: every slice's chain at once, V read in one pass */
+	case 64:
+		weighted_v512(out, v, table, bs, block_stride, first, n_pos, kv_stride, scratch, 4);
+		return;
+	case 128:
+		weighted_v512(out, v, table, bs, block_stride, first, n_pos, kv_stride, scratch, 8);
+		return;
+	default:
+		break;
+	}
 	for (int i = 0; i < head_dim; i += 16) {
 		const __mmask16 m = tail_mask(head_dim - i);
 		__m512 acc = _mm512_setzero_ps();
@@ -419,6 +459,152 @@ __attribute__((target("avx2,fma"))) void dps_attention_paged_avx2(
 		}
 		_mm256_maskstore_ps(out + i, m, acc);
 	}
+}
+
+/*
+ * weighted_v512 for hh heads at once (their rows of V at off[0..hh-1] in each position's row):
+ * one pass over the positions reads every head's values of a position together.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+weighted_heads512(float *restrict out, size_t out_stride, const float *restrict v,
+		  const size_t *off, const int *restrict table, int bs, size_t block_stride,
+		  int first, int n_pos, size_t kv_stride, const float *restrict p, size_t p_stride,
+		  const int hh, const int ns)
+{
+	__m512 acc[4][8];
+
+#pragma GCC unroll 4
+	for (int h = 0; h < hh; h++)
+#pragma GCC unroll 8
+		for (int j = 0; j < ns; j++)
+			acc[h][j] = _mm512_setzero_ps();
+	for (int b = first / bs; b * bs < n_pos; b++) { /* block by block: no division a row */
+		const float *vb = v + (size_t)table[b] * block_stride;
+		const int t0 = b * bs > first ? b * bs : first;
+		const int t1 = (b + 1) * bs < n_pos ? (b + 1) * bs : n_pos;
+
+		for (int t = t0; t < t1; t++) {
+			const float *vt = vb + (size_t)(t - b * bs) * kv_stride;
+
+#pragma GCC unroll 4
+			for (int h = 0; h < hh; h++) {
+				const __m512 pt = _mm512_set1_ps(p[(size_t)h * p_stride + (size_t)t]);
+
+#pragma GCC unroll 8
+				for (int j = 0; j < ns; j++)
+					acc[h][j] = _mm512_fmadd_ps(
+						pt, _mm512_loadu_ps(vt + off[h] + 16 * j), acc[h][j]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int h = 0; h < hh; h++)
+#pragma GCC unroll 8
+		for (int j = 0; j < ns; j++)
+			_mm512_storeu_ps(out + (size_t)h * out_stride + 16 * j, acc[h][j]);
+}
+
+/*
+ * nh (<= DPS_ATTN_HEADS) heads of head_dim ns * 16 at once, each exactly as
+ * dps_attention_paged_avx512 computes it (the same FMAs in the same order, the same softmax),
+ * but reading each position's keys, then its values, for every head in one pass: the heads of
+ * a position are neighbours in the cache, and heads sharing a KV head (GQA) read it once.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+heads512(float *restrict out, size_t out_stride, const float *restrict q, size_t q_stride,
+	 int nh, const size_t *off, const float *restrict k, const float *restrict v,
+	 const int *restrict table, int bs, size_t block_stride, int first, int n_pos,
+	 size_t kv_stride, const float *sinks, float *restrict scratch, size_t s_stride,
+	 const int ns)
+{
+	const float scale = 1.0f / sqrtf((float)(16 * ns)); /* as dps_attention_paged_avx512's */
+	int h = 0;
+
+	for (int b = first / bs; b * bs < n_pos; b++) { /* block by block: no division a row */
+		const float *kb = k + (size_t)table[b] * block_stride;
+		const int t0 = b * bs > first ? b * bs : first;
+		const int t1 = (b + 1) * bs < n_pos ? (b + 1) * bs : n_pos;
+
+		for (int t = t0; t < t1; t++) {
+			const float *kt = kb + (size_t)(t - b * bs) * kv_stride;
+
+			for (int x = 0; x < nh; x++) {
+				const float *qx = q + (size_t)x * q_stride;
+				__m512 acc = _mm512_setzero_ps();
+
+#pragma GCC unroll 8
+				for (int j = 0; j < ns; j++)
+					acc = _mm512_fmadd_ps(_mm512_loadu_ps(qx + 16 * j),
+							      _mm512_loadu_ps(kt + off[x] + 16 * j), acc);
+				scratch[(size_t)x * s_stride + (size_t)t] =
+					_mm512_reduce_add_ps(acc) * scale;
+			}
+		}
+	}
+	for (int x = 0; x < nh; x++)
+		softmax512(scratch + (size_t)x * s_stride + first, n_pos - first,
+			   sinks ? sinks + x : NULL);
+	/* sixteen accumulators a pass: four heads of 64, two of 128 */
+	for (; h + (ns == 4 ? 4 : 2) <= nh; h += ns == 4 ? 4 : 2) {
+		if (ns == 4)
+			weighted_heads512(out + (size_t)h * out_stride, out_stride, v, off + h, table,
+					  bs, block_stride, first, n_pos, kv_stride,
+					  scratch + (size_t)h * s_stride, s_stride, 4, 4);
+		else
+			weighted_heads512(out + (size_t)h * out_stride, out_stride, v, off + h, table,
+					  bs, block_stride, first, n_pos, kv_stride,
+					  scratch + (size_t)h * s_stride, s_stride, 2, 8);
+	}
+	for (; h < nh; h++)
+		weighted_heads512(out + (size_t)h * out_stride, out_stride, v, off + h, table, bs,
+				  block_stride, first, n_pos, kv_stride,
+				  scratch + (size_t)h * s_stride, s_stride, 1, ns);
+}
+
+__attribute__((target("avx512f"))) static void
+heads512_64(float *restrict out, size_t out_stride, const float *restrict q, size_t q_stride,
+	    int nh, const size_t *off, const float *restrict k, const float *restrict v,
+	    const int *restrict table, int bs, size_t block_stride, int first, int n_pos,
+	    size_t kv_stride, const float *sinks, float *restrict scratch, size_t s_stride)
+{
+	heads512(out, out_stride, q, q_stride, nh, off, k, v, table, bs, block_stride, first,
+		 n_pos, kv_stride, sinks, scratch, s_stride, 4);
+}
+
+__attribute__((target("avx512f"))) static void
+heads512_128(float *restrict out, size_t out_stride, const float *restrict q, size_t q_stride,
+	     int nh, const size_t *off, const float *restrict k, const float *restrict v,
+	     const int *restrict table, int bs, size_t block_stride, int first, int n_pos,
+	     size_t kv_stride, const float *sinks, float *restrict scratch, size_t s_stride)
+{
+	heads512(out, out_stride, q, q_stride, nh, off, k, v, table, bs, block_stride, first,
+		 n_pos, kv_stride, sinks, scratch, s_stride, 8);
+}
+
+void dps_attention_paged_heads(float *restrict out, size_t out_stride, const float *restrict q,
+			       size_t q_stride, int nh, const size_t *off,
+			       const float *restrict k, const float *restrict v,
+			       const int *restrict table, int block_size, size_t block_stride,
+			       int first, int n_pos, int head_dim, size_t kv_stride,
+			       const float *sinks, float *restrict scratch, size_t s_stride)
+{
+	if (nh > DPS_ATTN_HEADS)
+		abort(); /* the caller's contract */
+	if (have_avx512() && head_dim == 64) {
+		heads512_64(out, out_stride, q, q_stride, nh, off, k, v, table, block_size,
+			    block_stride, first, n_pos, kv_stride, sinks, scratch, s_stride);
+		return;
+	}
+	if (have_avx512() && head_dim == 128) {
+		heads512_128(out, out_stride, q, q_stride, nh, off, k, v, table, block_size,
+			     block_stride, first, n_pos, kv_stride, sinks, scratch, s_stride);
+		return;
+	}
+	for (int x = 0; x < nh; x++)
+		dps_attention_paged(out + (size_t)x * out_stride, q + (size_t)x * q_stride,
+				    k + off[x], v + off[x], table, block_size, block_stride, first,
+				    n_pos, head_dim, kv_stride, sinks ? sinks + x : NULL,
+				    scratch + (size_t)x * s_stride);
 }
 
 void dps_attention_paged(float *restrict out, const float *restrict q, const float *restrict k,

@@ -106,6 +106,22 @@ void dps_attention_paged(float *restrict out, const float *restrict q, const flo
 			 const float *sink, float *restrict scratch);
 
 /*
+ * nh (1 .. DPS_ATTN_HEADS) heads of one row at once: head x's query at q + x * q_stride, its
+ * keys and values at k + off[x] and v + off[x] in each position's row (paged as above), its
+ * sink at sinks[x] (sinks may be NULL), its output at out + x * out_stride, its scores at
+ * scratch + x * s_stride (s_stride >= n_pos). Each head's output is, bit for bit, what
+ * dps_attention_paged gives it alone; with AVX-512 and a head_dim of 64 or 128 the heads
+ * read each position's keys and values together (one pass), otherwise one head at a time.
+ */
+#define DPS_ATTN_HEADS 4
+void dps_attention_paged_heads(float *restrict out, size_t out_stride, const float *restrict q,
+			       size_t q_stride, int nh, const size_t *off,
+			       const float *restrict k, const float *restrict v,
+			       const int *restrict table, int block_size, size_t block_stride,
+			       int first, int n_pos, int head_dim, size_t kv_stride,
+			       const float *sinks, float *restrict scratch, size_t s_stride);
+
+/*
  * The two paths dps_attention_paged chooses between at run time, for the tests to reach
  * both: the first requires AVX-512F, the second AVX2 and FMA; the caller checks.
  */

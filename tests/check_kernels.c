@@ -272,6 +272,85 @@ START_TEST(test_attention_paged)
 }
 END_TEST
 
+/*
+ * Several heads of a row at once (dps_attention_paged_heads, what the engine calls): each
+ * head's output is, bit for bit, dps_attention_paged's for it alone - paged and shuffled
+ * blocks, GQA (two query heads on one KV head), sinks, windows (first > 0), head sizes with the
+ * one-pass AVX-512 form (64, 128) and without (20), one to four heads. A wrong order of the
+ * value sum (the last position first) is shown to be caught.
+ */
+START_TEST(test_attention_heads)
+{
+	static const int dims[] = { 64, 128, 20 };
+	enum { BS = 4, NB = 12, NKV = 3 };
+	static const int table[NB] = { 7, 2, 11, 0, 5, 9, 1, 3, 8, 4, 6, 10 };
+	const int hd = dims[_i];
+	const size_t kvs = (size_t)NKV * (size_t)hd, bstride = (size_t)BS * kvs;
+	float *k = malloc(sizeof(float) * NB * bstride), *v = malloc(sizeof(float) * NB * bstride);
+	float *q = malloc(sizeof(float) * 4 * (size_t)hd), *a = malloc(sizeof(float) * 4 * (size_t)hd);
+	float *b = malloc(sizeof(float) * (size_t)hd), *sc = malloc(sizeof(float) * 4 * NB * BS);
+	float *s1 = malloc(sizeof(float) * NB * BS), sinks[4] = { 0.5f, -1.0f, 2.0f, 0.0f };
+	static const int kvh[4] = { 2, 0, 0, 1 }; /* heads 1 and 2 share KV head 0 */
+
+	fill(k, NB * (int)bstride, 31, 1.0f);
+	fill(v, NB * (int)bstride, 32, 1.0f);
+	fill(q, 4 * hd, 33, 2.0f);
+	for (int nh = 1; nh <= DPS_ATTN_HEADS; nh++)
+		for (int n = 1; n <= NB * BS; n += 7)
+			for (int f = 0; f < 2; f++) {
+				const int first = f ? n / 2 : 0;
+				size_t off[4];
+
+				for (int x = 0; x < nh; x++)
+					off[x] = (size_t)kvh[x] * (size_t)hd;
+				dps_attention_paged_heads(a, (size_t)hd, q, (size_t)hd, nh, off, k, v, table,
+							  BS, bstride, first, n, hd, kvs, f ? sinks : NULL,
+							  sc, NB * BS);
+				for (int x = 0; x < nh; x++) {
+					dps_attention_paged(b, q + (size_t)x * (size_t)hd, k + off[x], v + off[x],
+							    table, BS, bstride, first, n, hd, kvs,
+							    f ? sinks + x : NULL, s1);
+					ck_assert_msg(!memcmp(a + (size_t)x * (size_t)hd, b,
+							      sizeof(float) * (size_t)hd),
+						      "hd=%d nh=%d n=%d first=%d head %d", hd, nh, n, first, x);
+				}
+			}
+	{ /* the check can fail: the values summed from the last position down */
+		const int n = NB * BS;
+		size_t off[1] = { 0 };
+		float *p = malloc(sizeof(float) * (size_t)n);
+		int differ = 0;
+		const int fast = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+		dps_attention_paged_heads(a, (size_t)hd, q, (size_t)hd, 1, off, k, v, table, BS, bstride,
+					  0, n, hd, kvs, NULL, sc, NB * BS);
+		dps_attention_paged(b, q, k, v, table, BS, bstride, 0, n, hd, kvs, NULL, p); /* its p */
+		for (int i = 0; i < hd; i++) {
+			float fwd = 0.0f, back = 0.0f;
+
+			for (int t = 0; t < n; t++) /* the kernel's order, from the same p */
+				fwd = fmaf(p[t], v[(size_t)table[t / BS] * bstride + (size_t)(t % BS) * kvs +
+						  (size_t)i], fwd);
+			for (int t = n - 1; t >= 0; t--)
+				back = fmaf(p[t], v[(size_t)table[t / BS] * bstride + (size_t)(t % BS) * kvs +
+						   (size_t)i], back);
+			if (fast) /* FMAs as fmaf rounds them (the plain twin may not fuse) */
+				ck_assert_msg(fwd == a[i], "hd=%d value %d: %g != %g", hd, i, fwd, a[i]);
+			differ |= back != a[i];
+		}
+		ck_assert_msg(differ, "the reversed sum went unnoticed");
+		free(p);
+	}
+	free(k);
+	free(v);
+	free(q);
+	free(a);
+	free(b);
+	free(sc);
+	free(s1);
+}
+END_TEST
+
 /* The paths of dps_attention_paged under test: the dispatcher, then each this CPU runs. */
 typedef void (*attention_paged_fn)(float *restrict, const float *restrict, const float *restrict,
 				   const float *restrict, const int *restrict, int, size_t, int, int,
@@ -587,6 +666,7 @@ int main(void)
 	tcase_add_test(tc, test_embedding);
 	tcase_add_loop_test(tc, test_attention, 0, 5);
 	tcase_add_test(tc, test_attention_paged);
+	tcase_add_loop_test(tc, test_attention_heads, 0, 3);
 	/* A path the CPU cannot run is not registered (so not counted as a pass). */
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f")) {

@@ -28,6 +28,7 @@ struct attn_job {
 	size_t q_stride;
 	float *out;      /* (n, hq_t * hd) */
 	int chunks;
+	int group; /* heads a slice is a multiple of (a divisor of hq_t, <= DPS_ATTN_HEADS) */
 };
 
 static void attn_chunk(void *arg, int chunk, int tid)
@@ -36,31 +37,37 @@ static void attn_chunk(void *arg, int chunk, int tid)
 	struct dps_shard *s = j->s;
 	const int hd = s->hd, hq = s->hq_t;
 	const size_t kv = (size_t)s->nkv_t * (size_t)hd, bstride = (size_t)s->block_size * kv;
-	float *scratch = s->scores + (size_t)tid * (size_t)s->max_pos;
+	float *scratch = s->scores + (size_t)tid * DPS_ATTN_HEADS * (size_t)s->max_pos;
 	int lo, hi;
 
-	dps_pool_split(j->n * hq, 1, chunk, j->chunks, &lo, &hi);
-	for (int item = lo; item < hi; item++) {
-		const int i = item / hq, h = item % hq;
-		float *out = j->out + (size_t)i * (size_t)hq * (size_t)hd + (size_t)h * (size_t)hd;
-		size_t base;
+	dps_pool_split(j->n * hq, j->group, chunk, j->chunks, &lo, &hi);
+	/* up to DPS_ATTN_HEADS heads of one row at a time, which read the cache together */
+	for (int item = lo; item < hi;) {
+		const int i = item / hq, h0 = item % hq;
+		const int left = hq - h0 < hi - item ? hq - h0 : hi - item;
+		const int nh = left < DPS_ATTN_HEADS ? left : DPS_ATTN_HEADS;
+		float *out = j->out + (size_t)i * (size_t)hq * (size_t)hd + (size_t)h0 * (size_t)hd;
+		size_t off[DPS_ATTN_HEADS];
 
+		item += nh;
 		if (!j->table[i]) { /* a padding row reads nothing */
-			memset(out, 0, sizeof(float) * (size_t)hd);
+			memset(out, 0, sizeof(float) * (size_t)nh * (size_t)hd);
 			continue;
 		}
-		base = dps_kv_offset(j->layer, s->num_blocks, s->block_size, 0, kv) +
-		       (size_t)s->q2kv[h] * (size_t)hd;
+		for (int x = 0; x < nh; x++)
+			off[x] = (size_t)s->q2kv[h0 + x] * (size_t)hd;
 		{
 			const struct dps_shard_layer *w = &s->layers[j->layer];
+			const size_t base = dps_kv_offset(j->layer, s->num_blocks, s->block_size, 0, kv);
 			const int n_pos = j->pos[i] + 1;
 			/* a window layer reads its last `window` positions only */
 			const int first = w->window && n_pos > w->window ? n_pos - w->window : 0;
 
-			dps_attention_paged(out, j->q + (size_t)i * j->q_stride + (size_t)h * (size_t)hd,
-					    s->key_cache + base, s->value_cache + base, j->table[i],
-					    s->block_size, bstride, first, n_pos, hd, kv,
-					    w->sinks ? &w->sinks[h] : NULL, scratch);
+			dps_attention_paged_heads(
+				out, (size_t)hd, j->q + (size_t)i * j->q_stride + (size_t)h0 * (size_t)hd,
+				(size_t)hd, nh, off, s->key_cache + base, s->value_cache + base,
+				j->table[i], s->block_size, bstride, first, n_pos, hd, kv,
+				w->sinks ? w->sinks + h0 : NULL, scratch, (size_t)s->max_pos);
 		}
 	}
 }
@@ -76,7 +83,7 @@ static void attend(struct dps_shard *s, int layer, const struct dps_rows *r, flo
 	const int hd = s->hd, n = r->n;
 	const int *pos = r->pos;
 	const size_t kv = (size_t)s->nkv_t * (size_t)hd;
-	struct attn_job j = { s, n, layer, pos, r->table, q, q_stride, out, 1 };
+	struct attn_job j = { s, n, layer, pos, r->table, q, q_stride, out, 1, 1 };
 	const int items = n * s->hq_t, most = 8 * dps_pool_size(dps_gemm_pool());
 
 	const struct dps_shard_layer *w = &s->layers[layer];
@@ -108,7 +115,15 @@ static void attend(struct dps_shard *s, int layer, const struct dps_rows *r, flo
 			memcpy(s->value_cache + at, v + (size_t)i * k_stride, sizeof(float) * kv);
 		}
 	}
-	j.chunks = items < most ? items : most;
+	/*
+	 * Slices of whole groups of heads, so that the heads of a group read the cache together
+	 * (dps_attention_paged_heads), as large as leaves two slices a thread: 12 heads of a row
+	 * are three groups of 4 on one thread, four of 3 on two.
+	 */
+	for (j.group = DPS_ATTN_HEADS; j.group > 1; j.group--)
+		if (s->hq_t % j.group == 0 && items / j.group >= 2 * dps_pool_size(dps_gemm_pool()))
+			break;
+	j.chunks = items / j.group < most ? items / j.group : most;
 	if (dps_pool_size(dps_gemm_pool()) <= s->score_threads) {
 		dps_pool_run(dps_gemm_pool(), j.chunks, attn_chunk, &j);
 	} else { /* more threads than at load: one scratch row, one thread */

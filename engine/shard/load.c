@@ -15,6 +15,7 @@
 #include "engine/shard/kv.h"
 #include "engine/shard/shard_int.h"
 #include "kernels/gemm.h"
+#include "kernels/kernels.h"
 #include "kernels/pool.h"
 
 static const char *const part_names[DPS_PART_COUNT] = {
@@ -553,7 +554,8 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 				 (size_t)s->hd, sizeof(float));
 	s->gu = calloc(g * 2 * (size_t)s->im_sh, sizeof(float));
 	s->score_threads = dps_pool_size(dps_gemm_pool());
-	s->scores = calloc((size_t)s->score_threads * (size_t)s->max_pos, sizeof(float));
+	s->scores = calloc((size_t)s->score_threads * DPS_ATTN_HEADS * (size_t)s->max_pos,
+			   sizeof(float)); /* DPS_ATTN_HEADS heads a thread at once (attn.c) */
 	s->cs = calloc((size_t)s->max_rows * (size_t)s->hd, sizeof(float));
 	s->lg = calloc(g * (size_t)(s->v_tp > s->v_lm ? s->v_tp : s->v_lm), sizeof(float));
 	s->lg2 = calloc(g * (size_t)tp * (size_t)maxc *
