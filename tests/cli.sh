@@ -229,8 +229,19 @@ assert all(x["tokens_per_s"] > 0 for x in r), r
 assert d["read_bandwidth_gbs"] > 0 and d["sgemm_gflops"] > 0, d
 assert r[1]["batch"] == 2 and r[1]["bytes_per_step"] > 0, r
 assert d["version"] and d["git_commit"] and d["cpu"] and d["cpus"] >= 1 and d["numa_nodes"] >= 1, d
+# the products of a decode step read every linear weight once, whatever the batch: the
+# projections of each layer and the LM head (tied here), in f32, from the config
+c = json.load(open(sys.argv[1]))
+hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+per_layer = (c["hidden_size"] * hd * (c["num_attention_heads"] + 2 * c["num_key_value_heads"])
+             + c["num_attention_heads"] * hd * c["hidden_size"]
+             + 3 * c["hidden_size"] * c["intermediate_size"])
+want = 4 * (c["num_hidden_layers"] * per_layer + c["vocab_size"] * c["hidden_size"])
+assert r[1]["product_bytes_per_step"] == want, (r[1]["product_bytes_per_step"], want)
+assert r[1]["product_read_gbs"] > 0, r
 assert "BLIS" in d["blis"] or "dpshard" in d["blis"], d
-' <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
+' "$(find "$tmp/cache-bench" -path '*tiny-seed0/config.json' | head -n 1)" \
+		<"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
 fi
 run bench decode --preset tiny -p 8 -n 4 -b 1,2 -r 1 --csv
 if expect_rc 0; then

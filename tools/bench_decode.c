@@ -78,6 +78,7 @@ struct bmsg {
 	int32_t type, rank, test, p, b, g, rep, gi, bi, wt; /* wt: MSG_BYTES, the weights' type */
 	double moe_bytes, ep_bytes; /* MSG_MOE: this rank's, over the G steps of one run */
 	double exp_bytes, exp_secs; /* MSG_MOE: of which the expert products, and their time */
+	double prod_bytes, prod_secs; /* MSG_MOE: the products' W bytes and time (every model) */
 	double secs, coll_s, lin_s, lin_flops, steps;
 	double decode_bytes, all_bytes, kv_bytes;
 	double calls_per_layer[DPS_COLL_KINDS];
@@ -92,6 +93,7 @@ struct bench {
 	int load[DPS_MAX_WORLD];   /* per replica: percent of the batch (100: all) */
 	double moe_sum[MAX_LIST][MAX_LIST], ep_sum[MAX_LIST][MAX_LIST]; /* [gi][bi], all ranks */
 	double exp_bytes[MAX_LIST][MAX_LIST], exp_secs[MAX_LIST][MAX_LIST];
+	double prod_bytes[MAX_LIST][MAX_LIST], prod_secs[MAX_LIST][MAX_LIST];
 	/* collected by the supervisor */
 	struct bmsg *rows;
 	int nrows, cap;
@@ -271,7 +273,8 @@ static int rank_main(struct dps_world *w, void *arg)
 				/* Coupled replicas step at B rows, padded; others run their own rows. */
 				const int rows = dps_shard_coupled(&s) ? B : real;
 				struct dps_shard_stats st0;
-				uint64_t t0, c0, moe0, ep0, xb0, xt0;
+				uint64_t t0, c0, moe0, ep0, xb0, xt0, pt0;
+				double pb0;
 				const float *lg = NULL;
 
 				for (int i = 0; i < real; i++) {
@@ -292,6 +295,8 @@ static int rank_main(struct dps_world *w, void *arg)
 				moe0 = s.moe_bytes;
 				xb0 = s.exp_bytes;
 				xt0 = s.exp_ns;
+				pb0 = s.linear_bytes;
+				pt0 = s.linear_ns;
 				ep0 = dispatch_bytes(&s);
 				t0 = dps_now_ns();
 				for (int g = 1; g <= G && lg && !rc; g++) {
@@ -325,7 +330,7 @@ static int rank_main(struct dps_world *w, void *arg)
 				m.steps = G;
 				if (!rc && w->rank == 0)
 					rc = dps_ring_push(&w->to_sup, &m, sizeof(m), 0);
-				if (!rc && s.moe) {
+				if (!rc) { /* the MoE counts (zero without) and the products' */
 					struct bmsg e = m;
 
 					e.type = MSG_MOE;
@@ -334,6 +339,8 @@ static int rank_main(struct dps_world *w, void *arg)
 					e.ep_bytes = (double)(dispatch_bytes(&s) - ep0);
 					e.exp_bytes = (double)(s.exp_bytes - xb0);
 					e.exp_secs = (double)(s.exp_ns - xt0) / 1e9;
+					e.prod_bytes = s.linear_bytes - pb0;
+					e.prod_secs = (double)(s.linear_ns - pt0) / 1e9;
 					rc = dps_ring_push(&w->to_sup, &e, sizeof(e), 0);
 				}
 			}
@@ -366,6 +373,8 @@ static void on_msg(int rank, const void *msg, size_t len, void *arg)
 			b->ep_sum[m.gi][m.bi] += m.ep_bytes;
 			b->exp_bytes[m.gi][m.bi] += m.exp_bytes;
 			b->exp_secs[m.gi][m.bi] += m.exp_secs;
+			b->prod_bytes[m.gi][m.bi] += m.prod_bytes;
+			b->prod_secs[m.gi][m.bi] += m.prod_secs;
 		}
 		return;
 	}
@@ -644,6 +653,9 @@ int dps_bench_decode(int argc, char **argv)
 			r->dispatch_bytes = k ? b.ep_sum[gi][bi] / k / G : 0;
 			r->expert_gbs = b.exp_secs[gi][bi] > 0
 						? b.exp_bytes[gi][bi] / b.exp_secs[gi][bi] / 1e9 : 0;
+			r->product_gbs = b.prod_secs[gi][bi] > 0
+						 ? b.prod_bytes[gi][bi] / b.prod_secs[gi][bi] / 1e9 : 0;
+			r->product_bytes = k ? b.prod_bytes[gi][bi] / k / G : 0;
 			r->bytes_per_step = weights + r->expert_bytes + (double)real * kv_row * (G + 3) / 2.0;
 			r->gbs = r->step_ms > 0 ? r->bytes_per_step / (r->step_ms / 1e3) / 1e9 : 0;
 			r->bound = bw > 0 ? r->gbs * 1e9 / bw : 0;
@@ -702,14 +714,16 @@ int dps_bench_decode(int argc, char **argv)
 				       "\"bytes_per_step\": %.0f, \"expert_bytes_per_step\": %.0f, "
 				       "\"dispatch_bytes_per_step\": %.0f, \"sequences\": %d, "
 				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f, "
-				       "\"expert_read_gbs\": %.2f}%s\n", r->test,
+				       "\"expert_read_gbs\": %.2f, \"product_read_gbs\": %.2f, "
+				       "\"product_bytes_per_step\": %.0f}%s\n", r->test,
 				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
 				       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
 				       r->calls_per_layer[DPS_COLL_ALLGATHER],
 				       r->calls_per_layer[DPS_COLL_ALLTOALL],
 				       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,
 				       r->expert_bytes, r->dispatch_bytes, r->real, r->gbs,
-				       r->bound, r->expert_gbs, i + 1 < nres ? "," : "");
+				       r->bound, r->expert_gbs, r->product_gbs, r->product_bytes,
+				       i + 1 < nres ? "," : "");
 		}
 		printf(" ]}\n");
 	} else {

@@ -87,6 +87,22 @@ void dps_bench_decode_table(const struct bench_table *t)
 	for (int i = 0; i < t->nres; i++) {
 		const struct result *r = &t->res[i];
 
+		if (r->prompt || r->product_gbs <= 0)
+			continue;
+		printf("products, %s b%d: they read W at %.1f GB/s on a rank while they run",
+		       r->test, r->batch, r->product_gbs);
+		if (t->bw <= 0)
+			printf("\n");
+		else if (t->world == 1)
+			printf(" = %.0f%% of the measured read bandwidth\n",
+			       100 * r->product_gbs * 1e9 / t->bw);
+		else
+			printf(" (every rank's bytes over their time; the measured %.1f GB/s is every "
+			       "rank's together)\n", t->bw / 1e9);
+	}
+	for (int i = 0; i < t->nres; i++) {
+		const struct result *r = &t->res[i];
+
 		if (r->prompt || r->expert_gbs <= 0)
 			continue;
 		printf("experts, %s b%d: their products read %.1f GB/s on a rank while they run",

@@ -220,6 +220,7 @@ struct dps_shard {
 	uint64_t exp_bytes, exp_ns;    /* of which the experts' products, and their time */
 	uint64_t linear_ns;            /* time in the matrix products, since load */
 	double linear_flops;
+	double linear_bytes;           /* the bytes of W those products read, since load */
 	int trace;                     /* print every collective on stderr */
 	uint64_t steps;                /* steps run since load */
 

@@ -28,6 +28,7 @@ void dps_shard_linear_t(struct dps_shard *s, enum dps_wtype t, float *out, const
 	dps_work(); /* each product says the rank works, so a long step never looks stalled */
 	s->linear_ns += dps_now_ns() - t0;
 	s->linear_flops += 2.0 * m * n * k;
+	s->linear_bytes += (double)dps_wtype_bytes(t, (size_t)n, k);
 }
 
 /* A product through dps_linear_w on W of s->wt, counted in s->linear_ns and s->linear_flops. */
