@@ -116,15 +116,21 @@ void dps_q8_import_rows(void *dst, int k, const int8_t *q, const uint16_t *d, si
 }
 
 /* Grows *p to hold want elements of esz bytes (capacity in *cap). 0 or -ENOMEM. */
+/*
+ * Grows *p to want elements of esz bytes, 64-byte aligned so that the kernels' 64-byte loads of
+ * the activations never straddle two cache lines; the contents need not survive (each use
+ * rewrites them).
+ */
 static int grow(void **p, size_t *cap, size_t want, size_t esz)
 {
 	void *q;
 
 	if (want <= *cap)
 		return 0;
-	q = realloc(*p, (want ? want : 1) * esz);
+	q = aligned_alloc(64, ((want ? want : 1) * esz + 63) / 64 * 64);
 	if (!q)
 		return -ENOMEM;
+	free(*p);
 	*p = q;
 	*cap = want;
 	return 0;
