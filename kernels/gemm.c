@@ -499,7 +499,7 @@ static void linear_run(struct linear_job *jp)
 	 */
 	nt = dps_pool_size(g.pool);
 	if (nt > 1)
-		j.chunks = nt * (j.Mb || g.own == OWN_NONE ? 2 : 4);
+		j.chunks = nt * (j.Mb || (g.own == OWN_NONE && !j.Wb && !j.Wq) ? 2 : 4);
 	dps_pool_run(g.pool, j.chunks, linear_slice, &j);
 }
 
