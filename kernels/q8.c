@@ -115,11 +115,10 @@ void dps_q8_import_rows(void *dst, int k, const int8_t *q, const uint16_t *d, si
 	}
 }
 
-/* Grows *p to hold want elements of esz bytes (capacity in *cap). 0 or -ENOMEM. */
 /*
- * Grows *p to want elements of esz bytes, 64-byte aligned so that the kernels' 64-byte loads of
- * the activations never straddle two cache lines; the contents need not survive (each use
- * rewrites them).
+ * Grows *p to hold want elements of esz bytes (capacity in *cap), 64-byte aligned so that the
+ * kernels' 64-byte loads of the activations never straddle two cache lines; the contents need
+ * not survive (each use rewrites them). 0 or -ENOMEM.
  */
 static int grow(void **p, size_t *cap, size_t want, size_t esz)
 {
