@@ -218,8 +218,8 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
 /*
  * The one-row kernels' prefetch: as the read position enters a 4 KiB page, the first lines of
  * the page after next, so the hardware's stream (which stops at a page's end) already runs
- * there (one Zen 5 core, bench-110m f32, batch 1, bench decode: 53 -> 62 tok/s; 4 lines 58,
- * 16 lines 63, 8 KiB ahead 58).
+ * there. Worth little: one Zen 5 core, bench-110m f32, batch 1, four interleaved rounds of
+ * bench decode, medians 62.4 tok/s without it and 63.8 with (8 lines; 4 and 16 no better).
  */
 #define PAGE_AHEAD 4096
 #define PAGE_AHEAD_LINES 8
