@@ -310,14 +310,9 @@ block_avx512(float *restrict out, int ldo, const float *restrict x, const void *
 		}
 	}
 #pragma GCC unroll 4
-	for (int i = 0; i < mr; i++) {
-		float s[4];
-
-		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a[i][0]), dps_dot_halves512(a[i][1]),
-						 dps_dot_halves512(a[i][2]), dps_dot_halves512(a[i][3])));
-		for (int q = 0; q < nr; q++)
-			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
-	}
+	for (int i = 0; i < mr; i++)
+		dps_dot_store4_512(out + (size_t)i * (size_t)ldo + (size_t)r0, a[i][0], a[i][1], a[i][2],
+				   a[i][3], nr);
 }
 
 /*
@@ -369,14 +364,9 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 		}
 	}
 #pragma GCC unroll 2
-	for (int i = 0; i < mr; i++) {
-		float s[4];
-
-		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a[i][0]), dps_dot_halves512(a[i][1]),
-						 dps_dot_halves512(a[i][2]), dps_dot_halves512(a[i][3])));
-		for (int q = 0; q < nr; q++)
-			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
-	}
+	for (int i = 0; i < mr; i++)
+		dps_dot_store4_512(out + (size_t)i * (size_t)ldo + (size_t)r0, a[i][0], a[i][1], a[i][2],
+				   a[i][3], nr);
 }
 
 /*
@@ -396,7 +386,6 @@ pairs16_avx512(float *restrict out, const float *restrict x, const void *restric
 	const int tail = k % 16;
 	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
 	__m512 a[GROUP];
-	float s[4];
 
 #pragma GCC unroll 2
 	for (int h = 0; h < 2; h++) {
@@ -431,9 +420,7 @@ pairs16_avx512(float *restrict out, const float *restrict x, const void *restric
 		a[2 * h] = s0;
 		a[2 * h + 1] = s1;
 	}
-	_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a[0]), dps_dot_halves512(a[1]),
-					 dps_dot_halves512(a[2]), dps_dot_halves512(a[3])));
-	memcpy(out + r0, s, sizeof(s));
+	dps_dot_store4_512(out + r0, a[0], a[1], a[2], a[3], GROUP);
 }
 
 /* tile_fn of block_avx512, h16 a constant: rows of x four at a time, then the rest. */

@@ -368,16 +368,9 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const uint8_t
 		}
 	}
 #pragma GCC unroll 4
-	for (int i = 0; i < mr; i++) {
-		float sums[GROUP];
-
-		_mm_storeu_ps(sums, dps_dot_reduce4(dps_dot_halves512(a[i][0]),
-						    dps_dot_halves512(a[i][1]),
-						    dps_dot_halves512(a[i][2]),
-						    dps_dot_halves512(a[i][3])));
-		for (int q = 0; q < nr; q++)
-			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = sums[q];
-	}
+	for (int i = 0; i < mr; i++)
+		dps_dot_store4_512(out + (size_t)i * (size_t)ldo + (size_t)r0, a[i][0], a[i][1], a[i][2],
+				   a[i][3], nr);
 }
 
 /* ---- the split over the pool --------------------------------------------------------- */

@@ -412,16 +412,9 @@ q8_block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0
 	if (g0 < kb)
 		group_avx512(acc, a, i0, w, dw, kb, g0, kb - g0, mr, 0);
 #pragma GCC unroll 2
-	for (int i = 0; i < mr; i++) {
-		float s[4];
-
-		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(acc[i][0]),
-						 dps_dot_halves512(acc[i][1]),
-						 dps_dot_halves512(acc[i][2]),
-						 dps_dot_halves512(acc[i][3])));
-		for (int q = 0; q < nr; q++)
-			out[(size_t)(i0 + i) * (size_t)ldo + (size_t)(r0 + q)] = s[q];
-	}
+	for (int i = 0; i < mr; i++)
+		dps_dot_store4_512(out + (size_t)(i0 + i) * (size_t)ldo + (size_t)r0, acc[i][0],
+				   acc[i][1], acc[i][2], acc[i][3], nr);
 }
 
 /*
@@ -508,16 +501,9 @@ q8_rows_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const v
 		acc[q][1] = sum[1];
 	}
 #pragma GCC unroll 2
-	for (int i = 0; i < mr; i++) {
-		float s[4];
-
-		_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(acc[0][i]),
-						 dps_dot_halves512(acc[1][i]),
-						 dps_dot_halves512(acc[2][i]),
-						 dps_dot_halves512(acc[3][i])));
-		for (int q = 0; q < nr; q++)
-			out[(size_t)i * (size_t)ldo + (size_t)(r0 + q)] = s[q];
-	}
+	for (int i = 0; i < mr; i++)
+		dps_dot_store4_512(out + (size_t)i * (size_t)ldo + (size_t)r0, acc[0][i], acc[1][i],
+				   acc[2][i], acc[3][i], nr);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))) static void
