@@ -561,24 +561,19 @@ heads512(float *restrict out, size_t out_stride, const float *restrict q, size_t
 				  scratch + (size_t)h * s_stride, s_stride, 1, ns);
 }
 
+/* heads512 for a head of 64 (ns = 4) or 128 (ns = 8), each size compiled with its constant. */
 __attribute__((target("avx512f"))) static void
-heads512_64(float *restrict out, size_t out_stride, const float *restrict q, size_t q_stride,
-	    int nh, const size_t *off, const float *restrict k, const float *restrict v,
-	    const int *restrict table, int bs, size_t block_stride, int first, int n_pos,
-	    size_t kv_stride, const float *sinks, float *restrict scratch, size_t s_stride)
-{
-	heads512(out, out_stride, q, q_stride, nh, off, k, v, table, bs, block_stride, first,
-		 n_pos, kv_stride, sinks, scratch, s_stride, 4);
-}
-
-__attribute__((target("avx512f"))) static void
-heads512_128(float *restrict out, size_t out_stride, const float *restrict q, size_t q_stride,
+heads512_any(float *restrict out, size_t out_stride, const float *restrict q, size_t q_stride,
 	     int nh, const size_t *off, const float *restrict k, const float *restrict v,
 	     const int *restrict table, int bs, size_t block_stride, int first, int n_pos,
-	     size_t kv_stride, const float *sinks, float *restrict scratch, size_t s_stride)
+	     size_t kv_stride, const float *sinks, float *restrict scratch, size_t s_stride, int ns)
 {
-	heads512(out, out_stride, q, q_stride, nh, off, k, v, table, bs, block_stride, first,
-		 n_pos, kv_stride, sinks, scratch, s_stride, 8);
+	if (ns == 4)
+		heads512(out, out_stride, q, q_stride, nh, off, k, v, table, bs, block_stride, first,
+			 n_pos, kv_stride, sinks, scratch, s_stride, 4);
+	else
+		heads512(out, out_stride, q, q_stride, nh, off, k, v, table, bs, block_stride, first,
+			 n_pos, kv_stride, sinks, scratch, s_stride, 8);
 }
 
 void dps_attention_paged_heads(float *restrict out, size_t out_stride, const float *restrict q,
@@ -590,14 +585,10 @@ void dps_attention_paged_heads(float *restrict out, size_t out_stride, const flo
 {
 	if (nh > DPS_ATTN_HEADS)
 		abort(); /* the caller's contract */
-	if (have_avx512() && head_dim == 64) {
-		heads512_64(out, out_stride, q, q_stride, nh, off, k, v, table, block_size,
-			    block_stride, first, n_pos, kv_stride, sinks, scratch, s_stride);
-		return;
-	}
-	if (have_avx512() && head_dim == 128) {
-		heads512_128(out, out_stride, q, q_stride, nh, off, k, v, table, block_size,
-			     block_stride, first, n_pos, kv_stride, sinks, scratch, s_stride);
+	if (have_avx512() && (head_dim == 64 || head_dim == 128)) {
+		heads512_any(out, out_stride, q, q_stride, nh, off, k, v, table, block_size,
+			     block_stride, first, n_pos, kv_stride, sinks, scratch, s_stride,
+			     head_dim / 16);
 		return;
 	}
 	for (int x = 0; x < nh; x++)

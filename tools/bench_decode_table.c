@@ -1,13 +1,33 @@
 /* SPDX-License-Identifier: MIT */
 /* tools/bench_decode_table.c - bench decode's human-readable output: the machine and layout,
  * a table of llama-bench's columns beside dpshard's (step time, collectives, the limit each
- * test meets), and the rate at which MoE experts' products read their bytes. */
+ * test meets), and the rates at which the decode products and MoE experts read their bytes. */
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/model/mkmodel.h"
 #include "kernels/gemm.h"
 #include "tools/bench_decode.h"
+
+/*
+ * One line under the table: what a decode test's products (what: "products" or "experts") read
+ * while they run, a rank's mean, against the measured bandwidth on one rank.
+ */
+static void read_rate(const struct bench_table *t, const struct result *r, const char *what,
+		      const char *verb, const char *whose, double gbs)
+{
+	if (r->prompt || gbs <= 0)
+		return;
+	printf("%s, %s b%d: %s %.1f GB/s on a rank while they run", what, r->test, r->batch, verb,
+	       gbs);
+	if (t->bw <= 0)
+		printf("\n");
+	else if (t->world == 1)
+		printf(" = %.0f%% of the measured read bandwidth\n", 100 * gbs * 1e9 / t->bw);
+	else
+		printf(" (every rank's%s bytes over their time; the measured %.1f GB/s is every "
+		       "rank's together)\n", whose, t->bw / 1e9);
+}
 
 void dps_bench_decode_table(const struct bench_table *t)
 {
@@ -84,36 +104,9 @@ void dps_bench_decode_table(const struct bench_table *t)
 	printf("\nAR/AG/RS/A2A: all-reduces, all-gathers, reduce-scatters and all-to-alls per "
 	       "layer of a decode step on rank 0; disp KB: what the expert dispatch moves per step, every rank "
 	       "together%s\n", t->load_given ? "; bB:S: batch B per replica, S sequences in all" : "");
-	for (int i = 0; i < t->nres; i++) {
-		const struct result *r = &t->res[i];
-
-		if (r->prompt || r->product_gbs <= 0)
-			continue;
-		printf("products, %s b%d: they read W at %.1f GB/s on a rank while they run",
-		       r->test, r->batch, r->product_gbs);
-		if (t->bw <= 0)
-			printf("\n");
-		else if (t->world == 1)
-			printf(" = %.0f%% of the measured read bandwidth\n",
-			       100 * r->product_gbs * 1e9 / t->bw);
-		else
-			printf(" (every rank's bytes over their time; the measured %.1f GB/s is every "
-			       "rank's together)\n", t->bw / 1e9);
-	}
-	for (int i = 0; i < t->nres; i++) {
-		const struct result *r = &t->res[i];
-
-		if (r->prompt || r->expert_gbs <= 0)
-			continue;
-		printf("experts, %s b%d: their products read %.1f GB/s on a rank while they run",
-		       r->test, r->batch, r->expert_gbs);
-		if (t->bw <= 0)
-			printf("\n");
-		else if (t->world == 1)
-			printf(" = %.0f%% of the measured read bandwidth\n",
-			       100 * r->expert_gbs * 1e9 / t->bw);
-		else
-			printf(" (every rank's expert bytes over their time; the measured %.1f "
-			       "GB/s is every rank's together)\n", t->bw / 1e9);
-	}
+	for (int i = 0; i < t->nres; i++)
+		read_rate(t, &t->res[i], "products", "they read W at", "", t->res[i].product_gbs);
+	for (int i = 0; i < t->nres; i++)
+		read_rate(t, &t->res[i], "experts", "their products read", " expert",
+			  t->res[i].expert_gbs);
 }
