@@ -5,7 +5,9 @@
  * (floor, the cap, the refusal naming the bytes needed), the budget itself (given, or a share
  * of MemAvailable) and the draft's share, memory that reads as zero until written, and the
  * block pool (block 0 first, every block handed out once, -1 when empty, given back in any
- * order). The oracle is the arithmetic written into each case.
+ * order), and the disaggregated hand-off's relay plan (every geometry to 16 heads and 8 ranks a
+ * side, against the KV heads each cache holds by the definitions). The oracle is the
+ * arithmetic written into each case.
  */
 #include <check.h>
 #include <errno.h>
@@ -14,6 +16,91 @@
 
 #include "engine/shard/kv.h"
 #include "tests/testutil.h"
+
+/*
+ * The oracle of the relay plan, from the definitions: a rank of TP position t among n, its
+ * heads padded to a multiple of n * c, holds the KV heads its real query heads read, each
+ * once; as KV head h / group only grows with h, that is the ascending list of them (or head
+ * 0 alone). Writes it into out and returns the count.
+ */
+static int cache_heads(int heads, int kvh, int n, int c, int t, int *out)
+{
+	const int per = (heads + n * c - 1) / (n * c) * c; /* query heads per TP position */
+	int cnt = 0;
+
+	for (int h = t * per; h < (t + 1) * per && h < heads; h++)
+		if (!cnt || out[cnt - 1] != h / (heads / kvh))
+			out[cnt++] = h / (heads / kvh);
+	if (!cnt)
+		out[cnt++] = 0;
+	return cnt;
+}
+
+/* 0 when plan (n entries) fills decode position t's cache exactly from the prefill caches. */
+static int plan_wrong(int heads, int kvh, int ptp, int tp, int ca, int t,
+		      const struct dps_kv_relay *plan, int n)
+{
+	int want[64], src[64];
+	const int m = cache_heads(heads, kvh, tp, ca, t, want);
+
+	if (n != m)
+		return 1;
+	for (int k = 0; k < n; k++) {
+		if (plan[k].head != want[k] || plan[k].src_rank < 0 || plan[k].src_rank >= ptp)
+			return 1;
+		if (plan[k].src_head >= cache_heads(heads, kvh, ptp, 1, plan[k].src_rank, src) ||
+		    plan[k].src_head < 0 || src[plan[k].src_head] != want[k])
+			return 1;
+	}
+	return 0;
+}
+
+START_TEST(test_relay_plan)
+{
+	struct dps_kv_relay plan[64];
+	int cases = 0;
+
+	/* every geometry up to 16 heads and 8 ranks a side, both K/V variants among them (kvh a
+	 * multiple of tp * ca or not), padding heads included */
+	for (int heads = 1; heads <= 16; heads++)
+		for (int kvh = 1; kvh <= heads; kvh++) {
+			if (heads % kvh)
+				continue;
+			for (int ptp = 1; ptp <= 8; ptp++)
+				for (int tp = 1; tp <= 8; tp++)
+					for (int ca = 1; ca <= 4; ca *= 2)
+						for (int t = 0; t < tp; t++) {
+							const int n = dps_kv_relay_plan(heads, kvh, ptp, tp,
+											ca, t, plan);
+
+							ck_assert_int_gt(n, 0);
+							ck_assert_msg(!plan_wrong(heads, kvh, ptp, tp, ca, t,
+										  plan, n),
+								      "heads %d kvh %d prefill TP %d decode "
+								      "TP %d c %d t %d", heads, kvh, ptp,
+								      tp, ca, t);
+							cases++;
+						}
+		}
+	ck_assert_int_gt(cases, 1000);
+	/* the reference's TP=8 x DP=4 with attention size 4 (Llama-3-8B's 32 heads, 8 KV
+	 * heads: one KV head an effective rank) from 8 prefill ranks: position 5 reads KV head
+	 * 5, the only head of prefill rank 5 */
+	ck_assert_int_eq(dps_kv_relay_plan(32, 8, 8, 8, 4, 5, plan), 1);
+	ck_assert_int_eq(plan[0].head, 5);
+	ck_assert_int_eq(plan[0].src_rank, 5);
+	ck_assert_int_eq(plan[0].src_head, 0);
+	/* the check can fail: a plan that reads the wrong slot of the right rank */
+	ck_assert_int_eq(dps_kv_relay_plan(8, 4, 2, 1, 1, 0, plan), 4);
+	ck_assert(!plan_wrong(8, 4, 2, 1, 1, 0, plan, 4));
+	plan[3].src_head ^= 1;
+	ck_assert(plan_wrong(8, 4, 2, 1, 1, 0, plan, 4));
+	/* refused geometries */
+	ck_assert_int_eq(dps_kv_relay_plan(6, 4, 1, 1, 1, 0, plan), -EINVAL);
+	ck_assert_int_eq(dps_kv_relay_plan(8, 4, 0, 1, 1, 0, plan), -EINVAL);
+	ck_assert_int_eq(dps_kv_relay_plan(8, 4, 1, 2, 1, 2, plan), -EINVAL);
+}
+END_TEST
 
 START_TEST(test_layout)
 {
@@ -117,6 +204,7 @@ int main(void)
 	tcase_add_test(tc, test_budget);
 	tcase_add_test(tc, test_memory);
 	tcase_add_test(tc, test_pool);
+	tcase_add_test(tc, test_relay_plan);
 	suite_add_tcase(s, tc);
 	return test_run_suite(s);
 }

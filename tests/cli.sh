@@ -135,6 +135,32 @@ if expect_rc 0; then
 	done
 fi
 
+# ---- disaggregated prefill: both parts, and not run yet -----------------------------------
+
+# The reference's decode side with 16 prefill ranks: the decode grid unchanged, the prefill
+# replicas numbered after it (rank (p, t) = 32 + 8p + t).
+run groups --tensor-parallel-size 8 --data-parallel-size 4 --attention-dp-size 4 \
+	--prefill-data-parallel-size 2
+if expect_rc 0; then
+	for line in 'decode part: ranks 0-31, 4 replicas; prefill part: ranks 32-47, 2 replicas of TP=8 (below)' \
+		'  DP3:           [24  25  26  27  28  29  30  31 ]' \
+		'  DP1:           [40  41  42  43  44  45  46  47 ]' \
+		'  DP0: [32, 33, 34, 35, 36, 37, 38, 39]'; do
+		grep -qxF -- "$line" "$tmp/out" || fail "$desc: no line '$line'"
+	done
+fi
+run groups --prefill-tensor-parallel-size 2
+if expect_rc 2; then
+	grep -qF -- 'it needs --prefill-data-parallel-size' "$tmp/err" ||
+		{ fail "$desc: stderr does not say what is missing"; show stderr "$tmp/err"; }
+fi
+# Running instances refuse it by name rather than ignore it.
+run generate --prefill-data-parallel-size 1 -n 8 Once
+if expect_rc 1; then
+	grep -qF -- '--prefill-data-parallel-size 1: disaggregated prefill is not implemented' \
+		"$tmp/err" || { fail "$desc: stderr does not name the flag"; show stderr "$tmp/err"; }
+fi
+
 # ---- rejected layouts and flags --------------------------------------------------------
 
 run groups --mlp-dp-size 3 --data-parallel-size 4

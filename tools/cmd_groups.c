@@ -16,7 +16,9 @@
 #define GROUPS_SYNOPSIS                                                                     \
 	"[--tensor-parallel-size N] [--data-parallel-size N] [--attention-dp-size N] "       \
 	"[--embedding-dp-size N] [--mlp-dp-size N] [--draft-mlp-dp-size N] "                 \
-	"[--lm-head-dp-size N] [--placement] [--cpu-bind SPEC]"
+	"[--lm-head-dp-size N] [--enable-expert-parallel] [--all2all-backend B] "             \
+	"[--prefill-data-parallel-size P [--prefill-tensor-parallel-size T]] [--placement] "   \
+	"[--cpu-bind SPEC]"
 
 int dps_cmd_groups(int argc, char **argv)
 {

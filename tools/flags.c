@@ -37,6 +37,12 @@ void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out)
 		{ "all2all-backend", DPS_FLAG_CHOICE, &cfg->a2a, "allgather_reducescatter|alltoallv",
 		  "the expert dispatch with --enable-expert-parallel (default "
 		  "allgather_reducescatter)", 0, 0 },
+		{ "prefill-data-parallel-size", DPS_FLAG_INT, &cfg->prefill_dp, "P",
+		  "disaggregated prefill: P prefill replicas of plain TP beside the decode "
+		  "replicas the flags above describe (0: none; every rank runs both graphs)", 0,
+		  DPS_MAX_WORLD },
+		{ "prefill-tensor-parallel-size", DPS_FLAG_INT, &cfg->prefill_tp, "T",
+		  "ranks per prefill replica (default: --tensor-parallel-size)", 1, DPS_MAX_WORLD },
 	};
 	memcpy(out, f, sizeof(f));
 }
@@ -377,7 +383,7 @@ void dps_flags_usage(FILE *out, const char *cmd, const char *synopsis,
 		else
 			snprintf(left, sizeof(left), "--%s", f->name);
 		flag_default(f, def, sizeof(def));
-		if (def[0])
+		if (def[0] && !strstr(f->help, "(default")) /* a help may say it better itself */
 			fprintf(out, "  %-28s %s (default: %s)\n", left, f->help, def);
 		else
 			fprintf(out, "  %-28s %s\n", left, f->help);

@@ -47,10 +47,10 @@ struct dps_flag dps_flag_quantization(int *choice);
 struct dps_par_cfg;
 /*
  * Writes the parallel-layout flags (--tensor-parallel-size, --data-parallel-size, the five
- * component sizes, --enable-expert-parallel and --all2all-backend) into
- * out[0..DPS_PAR_FLAGS-1], pointing at cfg's fields.
+ * component sizes, --enable-expert-parallel, --all2all-backend and the two prefill sizes)
+ * into out[0..DPS_PAR_FLAGS-1], pointing at cfg's fields.
  */
-#define DPS_PAR_FLAGS 9
+#define DPS_PAR_FLAGS 11
 void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out);
 
 /*

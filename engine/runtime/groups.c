@@ -107,6 +107,25 @@ int dps_par_cfg_check(const struct dps_par_cfg *cfg, char *err, size_t errlen)
 			return cfg_fail(err, errlen, "%s %d does not divide --data-parallel-size %d",
 					comp_flags[k], c, cfg->dp);
 	}
+	if (cfg->prefill_dp < 0)
+		return cfg_fail(err, errlen, "--prefill-data-parallel-size %d must be 0 (no "
+				"prefill replicas) or more", cfg->prefill_dp);
+	if (cfg->prefill_tp < 0)
+		return cfg_fail(err, errlen, "--prefill-tensor-parallel-size %d must be at least 1",
+				cfg->prefill_tp);
+	if (cfg->prefill_tp && !cfg->prefill_dp)
+		return cfg_fail(err, errlen, "--prefill-tensor-parallel-size %d sizes the prefill "
+				"replicas: it needs --prefill-data-parallel-size", cfg->prefill_tp);
+	if (cfg->prefill_dp) {
+		const long long pw = (long long)cfg->prefill_dp * dps_par_cfg_prefill_tp(cfg);
+
+		if (pw > DPS_MAX_WORLD || world + pw > DPS_MAX_WORLD)
+			return cfg_fail(err, errlen,
+					"%lld decode ranks and --prefill-data-parallel-size %d x "
+					"--prefill-tensor-parallel-size %d = %lld prefill ranks exceed "
+					"the limit of %d", world, cfg->prefill_dp,
+					dps_par_cfg_prefill_tp(cfg), pw, DPS_MAX_WORLD);
+	}
 	if (cfg->a2a < DPS_A2A_UNSET || cfg->a2a > DPS_A2A_V)
 		return cfg_fail(err, errlen, "unknown --all2all-backend %d", cfg->a2a);
 	if (cfg->a2a != DPS_A2A_UNSET && !cfg->ep)
@@ -278,6 +297,20 @@ int dps_groups_build(const struct dps_par_cfg *cfg, struct dps_groups *g, char *
 		g->comp_tp_of[k] = &g->comp_tp[i];
 		g->dp_col_of[k] = &g->dp_col[i];
 	}
+	if (cfg->prefill_dp) {
+		struct dps_par_cfg pc = DPS_PAR_CFG_DEFAULT;
+
+		pc.tp = dps_par_cfg_prefill_tp(cfg);
+		pc.dp = cfg->prefill_dp;
+		g->prefill = calloc(1, sizeof(*g->prefill));
+		rc = g->prefill ? dps_groups_build(&pc, g->prefill, err, errlen) : -ENOMEM;
+		if (rc) {
+			free(g->prefill);
+			g->prefill = NULL;
+			goto err;
+		}
+		g->prefill->rank_base = g->world;
+	}
 	return 0;
 
 err:
@@ -292,6 +325,10 @@ void dps_groups_free(struct dps_groups *g)
 {
 	int i;
 
+	if (g->prefill) {
+		dps_groups_free(g->prefill);
+		free(g->prefill);
+	}
 	gs_free(&g->world_gs);
 	gs_free(&g->tp);
 	gs_free(&g->dp);
@@ -395,7 +432,8 @@ static int decimal_width(int v)
 static void groups_print_grid(const struct dps_groups *g, FILE *f)
 {
 	const int tp = g->cfg.tp, dp = g->cfg.dp;
-	const int w = decimal_width(g->world - 1) < 2 ? 2 : decimal_width(g->world - 1);
+	const int top = g->rank_base + g->world - 1;
+	const int w = decimal_width(top) < 2 ? 2 : decimal_width(top);
 	const int pitch = w + 1 < 4 ? 4 : w + 1;
 	/* "  DPd:" padded to 17 columns, "[", the cells, " ]"; the rule starts at column 9. */
 	const int row_len = 17 + 1 + w + (tp - 1) * pitch + 2;
@@ -414,7 +452,7 @@ static void groups_print_grid(const struct dps_groups *g, FILE *f)
 		snprintf(label, sizeof(label), "  DP%d:", d);
 		fprintf(f, "%-17s[", label);
 		for (t = 0; t < tp; t++)
-			fprintf(f, "%*d", t ? pitch : w, d * tp + t);
+			fprintf(f, "%*d", t ? pitch : w, g->rank_base + d * tp + t);
 		fprintf(f, " ]\n");
 	}
 }
@@ -518,7 +556,7 @@ static void gs_print(const struct dps_groups *g, const struct dps_groupset *gs, 
 				fprintf(f, ",\n  %*s  ", lw, "");
 			else if (pos)
 				fprintf(f, ", ");
-			fprintf(f, "%d", m[pos]);
+			fprintf(f, "%d", g->rank_base + m[pos]);
 		}
 		fprintf(f, "]\n");
 	}
@@ -566,10 +604,23 @@ void dps_groups_print(const struct dps_groups *g, FILE *f)
 	struct set_list l = { 0 };
 	int k, i;
 
-	fprintf(f, "TP=%d DP=%d world=%d; component sizes:", g->cfg.tp, g->cfg.dp, g->world);
-	for (k = 0; k < DPS_COMP_COUNT; k++)
-		fprintf(f, " %s=%d", comp_names[k], dps_par_cfg_comp_size(&g->cfg, (enum dps_comp)k));
-	fprintf(f, "\n\n");
+	if (g->prefill)
+		fprintf(f, "decode part: ranks 0-%d, %d replica%s; prefill part: ranks %d-%d, %d "
+			"replica%s of TP=%d (below)\n", g->world - 1, g->cfg.dp,
+			g->cfg.dp == 1 ? "" : "s", g->world, dps_groups_total(g) - 1,
+			g->prefill->cfg.dp, g->prefill->cfg.dp == 1 ? "" : "s", g->prefill->cfg.tp);
+	if (g->rank_base)
+		fprintf(f, "prefill part: TP=%d DP=%d, ranks %d-%d (plain TP: every component size "
+			"1, no expert parallelism; its DP ranks are the prefill replicas)\n\n",
+			g->cfg.tp, g->cfg.dp, g->rank_base, g->rank_base + g->world - 1);
+	else {
+		fprintf(f, "TP=%d DP=%d world=%d; component sizes:", g->cfg.tp, g->cfg.dp,
+			g->world);
+		for (k = 0; k < DPS_COMP_COUNT; k++)
+			fprintf(f, " %s=%d", comp_names[k],
+				dps_par_cfg_comp_size(&g->cfg, (enum dps_comp)k));
+		fprintf(f, "\n\n");
+	}
 	groups_print_grid(g, f);
 
 	dps_groups_foreach_set(g, set_list_add, &l);
@@ -579,4 +630,8 @@ void dps_groups_print(const struct dps_groups *g, FILE *f)
 	}
 	fputc('\n', f);
 	groups_print_aliases(g, &l, f);
+	if (g->prefill) {
+		fputc('\n', f);
+		dps_groups_print(g->prefill, f);
+	}
 }

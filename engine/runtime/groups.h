@@ -37,6 +37,14 @@ struct dps_par_cfg {
 	int lm_head_dp;   /* --lm-head-dp-size */
 	int ep;           /* --enable-expert-parallel: experts over the EP group (TP x DP ranks) */
 	int a2a;          /* --all2all-backend: enum dps_a2a (0: not given) */
+	/*
+	 * Disaggregated prefill (docs/DESIGN.md, "Disaggregated prefill and decode"): P prefill
+	 * replicas of plain TP (--prefill-data-parallel-size, 0: none, every rank runs both
+	 * graphs) of prefill_tp ranks each (--prefill-tensor-parallel-size, 0: tp). The fields
+	 * above then describe the decode replicas alone.
+	 */
+	int prefill_dp;
+	int prefill_tp;
 };
 
 /*
@@ -47,8 +55,8 @@ enum dps_a2a { DPS_A2A_UNSET, DPS_A2A_AG_RS, DPS_A2A_V };
 /* "allgather_reducescatter", "alltoallv" */
 const char *dps_a2a_name(int a2a);
 
-#define DPS_PAR_CFG_DEFAULT { 1, 1, 1, 1, 1, 1, 1, 0, 0 }
-/* Largest world the engine accepts (TP * DP). */
+#define DPS_PAR_CFG_DEFAULT { 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0 }
+/* Largest world the engine accepts (TP * DP, plus the prefill ranks). */
 #define DPS_MAX_WORLD 1024
 
 enum dps_comp {
@@ -94,7 +102,15 @@ struct dps_groupset {
 
 struct dps_groups {
 	struct dps_par_cfg cfg;
-	int world;                  /* TP * DP */
+	int world;                  /* TP * DP: the ranks of this part */
+	/*
+	 * With disaggregated prefill, the prefill part: the groups of P replicas of plain TP
+	 * (cfg tp = prefill_tp, dp = P, every component size 1, no expert parallelism), its ranks
+	 * numbered from 0 in its sets and from rank_base (the decode part's world) in the
+	 * instance. NULL without; rank_base is 0 in the decode part.
+	 */
+	struct dps_groups *prefill;
+	int rank_base;
 	struct dps_groupset world_gs;
 	struct dps_groupset tp;
 	struct dps_groupset dp;
@@ -114,6 +130,18 @@ struct dps_groups {
 int dps_groups_build(const struct dps_par_cfg *cfg, struct dps_groups *g, char *err, size_t errlen);
 void dps_groups_free(struct dps_groups *g);
 
+/* The ranks of the whole instance: the decode part's, plus the prefill part's when it has one. */
+static inline int dps_groups_total(const struct dps_groups *g)
+{
+	return g->world + (g->prefill ? g->prefill->world : 0);
+}
+
+/* The prefill TP size of cfg: prefill_tp, or tp when it is 0. */
+static inline int dps_par_cfg_prefill_tp(const struct dps_par_cfg *cfg)
+{
+	return cfg->prefill_tp ? cfg->prefill_tp : cfg->tp;
+}
+
 /* Members of the group of set gs that holds world rank r (group_size entries). */
 static inline const int *dps_groupset_members_of(const struct dps_groupset *gs, int r)
 {
@@ -132,7 +160,8 @@ void dps_groups_foreach_set(const struct dps_groups *g,
 
 /*
  * Writes the human description printed by `dpshard groups` (grid, every group set with its
- * groups, which components use it, and which sets are aliases of which) to f.
+ * groups, which components use it, and which sets are aliases of which) to f; with a prefill
+ * part, the same for it after, its ranks numbered in the instance.
  */
 void dps_groups_print(const struct dps_groups *g, FILE *f);
 

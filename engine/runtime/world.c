@@ -69,6 +69,15 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	int i, rc;
 
 	memset(l, 0, sizeof(*l));
+	if (cfg->prefill_dp) {
+		/* The groups are built (`dpshard groups`); the ranks' roles, the role-aware loading
+		 * and the KV hand-off are not, so no instance runs such a layout yet. */
+		snprintf(err, errlen, "--prefill-data-parallel-size %d: disaggregated prefill is "
+			 "not implemented in running instances yet (`dpshard groups` shows the "
+			 "layout); leave it unset to run prefill and decode on every rank",
+			 cfg->prefill_dp);
+		return -DPS_ECONFIG;
+	}
 	rc = dps_groups_build(cfg, &l->groups, err, errlen);
 	if (rc)
 		return rc;

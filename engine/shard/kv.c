@@ -30,6 +30,66 @@ int dps_kv_blocks_for(size_t budget, size_t block_bytes, int block_size, int max
 	return 0;
 }
 
+int dps_kv_heads_of(int heads, int kvh, int tp, int ca, int t, int *out)
+{
+	int heads_p, hq_t, n = 0;
+
+	if (heads < 1 || kvh < 1 || heads % kvh || tp < 1 || ca < 1 || t < 0 || t >= tp)
+		return -EINVAL;
+	heads_p = (heads + tp * ca - 1) / (tp * ca) * (tp * ca);
+	hq_t = heads_p / tp;
+	for (int i = 0; i < hq_t; i++) {
+		const int h = t * hq_t + i, g = h / (heads / kvh);
+		int k = 0;
+
+		if (h >= heads)
+			continue;
+		while (k < n && out[k] != g)
+			k++;
+		if (k == n)
+			out[n++] = g;
+	}
+	if (!n)
+		out[n++] = 0;
+	return n;
+}
+
+int dps_kv_relay_plan(int heads, int kvh, int ptp, int tp, int ca, int t,
+		      struct dps_kv_relay *out)
+{
+	int *mine, *theirs, n, rc = 0;
+
+	if (heads < 1 || ptp < 1 || tp < 1 || ca < 1 || heads > INT32_MAX / 2 - tp * ca - ptp)
+		return -EINVAL;
+	/* room for heads_p / tp + 1 <= heads + tp * ca heads on either side */
+	mine = malloc(sizeof(int) * (size_t)(heads + tp * ca + 1));
+	theirs = malloc(sizeof(int) * (size_t)(heads + ptp + 1));
+	if (!mine || !theirs) {
+		free(mine);
+		free(theirs);
+		return -ENOMEM;
+	}
+	n = dps_kv_heads_of(heads, kvh, tp, ca, t, mine);
+	for (int k = 0; k < n; k++)
+		out[k].src_rank = -1;
+	for (int p = 0; p < ptp && n > 0 && !rc; p++) {
+		const int m = dps_kv_heads_of(heads, kvh, ptp, 1, p, theirs);
+
+		if (m < 0)
+			rc = m;
+		for (int k = 0; k < n; k++)
+			for (int j = 0; j < m && out[k].src_rank < 0; j++)
+				if (theirs[j] == mine[k])
+					out[k] = (struct dps_kv_relay){ p, j, mine[k] };
+	}
+	for (int k = 0; k < n && !rc; k++)
+		if (out[k].src_rank < 0) /* cannot be: every KV head is some prefill rank's */
+			rc = -EINVAL;
+	free(mine);
+	free(theirs);
+	return rc ? rc : n;
+}
+
 /* The kernel's MemAvailable, in bytes (0 when unknown). */
 static long mem_available(void)
 {

@@ -60,6 +60,33 @@ size_t dps_kv_budget_share(size_t budget, size_t target_width, size_t draft_widt
 float *dps_kv_alloc(size_t bytes);
 void dps_kv_free(float *p, size_t bytes);
 
+/*
+ * Which KV heads a rank's cache holds. The query heads are padded to a multiple of tp * ca
+ * (tp: the TP size; ca: the attention component size, 1 on a prefill rank) and TP position t
+ * takes heads_p / tp of them in order; its cache holds the KV heads those query heads read
+ * (head h reads KV head h / (heads / kvh)), each once, in the order first read, or KV head 0
+ * alone when every one of them is padding. Writes them into out (room for heads_p / tp + 1)
+ * and returns how many. Both K/V variants of the decode graph keep this order.
+ */
+int dps_kv_heads_of(int heads, int kvh, int tp, int ca, int t, int *out);
+
+/*
+ * The disaggregated hand-off (docs/DESIGN.md, "Disaggregated prefill and decode"): how decode
+ * TP position t (of tp, attention component size ca) fills its cache from the caches of a
+ * prefill replica of ptp ranks. One entry per head of its cache, in its order: the prefill TP
+ * position that holds that KV head and where in its cache (the first such position, when
+ * several do). Returns the entries written (room for heads_p / tp + 1), or -EINVAL for a
+ * geometry dps_kv_heads_of refuses.
+ */
+struct dps_kv_relay {
+	int src_rank;  /* prefill TP position */
+	int src_head;  /* the head's index in that rank's cache */
+	int head;      /* the KV head (global id) */
+};
+
+int dps_kv_relay_plan(int heads, int kvh, int ptp, int tp, int ca, int t,
+		      struct dps_kv_relay *out);
+
 /* The free blocks of a replica: a stack, block 0 handed out first. */
 struct dps_kv_pool {
 	int *free;   /* (num_blocks) */

@@ -134,22 +134,20 @@ static void attention_geometry(struct dps_shard *s)
 	s->nkv_t = 0;
 	if (!s->kv_t || !s->q2kv)
 		return;
-	/* The KV heads this TP position's query heads read, in order (padding heads read kv_t[0]). */
+	/* The KV heads this TP position's query heads read, in order (padding heads read kv_t[0]):
+	 * kv.c's rule, which the disaggregated hand-off's relay plan follows too. */
+	s->nkv_t = dps_kv_heads_of(heads, kvh, tp, ca, s->t, s->kv_t);
+	DPS_ASSERT(s->nkv_t > 0);
 	for (int i = 0; i < s->hq_t; i++) {
 		const int h = s->t * s->hq_t + i;
-		int g, k;
+		int k = 0;
 
 		if (h >= heads)
 			continue;
-		g = h / group;
-		for (k = 0; k < s->nkv_t && s->kv_t[k] != g; k++)
-			;
-		if (k == s->nkv_t)
-			s->kv_t[s->nkv_t++] = g;
+		while (s->kv_t[k] != h / group)
+			k++;
 		s->q2kv[i] = k;
 	}
-	if (!s->nkv_t)
-		s->kv_t[s->nkv_t++] = 0;
 }
 
 /* Layer l's tensor name: "model.layers.<l>.<suffix>", or "midlayer.<suffix>" in a draft. */
