@@ -14,21 +14,7 @@
 
 #include "common/dps.h"
 #include "engine/runtime/groups.h"
-
-static struct dps_par_cfg mkcfg(int tp, int dp, int attn, int emb, int mlp, int draft, int lm)
-{
-	struct dps_par_cfg cfg = { tp, dp, attn, emb, mlp, draft, lm };
-
-	return cfg;
-}
-
-static void build_ok(const struct dps_par_cfg *cfg, struct dps_groups *g)
-{
-	char err[256] = "";
-	int rc = dps_groups_build(cfg, g, err, sizeof(err));
-
-	ck_assert_msg(rc == 0, "build TP=%d DP=%d failed: %d (%s)", cfg->tp, cfg->dp, rc, err);
-}
+#include "tests/groups_util.h"
 
 /* ---- the invariant checker used by the sweep and by the deliberate fault ---- */
 
@@ -599,36 +585,6 @@ END_TEST
 
 /* ---- (f) the printed description ---- */
 
-static char *print_to_string(const struct dps_par_cfg *cfg)
-{
-	struct dps_groups g;
-	char *out = NULL;
-	size_t len = 0;
-	FILE *f;
-
-	build_ok(cfg, &g);
-	f = open_memstream(&out, &len);
-	ck_assert_ptr_nonnull(f);
-	dps_groups_print(&g, f);
-	ck_assert_int_eq(fclose(f), 0);
-	dps_groups_free(&g);
-	return out;
-}
-
-/* line must appear in out as one whole line. */
-static void assert_line(const char *out, const char *line)
-{
-	const char *p = out;
-	size_t n = strlen(line);
-
-	while ((p = strstr(p, line))) {
-		if ((p == out || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
-			return;
-		p++;
-	}
-	ck_abort_msg("line not found: '%s' in:\n%s", line, out);
-}
-
 START_TEST(test_print_seed_grid)
 {
 	const struct dps_par_cfg cfg = mkcfg(8, 4, 4, 4, 4, 4, 4);
@@ -659,89 +615,6 @@ START_TEST(test_print_seed_grid)
 	ck_assert_ptr_nonnull(strstr(out, "component TP (c=4) = world"));
 	ck_assert_ptr_nonnull(strstr(out, "DP column (c=4) = DP groups"));
 	free(out);
-}
-END_TEST
-
-/*
- * Disaggregated prefill: the decode part is exactly the layout without it (same sets, same
- * members), and the prefill part is plain TP over P replicas, rank (p, t) at TP*DP + p*T + t
- * by the formula here; the print shows both; the rules name their flags.
- */
-START_TEST(test_prefill_part)
-{
-	struct dps_par_cfg cfg = mkcfg(8, 4, 4, 4, 4, 4, 4), plain = cfg;
-	struct dps_groups g, ref;
-	char why[256], err[256], *out;
-
-	cfg.prefill_dp = 2; /* TP=8 x DP=4 decode, 2 x 8 = 16 prefill ranks */
-	build_ok(&cfg, &g);
-	build_ok(&plain, &ref);
-	ck_assert_int_eq(g.world, 32);
-	ck_assert_int_eq(dps_groups_total(&g), 48);
-	ck_assert_int_eq(g.rank_base, 0);
-	ck_assert_ptr_null(ref.prefill);
-	ck_assert_int_eq(g.n_sizes, ref.n_sizes);
-	ck_assert_mem_eq(g.world_gs.ranks, ref.world_gs.ranks, 32 * sizeof(int));
-	ck_assert_mem_eq(g.dp.ranks, ref.dp.ranks, 32 * sizeof(int));
-	ck_assert_mem_eq(g.comp_tp[0].ranks, ref.comp_tp[0].ranks, 32 * sizeof(int));
-	ck_assert_ptr_nonnull(g.prefill);
-	ck_assert_int_eq(g.prefill->rank_base, 32);
-	ck_assert_int_eq(g.prefill->cfg.tp, 8);
-	ck_assert_int_eq(g.prefill->cfg.dp, 2);
-	ck_assert_int_eq(g.prefill->cfg.ep, 0);
-	for (int k = 0; k < DPS_COMP_COUNT; k++)
-		ck_assert_int_eq(dps_par_cfg_comp_size(&g.prefill->cfg, (enum dps_comp)k), 1);
-	for (int p = 0; p < 2; p++)
-		for (int t = 0; t < 8; t++) {
-			const int r = p * 8 + t; /* in the part */
-
-			ck_assert_int_eq(g.prefill->tp.group_of[r], p);
-			ck_assert_int_eq(g.prefill->tp.rank_in_group[r], t);
-			ck_assert_int_eq(g.prefill->rank_base + dps_groupset_members_of(
-				&g.prefill->tp, r)[t], 32 + p * 8 + t);
-		}
-	ck_assert_int_eq(check_set(g.prefill, &g.prefill->tp, why, sizeof(why)), 0);
-	out = print_to_string(&cfg);
-	ck_assert_ptr_nonnull(strstr(out, "decode part: ranks 0-31, 4 replicas; prefill part: "
-					  "ranks 32-47, 2 replicas of TP=8"));
-	ck_assert_ptr_nonnull(strstr(out, "prefill part: TP=8 DP=2, ranks 32-47"));
-	assert_line(out, "  DP1:           [40  41  42  43  44  45  46  47 ]");
-	ck_assert_ptr_nonnull(strstr(out, "  DP0: [32, 33, 34, 35, 36, 37, 38, 39]"));
-	ck_assert_ptr_nonnull(strstr(out, "component TP (c=4) = world")); /* the decode part's */
-	free(out);
-	dps_groups_free(&g);
-	dps_groups_free(&ref);
-
-	/* T differs from TP */
-	cfg = mkcfg(2, 2, 2, 1, 1, 1, 1);
-	cfg.prefill_dp = 3;
-	cfg.prefill_tp = 1;
-	build_ok(&cfg, &g);
-	ck_assert_int_eq(dps_groups_total(&g), 7);
-	ck_assert_int_eq(g.prefill->tp.group_size, 1);
-	ck_assert_int_eq(g.prefill->world_gs.group_size, 3);
-	dps_groups_free(&g);
-
-	/* the rules */
-	cfg = mkcfg(2, 2, 1, 1, 1, 1, 1);
-	cfg.prefill_tp = 2;
-	ck_assert_int_eq(dps_par_cfg_check(&cfg, err, sizeof(err)), -DPS_ECONFIG);
-	ck_assert_ptr_nonnull(strstr(err, "--prefill-tensor-parallel-size 2 sizes the prefill "
-					  "replicas: it needs --prefill-data-parallel-size"));
-	cfg.prefill_dp = -1;
-	ck_assert_int_eq(dps_par_cfg_check(&cfg, err, sizeof(err)), -DPS_ECONFIG);
-	ck_assert_ptr_nonnull(strstr(err, "--prefill-data-parallel-size -1"));
-	cfg.prefill_dp = 511; /* 4 + 1022 ranks */
-	ck_assert_int_eq(dps_par_cfg_check(&cfg, err, sizeof(err)), -DPS_ECONFIG);
-	ck_assert_ptr_nonnull(strstr(err, "4 decode ranks and --prefill-data-parallel-size 511 x "
-					  "--prefill-tensor-parallel-size 2 = 1022 prefill ranks "
-					  "exceed the limit of 1024"));
-	cfg.prefill_dp = 510;
-	ck_assert_int_eq(dps_par_cfg_check(&cfg, err, sizeof(err)), 0);
-	cfg.prefill_dp = 1;
-	cfg.prefill_tp = -2;
-	ck_assert_int_eq(dps_par_cfg_check(&cfg, err, sizeof(err)), -DPS_ECONFIG);
-	ck_assert_ptr_nonnull(strstr(err, "--prefill-tensor-parallel-size -2"));
 }
 END_TEST
 
@@ -859,7 +732,6 @@ static Suite *groups_suite(void)
 	tc = tcase_create("print");
 	tcase_add_test(tc, test_print_seed_grid);
 	tcase_add_test(tc, test_print_mixed_and_wide);
-	tcase_add_test(tc, test_prefill_part);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -24,6 +24,7 @@
 #include "common/dps.h"
 #include "engine/runtime/supervisor.h"
 #include "shm/seg.h"
+#include "tests/testutil.h"
 
 /* Shared between the test process and the ranks it forks (MAP_SHARED, inherited). */
 struct shared {
@@ -46,24 +47,6 @@ static void setup(void)
 static void teardown(void)
 {
 	munmap(sh, sizeof(*sh));
-}
-
-/* Number of /dev/shm entries belonging to process pid. */
-static int shm_entries_of(pid_t pid)
-{
-	char prefix[64];
-	struct dirent *de;
-	int n = 0;
-	DIR *d = opendir("/dev/shm");
-
-	snprintf(prefix, sizeof(prefix), "dpshard-%ld-", (long)pid);
-	if (!d)
-		return 0;
-	while ((de = readdir(d)))
-		if (!strncmp(de->d_name, prefix, strlen(prefix)))
-			n++;
-	closedir(d);
-	return n;
 }
 
 static int run(struct dps_sup_opts *o, struct dps_sup_result *res, char *err, size_t len)
@@ -128,7 +111,7 @@ START_TEST(test_rank_sigkill)
 			      "rank %d got its error %.3f s after the death", r,
 			      ((double)sh->err_ns[r] - (double)res.failed_ns) / 1e9);
 	}
-	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+	ck_assert_int_eq(test_shm_entries_of(getpid()), 0);
 }
 END_TEST
 
@@ -144,7 +127,7 @@ START_TEST(test_rank_exit_status)
 	ck_assert_int_eq(res.failed_rank, 1);
 	ck_assert_int_eq(res.failed_status, 1);
 	ck_assert_msg(strstr(err, "rank 1 (DP 0, TP 1) exited with status 1"), "%s", err);
-	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+	ck_assert_int_eq(test_shm_entries_of(getpid()), 0);
 }
 END_TEST
 
@@ -173,7 +156,7 @@ START_TEST(test_sigterm)
 	ck_assert_int_eq(res.stop_signal, SIGTERM);
 	ck_assert_int_eq(res.failed_rank, -1);
 	ck_assert_int_eq(res.killed, 0);
-	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+	ck_assert_int_eq(test_shm_entries_of(getpid()), 0);
 }
 END_TEST
 
@@ -238,7 +221,7 @@ START_TEST(test_supervisor_sigkill)
 			usleep(10000);
 	} while (alive && dps_now_ns() - t0 < 2000000000ull);
 	ck_assert_int_eq(alive, 0);
-	ck_assert_int_eq(shm_entries_of(sup), 0);
+	ck_assert_int_eq(test_shm_entries_of(sup), 0);
 }
 END_TEST
 
@@ -362,14 +345,14 @@ START_TEST(test_sweep_on_start)
 	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
-	ck_assert_int_eq(shm_entries_of(dead), 1);
+	ck_assert_int_eq(test_shm_entries_of(dead), 1);
 
 	struct dps_sup_opts o = { .par = { 1, 1, 1, 1, 1, 1, 1 }, .rank_fn = place_rank };
 	struct dps_sup_result res;
 	char err[256];
 
 	ck_assert_msg(run(&o, &res, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(shm_entries_of(dead), 0);
+	ck_assert_int_eq(test_shm_entries_of(dead), 0);
 }
 END_TEST
 
@@ -422,7 +405,7 @@ START_TEST(test_stragglers_killed_once)
 	ck_assert_int_eq(run(&o, &res, err, sizeof(err)), -DPS_ERANK);
 	ck_assert_int_eq(res.failed_rank, 0);
 	ck_assert_int_eq(res.killed, 3);
-	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+	ck_assert_int_eq(test_shm_entries_of(getpid()), 0);
 }
 END_TEST
 
@@ -541,7 +524,7 @@ static void check_hung(int how, int pending)
 	ck_assert_int_eq(sh->err_code[0], -DPS_EABORT);
 	ck_assert_int_eq(sh->err_code[2], -DPS_EABORT);
 	ck_assert_int_eq(res.killed, 0);
-	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+	ck_assert_int_eq(test_shm_entries_of(getpid()), 0);
 }
 
 START_TEST(test_hung_rank_spinning)
@@ -606,7 +589,7 @@ START_TEST(test_deadlock)
 	ck_assert_int_eq(res.killed, 0);
 	/* (The check can fail: check_hung's stopped and spinning ranks, whose peers wait the
 	 * same way, must not be called a deadlock.) */
-	ck_assert_int_eq(shm_entries_of(getpid()), 0);
+	ck_assert_int_eq(test_shm_entries_of(getpid()), 0);
 }
 END_TEST
 

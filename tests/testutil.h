@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/testutil.h - what the Check suites share: running a suite to an exit status, and a
- * scratch directory per test.
+ * tests/testutil.h - what the Check suites share: running a suite to an exit status, a
+ * scratch directory per test, and counting an instance's segments left in /dev/shm.
  */
 #ifndef DPS_TESTS_TESTUTIL_H
 #define DPS_TESTS_TESTUTIL_H
 
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
 
 /* Runs every test of s (forked, Check's default) and returns the process exit status. */
 static inline int test_run_suite(Suite *s)
@@ -20,6 +23,24 @@ static inline int test_run_suite(Suite *s)
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? 1 : 0;
+}
+
+/* Number of /dev/shm entries belonging to process pid (its segments, shm/seg.h). */
+static inline int test_shm_entries_of(pid_t pid)
+{
+	char prefix[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d = opendir("/dev/shm");
+
+	snprintf(prefix, sizeof(prefix), "dpshard-%ld-", (long)pid);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			n++;
+	closedir(d);
+	return n;
 }
 
 /* Creates a fresh directory /tmp/dps-TAG-XXXXXX into buf (at least 64 bytes). */

@@ -75,9 +75,12 @@ int dps_cmd_groups(int argc, char **argv)
 				dps_strerror(rc));
 			return 1;
 		}
-		rc = dps_place_parse_bind(cpu_bind, cfg.tp * cfg.dp, &t, &p, err, sizeof(err));
+		const int ptp = dps_par_cfg_prefill_tp(&cfg);
+
+		rc = dps_place_parse_bind(cpu_bind, cfg.tp * cfg.dp + cfg.prefill_dp * ptp, &t, &p,
+					  err, sizeof(err));
 		if (rc == 1)
-			rc = dps_place_compute(&t, cfg.tp, cfg.dp, &p);
+			rc = dps_place_compute_parts(&t, cfg.tp, cfg.dp, ptp, cfg.prefill_dp, &p);
 		if (rc < 0) {
 			fprintf(stderr, "dpshard groups: %s\n", err[0] ? err : dps_strerror(rc));
 			dps_topo_free(&t);
@@ -85,7 +88,7 @@ int dps_cmd_groups(int argc, char **argv)
 		}
 		printf("\nplacement on this machine (%d NUMA node(s), %d CPU(s)):\n", t.n_nodes,
 		       dps_topo_ncpus(&t));
-		dps_placement_print(&p, cfg.tp, stdout);
+		dps_placement_print_parts(&p, cfg.tp, cfg.tp * cfg.dp, ptp, stdout);
 		dps_placement_free(&p);
 		dps_topo_free(&t);
 	}

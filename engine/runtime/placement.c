@@ -195,6 +195,33 @@ err:
 	return ret;
 }
 
+int dps_place_compute_parts(const struct dps_topo *t, int tp, int dp, int ptp, int pdp,
+			    struct dps_placement *out)
+{
+	struct dps_placement d = { 0, NULL }, p = { 0, NULL };
+	struct dps_rank_place *all;
+	int rc;
+
+	if (!pdp)
+		return dps_place_compute(t, tp, dp, out);
+	rc = dps_place_compute(t, tp, dp, &d);
+	if (!rc)
+		rc = dps_place_compute(t, ptp, pdp, &p);
+	all = rc ? NULL : realloc(d.ranks, sizeof(*all) * ((size_t)d.world + (size_t)p.world));
+	if (!rc && !all)
+		rc = -ENOMEM;
+	if (rc) {
+		dps_placement_free(&d);
+		dps_placement_free(&p);
+		return rc;
+	}
+	memcpy(all + d.world, p.ranks, sizeof(*all) * (size_t)p.world);
+	free(p.ranks); /* the CPU lists moved */
+	out->ranks = all;
+	out->world = d.world + p.world;
+	return 0;
+}
+
 void dps_placement_free(struct dps_placement *p)
 {
 	int r;
@@ -277,6 +304,12 @@ static void place_fmt_bitmap(const unsigned char *bitmap, int nbits, char *buf, 
 
 void dps_placement_print(const struct dps_placement *p, int tp, FILE *f)
 {
+	dps_placement_print_parts(p, tp, p ? p->world : 0, 1, f);
+}
+
+void dps_placement_print_parts(const struct dps_placement *p, int tp, int n_decode, int ptp,
+			       FILE *f)
+{
 	int r;
 
 	if (!p || !f)
@@ -284,7 +317,10 @@ void dps_placement_print(const struct dps_placement *p, int tp, FILE *f)
 	for (r = 0; r < p->world; r++) {
 		const struct dps_rank_place *rp = &p->ranks[r];
 
-		if (tp >= 1)
+		if (tp >= 1 && r >= n_decode)
+			fprintf(f, "rank %d (prefill replica %d, TP %d): ", r, (r - n_decode) / ptp,
+				(r - n_decode) % ptp);
+		else if (tp >= 1)
 			fprintf(f, "rank %d (DP %d, TP %d): ", r, r / tp, r % tp);
 		else
 			fprintf(f, "rank %d: ", r);

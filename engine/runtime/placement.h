@@ -48,6 +48,14 @@ int dps_place_compute(const struct dps_topo *t, int tp, int dp, struct dps_place
 int dps_place_parse_bind(const char *spec, int world, const struct dps_topo *t,
 			 struct dps_placement *out, char *err, size_t errlen);
 
+/*
+ * With pdp prefill replicas of ptp ranks (0: none, as dps_place_compute): the decode part's
+ * placement (tp, dp), then the prefill part's (ptp, pdp) after it, each computed alone, so
+ * both parts spread over the whole machine and share its CPUs.
+ */
+int dps_place_compute_parts(const struct dps_topo *t, int tp, int dp, int ptp, int pdp,
+			    struct dps_placement *out);
+
 void dps_placement_free(struct dps_placement *p);
 
 /*
@@ -58,5 +66,8 @@ int dps_place_apply(const struct dps_rank_place *p);
 
 /* Prints one line per rank: "rank 3 (DP 0, TP 3): node 0, cpus 6-7". */
 void dps_placement_print(const struct dps_placement *p, int tp, FILE *f);
+/* The same, ranks from n_decode on named as prefill replicas of ptp ranks. */
+void dps_placement_print_parts(const struct dps_placement *p, int tp, int n_decode, int ptp,
+			       FILE *f);
 
 #endif

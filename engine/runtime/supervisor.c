@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/dps.h"
+#include "engine/runtime/hang.h"
 #include "engine/runtime/placement.h"
 #include "engine/runtime/supervisor.h"
 #include "engine/runtime/topo.h"
@@ -103,9 +104,37 @@ static int pidfd_open_compat(pid_t pid)
 
 static void describe_rank(const struct sup *s, int r, char *buf, size_t len)
 {
-	const int tp = s->o->par.tp;
+	const struct dps_groups *g = &s->lay.groups;
 
-	snprintf(buf, len, "rank %d (DP %d, TP %d)", r, r / tp, r % tp);
+	if (r >= g->world) {
+		const int q = r - g->world, ptp = g->prefill->cfg.tp;
+
+		snprintf(buf, len, "rank %d (prefill replica %d, TP %d)", r, q / ptp, q % ptp);
+		return;
+	}
+	snprintf(buf, len, "rank %d (DP %d, TP %d)", r, r / g->cfg.tp, r % g->cfg.tp);
+}
+
+/*
+ * The ranks a stalled rank r may wait for, [*lo, *hi): its replica's, or every decode rank's
+ * when the decode replicas step together (a prefill replica never waits for another).
+ */
+static void rank_domain(const struct sup *s, int r, int all, int *lo, int *hi)
+{
+	const struct dps_groups *g = &s->lay.groups;
+
+	if (r >= g->world) {
+		const int ptp = g->prefill->cfg.tp;
+
+		*lo = g->world + (r - g->world) / ptp * ptp;
+		*hi = *lo + ptp;
+	} else if (all) {
+		*lo = 0;
+		*hi = g->world;
+	} else {
+		*lo = r / g->cfg.tp * g->cfg.tp;
+		*hi = *lo + g->cfg.tp;
+	}
 }
 
 /* ---- the rank side ------------------------------------------------------------------------ */
@@ -287,68 +316,6 @@ static void sup_check_early(struct sup *s, char *err, size_t errlen)
 	sup_fail(s, s->early_rank, err);
 }
 
-uint64_t dps_hang_watch_check(struct dps_hang_watch *h, uint64_t count, int expected,
-			      uint64_t now_ns)
-{
-	if (!expected) {
-		h->since_ns = 0;
-		h->count = count;
-		return 0;
-	}
-	if (!h->since_ns || count != h->count) {
-		/* Just became expected, or moved: the clock starts now. */
-		h->since_ns = now_ns ? now_ns : 1;
-		h->count = count;
-		return 0;
-	}
-	return now_ns - h->since_ns;
-}
-
-/*
- * Whether rank pid's silence (its alive word unmoved for long enough to judge) is its own
- * doing. A rank waiting in shm/wait.c beats every time it runs, so a silent rank that is
- * stopped (T), asleep outside those waits (S, D), or that ran on a CPU without beating is
- * stopped or stuck. A silent rank that is runnable (R) but got no CPU since *ran (its CPU
- * time at the first such check, plus one; 0: none yet) is starved by a loaded machine, not
- * hung: it is judged again at the next check. A rank whose /proc entries cannot be read is
- * judged by its silence alone.
- */
-static int rank_silence_is_its_own(pid_t pid, uint64_t *ran)
-{
-	char path[64], buf[512], *p;
-	unsigned long long run_ns = 0;
-	FILE *f;
-	size_t n;
-	char state;
-
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-	if (!(f = fopen(path, "re")))
-		return 1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	/* "pid (comm) S ...": comm may hold spaces and parentheses, the last ')' ends it. */
-	if (!(p = strrchr(buf, ')')) || p[1] != ' ')
-		return 1;
-	state = p[2];
-	if (state != 'R')
-		return 1;
-	/* The main thread's time on a CPU, in ns (proc(5) schedstat): the thread that beats. */
-	snprintf(path, sizeof(path), "/proc/%ld/schedstat", (long)pid);
-	if (!(f = fopen(path, "re")))
-		return 1;
-	n = fscanf(f, "%llu", &run_ns) == 1;
-	fclose(f);
-	if (!n)
-		return 1;
-	if (!*ran) {
-		*ran = (uint64_t)run_ns + 1;
-		return 0;
-	}
-	/* More than a millisecond on a CPU without one beat: not a wait of ours. */
-	return (uint64_t)run_ns + 1 > *ran + 1000000ull;
-}
-
 /*
  * The progress check (on the loop's timer), over two words per rank (struct dps_beat). A rank
  * expected to progress whose work word has not moved for rank_timeout_ms is stalled. Among
@@ -396,7 +363,7 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 			s->ran_ns[r] = 0;
 			continue;
 		}
-		if (!rank_silence_is_its_own(s->pids[r], &s->ran_ns[r])) {
+		if (!dps_rank_silence_is_its_own(s->pids[r], &s->ran_ns[r])) {
 			/* Starved of CPU (or not yet known): judged again at the next check,
 			 * and until then counted as working, which no one waiting for it is
 			 * blamed for. */
@@ -420,12 +387,11 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 	 * alone. The rest wait for each other, or for something that never comes.
 	 */
 	for (int r = 0; r < s->lay.world; r++) {
-		const int tp = s->o->par.tp > 0 ? s->o->par.tp : 1;
 		const int all = !s->o->coupled_fn || s->o->coupled_fn(s->o->msg_arg);
-		const int lo = all ? 0 : r / tp * tp, hi = all ? s->lay.world : lo + tp;
 		const uint64_t stuck = s->hang[r].since_ns ? now - s->hang[r].since_ns : 0;
-		int working = 0;
+		int working = 0, lo, hi;
 
+		rank_domain(s, r, all, &lo, &hi);
 		if (s->stalled[r] != 2)
 			continue;
 		for (int q = lo; q < hi && !working; q++)
@@ -442,10 +408,13 @@ static int sup_check_hung(struct sup *s, char *err, size_t errlen)
 		return (int)period;
 	len = (size_t)snprintf(err, errlen, "rank%s", n_stalled > 1 ? "s" : "");
 	for (int r = first, k = 0; r < s->lay.world && len < errlen; r++) {
+		char who[64];
+
 		if (s->stalled[r] != 3)
 			continue;
-		len += (size_t)snprintf(err + len, errlen - len, "%s %d (DP %d, TP %d)",
-					k++ ? "," : "", r, r / s->o->par.tp, r % s->o->par.tp);
+		describe_rank(s, r, who, sizeof(who));
+		len += (size_t)snprintf(err + len, errlen - len, "%s %s", k++ ? "," : "",
+					who + strlen("rank "));
 	}
 	if (len < errlen)
 		snprintf(err + len, errlen - len, " made no progress for %.1f s while waiting, with "
@@ -628,6 +597,13 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	int rc;
 
 	dps_seg_sweep();
+	if (o->par.prefill_dp && !o->roles) {
+		/* Its groups are built (`dpshard groups`), the caller's ranks cannot run it. */
+		snprintf(err, errlen, "--prefill-data-parallel-size %d: disaggregated prefill is "
+			 "not implemented here yet (`dpshard groups` shows the layout); leave it "
+			 "unset to run prefill and decode on every rank", o->par.prefill_dp);
+		return -DPS_ECONFIG;
+	}
 	rc = dps_layout_build(&s->lay, &o->par, o->slot_bytes ? o->slot_bytes : DPS_COLL_SLOT_DEFAULT,
 			      err, errlen);
 	if (rc)
@@ -641,14 +617,17 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	rc = dps_place_parse_bind(o->cpu_bind ? o->cpu_bind : "auto", s->lay.world, &s->topo,
 				  &s->place, err, errlen);
 	if (rc == 1)
-		rc = dps_place_compute(&s->topo, o->par.tp, o->par.dp, &s->place);
+		rc = dps_place_compute_parts(&s->topo, o->par.tp, o->par.dp,
+					     dps_par_cfg_prefill_tp(&o->par), o->par.prefill_dp,
+					     &s->place);
 	if (rc < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "cannot place the ranks: %s", dps_strerror(rc));
 		return rc;
 	}
 	if (o->verbose)
-		dps_placement_print(&s->place, o->par.tp, stderr);
+		dps_placement_print_parts(&s->place, o->par.tp, s->lay.groups.world,
+					  dps_par_cfg_prefill_tp(&o->par), stderr);
 	rc = dps_seg_create(&s->seg, "inst", s->lay.total, err, errlen);
 	if (rc)
 		return rc;

@@ -3,7 +3,8 @@
  * engine/runtime/supervisor.h - forks, pins and watches the rank processes of one instance.
  *
  * dps_sup_run sweeps stale segments of dead instances, builds the layout, creates the one
- * shared segment, forks TP x DP ranks (each pinned by the placement and killed if the
+ * shared segment, forks TP x DP ranks, and the prefill replicas' after them when the layout
+ * has any (each pinned by the placement and killed if the
  * supervisor dies, PR_SET_PDEATHSIG), and waits on the ranks' pidfds, an eventfd the ranks
  * signal when they post a message, and a signalfd for SIGTERM/SIGINT/SIGHUP, all as polls on
  * one io_uring, which a caller may share (opts.ring) to run its own I/O in the same loop: the
@@ -91,6 +92,12 @@ struct dps_sup_opts {
 	 * domain works: every rank when coupled (or coupled_fn is NULL), else its replica's.
 	 */
 	int (*coupled_fn)(void *arg);
+	/*
+	 * Whether rank_fn runs the ranks of both parts of a layout with prefill replicas
+	 * (par.prefill_dp > 0; struct dps_world's role says which part a rank is in). Without
+	 * it such a layout is refused by name.
+	 */
+	int roles;
 };
 
 struct dps_sup_result {

@@ -13,6 +13,7 @@
 
 struct collect {
 	struct dps_layout *l;
+	int base; /* instance rank of the part's rank 0 */
 	int rc;
 };
 
@@ -37,11 +38,31 @@ static void collect_set(const struct dps_groupset *gs, void *arg)
 		c->rc = -ENOMEM;
 		return;
 	}
+	DPS_ASSERT(l->n_sets < DPS_SETS_MAX);
 	l->sets[l->n_sets] = gs;
+	l->set_base[l->n_sets] = c->base;
 	l->set_comm[l->n_sets++] = map;
 	for (g = 0; g < gs->n_groups; g++) {
 		const int *ranks = gs->ranks + (size_t)g * (size_t)gs->group_size;
-		int idx = find_comm(l, ranks, gs->group_size);
+		int idx;
+
+		if (c->base) { /* the prefill part: its members in instance ranks */
+			int **no = realloc(l->owned, sizeof(*no) * (size_t)(l->n_owned + 1));
+			int *shifted = malloc(sizeof(int) * (size_t)gs->group_size);
+
+			if (no)
+				l->owned = no;
+			if (!no || !shifted) {
+				free(shifted);
+				c->rc = -ENOMEM;
+				return;
+			}
+			for (int i = 0; i < gs->group_size; i++)
+				shifted[i] = ranks[i] + c->base;
+			l->owned[l->n_owned++] = shifted;
+			ranks = shifted;
+		}
+		idx = find_comm(l, ranks, gs->group_size);
 
 		if (idx < 0) {
 			struct dps_layout_comm *nc =
@@ -64,30 +85,27 @@ static void collect_set(const struct dps_groupset *gs, void *arg)
 int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t slot_bytes,
 		     char *err, size_t errlen)
 {
-	struct collect col = { l, 0 };
+	struct collect col = { l, 0, 0 };
+	const struct dps_groups *pg;
 	size_t off, sz;
 	int i, rc;
 
 	memset(l, 0, sizeof(*l));
-	if (cfg->prefill_dp) {
-		/* The groups are built (`dpshard groups`); the ranks' roles, the role-aware loading
-		 * and the KV hand-off are not, so no instance runs such a layout yet. */
-		snprintf(err, errlen, "--prefill-data-parallel-size %d: disaggregated prefill is "
-			 "not implemented in running instances yet (`dpshard groups` shows the "
-			 "layout); leave it unset to run prefill and decode on every rank",
-			 cfg->prefill_dp);
-		return -DPS_ECONFIG;
-	}
 	rc = dps_groups_build(cfg, &l->groups, err, errlen);
 	if (rc)
 		return rc;
-	l->world = l->groups.world;
+	pg = l->groups.prefill;
+	l->world = dps_groups_total(&l->groups);
 	if (slot_bytes < (size_t)DPS_CACHELINE * ((size_t)l->world + 1))
 		slot_bytes = (size_t)DPS_CACHELINE * ((size_t)l->world + 1);
 	l->slot_bytes = dps_align_up(slot_bytes, 4096);
 	l->ring_slots = RING_SLOTS;
 	l->ring_slot_bytes = RING_SLOT_BYTES;
 	dps_groups_foreach_set(&l->groups, collect_set, &col);
+	if (pg && !col.rc) {
+		col.base = pg->rank_base;
+		dps_groups_foreach_set(pg, collect_set, &col);
+	}
 	if (col.rc) {
 		rc = col.rc;
 		goto err;
@@ -115,6 +133,16 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 		    dps_size_add(off, sz, &off))
 			goto toobig;
 	}
+	l->prep_ring_off = off;
+	l->prep_ring_bytes = 0;
+	if (pg && pg->cfg.tp > 1) {
+		l->prep_ring_bytes = dps_align_up(dps_ring_shm_size(l->ring_slots,
+								    (unsigned)pg->cfg.tp - 1,
+								    l->ring_slot_bytes), 4096);
+		if (dps_size_mul(l->prep_ring_bytes, (size_t)pg->cfg.dp, &sz) ||
+		    dps_size_add(off, sz, &off))
+			goto toobig;
+	}
 	l->total = off;
 	return 0;
 toobig:
@@ -131,6 +159,9 @@ void dps_layout_free(struct dps_layout *l)
 	for (int i = 0; i < l->n_sets; i++)
 		free(l->set_comm[i]);
 	free(l->comms);
+	for (int i = 0; i < l->n_owned; i++)
+		free(l->owned[i]);
+	free(l->owned);
 	dps_groups_free(&l->groups);
 	memset(l, 0, sizeof(*l));
 }
@@ -145,8 +176,10 @@ void *dps_layout_ring_from_sup(const struct dps_layout *l, void *base, int r)
 	return (char *)base + l->ring_off + ((size_t)r * 2 + 1) * l->ring_bytes;
 }
 
-void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int d)
+void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int prefill, int d)
 {
+	if (prefill)
+		return (char *)base + l->prep_ring_off + (size_t)d * l->prep_ring_bytes;
 	return (char *)base + l->rep_ring_off + (size_t)d * l->rep_ring_bytes;
 }
 
@@ -163,8 +196,12 @@ void dps_layout_init_shm(const struct dps_layout *l, void *base)
 	}
 	if (l->rep_ring_bytes)
 		for (int d = 0; d < l->groups.cfg.dp; d++)
-			dps_ring_init(dps_layout_ring_replica(l, base, d), l->ring_slots,
+			dps_ring_init(dps_layout_ring_replica(l, base, 0, d), l->ring_slots,
 				      (unsigned)l->groups.cfg.tp - 1, l->ring_slot_bytes);
+	if (l->prep_ring_bytes)
+		for (int p = 0; p < l->groups.prefill->cfg.dp; p++)
+			dps_ring_init(dps_layout_ring_replica(l, base, 1, p), l->ring_slots,
+				      (unsigned)l->groups.prefill->cfg.tp - 1, l->ring_slot_bytes);
 }
 
 static int member_index(const int *ranks, int n, int r)
@@ -180,15 +217,22 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 {
 	int i, rc;
 
+	const struct dps_groups *part;
+
 	memset(w, 0, sizeof(*w));
 	if (r < 0 || r >= l->world)
 		return -EINVAL;
+	part = r < l->groups.world ? &l->groups : l->groups.prefill;
 	w->rank = r;
-	w->world = l->world;
-	w->tp = l->groups.cfg.tp;
-	w->dp = l->groups.cfg.dp;
-	w->tp_rank = r % w->tp;
-	w->dp_rank = r / w->tp;
+	w->role = part == &l->groups ? DPS_ROLE_DECODE : DPS_ROLE_PREFILL;
+	w->part = part;
+	w->base = part->rank_base;
+	w->total = l->world;
+	w->world = part->world;
+	w->tp = part->cfg.tp;
+	w->dp = part->cfg.dp;
+	w->tp_rank = (r - w->base) % w->tp;
+	w->dp_rank = (r - w->base) / w->tp;
 	w->lay = l;
 	w->ctl = base;
 	w->beat = &w->ctl->beat[r];
@@ -206,17 +250,18 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 		if (rc)
 			goto err;
 	}
-	w->world_c = dps_world_comm(w, &l->groups.world_gs);
-	w->tp_c = dps_world_comm(w, &l->groups.tp);
-	w->dp_c = dps_world_comm(w, &l->groups.dp);
+	w->world_c = dps_world_comm(w, &part->world_gs);
+	w->tp_c = dps_world_comm(w, &part->tp);
+	w->dp_c = dps_world_comm(w, &part->dp);
 	for (i = 0; i < DPS_COMP_COUNT; i++) {
-		w->comp_tp_c[i] = dps_world_comm(w, l->groups.comp_tp_of[i]);
-		w->dp_col_c[i] = dps_world_comm(w, l->groups.dp_col_of[i]);
+		w->comp_tp_c[i] = dps_world_comm(w, part->comp_tp_of[i]);
+		w->dp_col_c[i] = dps_world_comm(w, part->dp_col_of[i]);
 	}
 	dps_ring_attach(&w->to_sup, dps_layout_ring_to_sup(l, base, r), &w->ctl->abort, notify_fd);
 	dps_ring_attach(&w->from_sup, dps_layout_ring_from_sup(l, base, r), &w->ctl->abort, -1);
-	if (l->rep_ring_bytes)
-		dps_ring_attach(&w->replica, dps_layout_ring_replica(l, base, w->dp_rank),
+	if (w->tp > 1)
+		dps_ring_attach(&w->replica, dps_layout_ring_replica(l, base, w->role ==
+								     DPS_ROLE_PREFILL, w->dp_rank),
 				&w->ctl->abort, -1);
 	return 0;
 err:
@@ -238,8 +283,14 @@ struct dps_comm *dps_world_comm(struct dps_world *w, const struct dps_groupset *
 	const struct dps_layout *l = w->lay;
 
 	for (int i = 0; i < l->n_sets; i++)
-		if (l->sets[i] == gs)
-			return &w->comms[l->set_comm[i][gs->group_of[w->rank]]];
+		if (l->sets[i] == gs) {
+			const int r = w->rank - l->set_base[i];
+
+			/* a set of the other part holds no group of this rank */
+			if (r < 0 || r >= gs->n_groups * gs->group_size)
+				return NULL;
+			return &w->comms[l->set_comm[i][gs->group_of[r]]];
+		}
 	return NULL;
 }
 

@@ -50,7 +50,8 @@ struct dps_ctl {
 
 _Static_assert(sizeof(struct dps_beat) == DPS_CACHELINE, "one heartbeat per cache line");
 
-#define DPS_SETS_MAX (3 + 2 * DPS_MAX_COMP_SIZES)
+/* Group sets of one part; an instance with prefill replicas has two parts. */
+#define DPS_SETS_MAX (2 * (3 + 2 * DPS_MAX_COMP_SIZES))
 
 struct dps_layout_comm {
 	int n;
@@ -59,20 +60,29 @@ struct dps_layout_comm {
 };
 
 struct dps_layout {
-	struct dps_groups groups;
-	int world;
+	struct dps_groups groups; /* the decode part's, and groups.prefill the prefill part's */
+	int world;                /* every rank of the instance (both parts) */
 	size_t slot_bytes;        /* collective slot size */
 	unsigned ring_slots;
 	size_t ring_slot_bytes;
 	int n_sets;
-	const struct dps_groupset *sets[DPS_SETS_MAX]; /* in dps_groups_foreach_set order */
+	/* In dps_groups_foreach_set order, the decode part's sets and then the prefill part's;
+	 * set_base[i] is the instance rank of the set's rank 0 (0, or the prefill part's
+	 * rank_base). */
+	const struct dps_groupset *sets[DPS_SETS_MAX];
+	int set_base[DPS_SETS_MAX];
 	int *set_comm[DPS_SETS_MAX];                   /* (n_groups of set): index into comms */
 	int n_comms;
 	struct dps_layout_comm *comms;
+	int n_owned;
+	int **owned;              /* member lists in instance ranks, for the prefill part's comms */
 	size_t ring_off;          /* rings: rank r's to-supervisor ring at ring_off + 2r*ring_bytes */
 	size_t ring_bytes;
-	size_t rep_ring_off;      /* with TP > 1: replica d's batch ring (TP rank 0 -> its peers) */
-	size_t rep_ring_bytes;    /*   at rep_ring_off + d * rep_ring_bytes */
+	/* Replica d's batch ring (TP rank 0 -> its peers), for replicas of more than one rank:
+	 * decode replica d at rep_ring_off + d * rep_ring_bytes; prefill replica p at
+	 * prep_ring_off + p * prep_ring_bytes. */
+	size_t rep_ring_off, rep_ring_bytes;
+	size_t prep_ring_off, prep_ring_bytes;
 	size_t total;             /* segment size */
 };
 
@@ -90,11 +100,23 @@ void dps_layout_init_shm(const struct dps_layout *l, void *base);
 /* Rings of rank r inside the segment. */
 void *dps_layout_ring_to_sup(const struct dps_layout *l, void *base, int r);
 void *dps_layout_ring_from_sup(const struct dps_layout *l, void *base, int r);
-/* The batch ring of replica d (TP > 1 only): written by its TP rank 0, read by the others. */
-void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int d);
+/* The batch ring of decode replica d (TP > 1 only), or of prefill replica d when prefill is
+ * 1 (its TP > 1): written by its TP rank 0, read by the others. */
+void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int prefill, int d);
+
+/* Which graph a rank runs: both (no prefill replicas) or decode, or prefill. */
+enum dps_role { DPS_ROLE_DECODE, DPS_ROLE_PREFILL };
 
 struct dps_world {
+	/*
+	 * rank: in the instance. world, tp, dp, tp_rank and dp_rank: in the rank's part (the
+	 * decode part, which is every rank without prefill replicas, or the prefill part), whose
+	 * groups are *part and whose first rank is base; total: every rank of the instance.
+	 */
 	int rank, world, tp, dp, tp_rank, dp_rank;
+	enum dps_role role;
+	int base, total;
+	const struct dps_groups *part;
 	const struct dps_layout *lay;
 	struct dps_ctl *ctl;
 	struct dps_comm *comms;   /* (lay->n_comms); only those containing rank are attached */

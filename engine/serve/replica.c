@@ -201,7 +201,9 @@ static void fill_stats(struct replica *R, struct m_stats *m, int final)
 	/* Each communicator of this rank once, named by the first group set that makes it. */
 	for (int si = 0; si < lay->n_sets && m->st.n_groups < DPS_ENGINE_GROUPS; si++) {
 		const struct dps_groupset *gs = lay->sets[si];
-		const int ci = lay->set_comm[si][gs->group_of[w->rank]];
+		const int lr = w->rank - lay->set_base[si]; /* in the set's part */
+		const int ci = lr >= 0 && lr < w->world && lay->set_base[si] == w->base
+				       ? lay->set_comm[si][gs->group_of[lr]] : -1;
 		uint64_t ns = 0;
 
 		if (ci < 0 || ci >= lay->n_comms || w->comms[ci].n < 2 || (ci < 64 && seen[ci]))
