@@ -113,6 +113,7 @@ static void build_oracle(const char *model)
 struct run_arg {
 	const char *model;
 	int check_cache_untouched;
+	int decode_only;
 };
 
 static void note(const char *fmt, int a, int b, int c, double d)
@@ -172,12 +173,13 @@ static int rank_main(struct dps_world *w, void *argp)
 	dps_gemm_setup("auto", 1, msg, sizeof(msg));
 	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, a->model,
 			    &(struct dps_shard_opts){ .max_pos = MAXPOS, .max_seqs = NPROMPT,
-						      .max_rows = 16 },
+						      .max_rows = 16, .decode_only = a->decode_only },
 			    err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
 		return rc;
 	}
+	loop_decode_only = a->decode_only;
 	for (int k = w->dp_rank; k < NPROMPT; k += w->dp) {
 		reqs[n].prompt = prompts[k];
 		reqs[n].n_prompt = prompt_len[k];
@@ -200,9 +202,11 @@ static int rank_main(struct dps_world *w, void *argp)
 }
 
 /* Runs one configuration; returns the supervisor's code, with its message in err. */
+static int decode_only_runs; /* run_config's ranks load the decode graph alone */
+
 static int run_config(const char *model, struct dps_par_cfg par, char *err, size_t len)
 {
-	struct run_arg a = { model, 0 };
+	struct run_arg a = { model, 0, decode_only_runs };
 	struct dps_sup_opts o = { .par = par, .rank_fn = rank_main, .rank_arg = &a,
 				  .cpu_bind = "off" };
 	struct dps_sup_result res;
@@ -448,6 +452,60 @@ START_TEST(test_bytes_fall)
 }
 END_TEST
 
+/*
+ * The decode ranks of a disaggregated layout (dps_shard_opts.decode_only): every component of
+ * size c > 1 holds its decode layout alone (no plain-TP attention, embedding or LM head
+ * bytes), and the prompts fed through the decode graph still give the one-process model's
+ * greedy tokens and logits; attention's bytes fall by its factor c against the plain-TP
+ * layout a co-located rank keeps for prefill.
+ */
+static const int decode_only_configs[][6] = {
+	{ 1, 2, 2, 2, 2, 2 }, { 2, 2, 2, 2, 2, 2 }, { 1, 4, 4, 4, 4, 4 }, { 2, 4, 4, 2, 1, 4 },
+	{ 1, 2, 2, 1, 1, 1 }, { 2, 2, 1, 2, 1, 2 },
+};
+
+START_TEST(test_decode_only)
+{
+	const int *c = decode_only_configs[_i % 6];
+	const char *model = model_path(_i < 6 ? "mha" : "gqa");
+	size_t both[DPS_PART_COUNT];
+	char err[512];
+
+	if (_i >= 6 && c[0] * c[2] > 6)
+		return; /* more attention ranks than the GQA model's 6 heads */
+	build_oracle(model);
+	ck_assert_int_eq(run_config(model, par_of(c), err, sizeof(err)), 0);
+	memcpy(both, sh->bytes, sizeof(both));
+	decode_only_runs = 1;
+	expect_equal(model, par_of(c));
+	decode_only_runs = 0;
+	ck_assert_uint_eq(sh->bytes[DPS_PART_ATTN_PREFILL] != 0, c[2] == 1);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_EMB_PREFILL] != 0, c[3] == 1);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_LM_PREFILL] != 0, c[5] == 1);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_MLP], both[DPS_PART_MLP]);
+	ck_assert_uint_eq(sh->bytes[DPS_PART_EMB_DECODE], both[DPS_PART_EMB_DECODE]);
+	if (c[2] > 1) {
+		/* Q and O by the effective rank (a c-th of TP's), plus K/V rows of the TP
+		 * position (by TP rank), or by the effective rank (the K/V all-to-all variant) */
+		const size_t att_d = sh->bytes[DPS_PART_ATTN_DECODE];
+
+		ck_assert_uint_lt(att_d, both[DPS_PART_ATTN_PREFILL]);
+		ck_assert_uint_ge(att_d, both[DPS_PART_ATTN_DECODE]);
+		if (_i < 6) /* mha: 8 KV heads, a multiple of TP x c: K/V by effective rank */
+			ck_assert_uint_eq(att_d * (size_t)c[2], both[DPS_PART_ATTN_PREFILL]);
+	}
+	{
+		size_t a = 0, b = 0;
+
+		for (int k = 0; k < DPS_PART_COUNT; k++) {
+			a += sh->bytes[k];
+			b += both[k];
+		}
+		ck_assert_uint_lt(a, b);
+	}
+}
+END_TEST
+
 /* ---- mixture of experts ------------------------------------------------------------------- */
 
 /* TP, DP, attention, embedding, MLP, LM head, expert parallel, backend (enum dps_a2a). */
@@ -650,6 +708,7 @@ int main(void)
 	tcase_add_test(tc, test_mismatch_caught);
 	tcase_add_test(tc, test_collective_counts);
 	tcase_add_test(tc, test_bytes_fall);
+	tcase_add_loop_test(tc, test_decode_only, 0, 12);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("moe");
 	tcase_add_checked_fixture(tc, setup, teardown);

@@ -36,6 +36,10 @@ struct loop_req {
  */
 typedef int (*loop_cb)(void *arg, int index, int pos, int token, const float *logits, int vocab);
 
+/* Set by a test: feed the prompts through the decode graph too (a decode-only shard, which
+ * refuses prefill steps), each step a prompt's remaining tokens as decode rows. */
+static int loop_decode_only;
+
 struct loop_stats {
 	uint64_t steps, dummy_steps, padded_rows;
 };
@@ -135,7 +139,7 @@ static int loop_generate(struct dps_shard *s, const struct loop_req *reqs, int n
 				owner[rows++] = k;
 				q[k].fed++;
 			}
-		prefill = prefill_rows > 0;
+		prefill = prefill_rows > 0 && !loop_decode_only;
 		if (coupled) {
 			const struct dps_dp_say say = { rows, prefill, unfinished, 0 };
 			struct dps_dp_plan plan;

@@ -209,9 +209,13 @@ int dps_shard_attn_decode(struct dps_shard *s, int l, const struct dps_rows *r, 
 		float *kvo = s->att; /* scratch (B, kvw) */
 
 		dps_shard_linear(s, kvo, h + (size_t)j * (size_t)B * (size_t)dim,
-				 dps_shard_wrow(w->wqkv_p, s->wt, (size_t)s->hq_t * (size_t)hd, dim), B,
-				 (int)kvw, dim);
-		if (w->bqkv_p)
+				 w->wkv_d ? w->wkv_d
+					  : dps_shard_wrow(w->wqkv_p, s->wt,
+							   (size_t)s->hq_t * (size_t)hd, dim),
+				 B, (int)kvw, dim);
+		if (w->bkv_d)
+			dps_add_bias(kvo, w->bkv_d, B, (int)kvw);
+		else if (w->bqkv_p)
 			dps_add_bias(kvo, w->bqkv_p + (size_t)s->hq_t * hd, B, (int)kvw);
 		for (int i = 0; i < B; i++)
 			memcpy(mine + (size_t)i * wt + (size_t)s->hq_t * hd, kvo + (size_t)i * kvw,

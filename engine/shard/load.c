@@ -181,8 +181,21 @@ static void load_attn_extras(struct dps_shard_loader *L, int l)
 		lname(s, nq, sizeof(nq), l, "self_attn.q_proj.bias");
 		lname(s, nk, sizeof(nk), l, "self_attn.k_proj.bias");
 		lname(s, nv, sizeof(nv), l, "self_attn.v_proj.bias");
-		w->bqkv_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL,
-						 (size_t)(s->hq_t + 2 * s->nkv_t) * hd);
+		if (s->decode_only && ca > 1) {
+			/* only the K/V biases of wkv_d's rows (with K/V by TP rank) */
+			w->bkv_d = s->kv_by_eff ? NULL
+						: dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE,
+								       2 * (size_t)s->nkv_t * hd);
+			for (int k = 0; w->bkv_d && k < s->nkv_t; k++) {
+				dps_shard_load_vec_range(L, nk, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
+							 hd, w->bkv_d + (uint64_t)k * hd);
+				dps_shard_load_vec_range(L, nv, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
+							 hd, w->bkv_d + (uint64_t)(s->nkv_t + k) * hd);
+			}
+		} else {
+			w->bqkv_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL,
+							 (size_t)(s->hq_t + 2 * s->nkv_t) * hd);
+		}
 		if (w->bqkv_p) {
 			dps_shard_load_vec_range(L, nq, qd, (int64_t)s->t * (int64_t)hq, hq, w->bqkv_p);
 			for (int k = 0; k < s->nkv_t; k++) {
@@ -210,7 +223,7 @@ static void load_attn_extras(struct dps_shard_loader *L, int l)
 	}
 	if (c->o_bias) {
 		lname(s, no, sizeof(no), l, "self_attn.o_proj.bias");
-		if (s->t == 0) {
+		if (s->t == 0 && !(s->decode_only && ca > 1)) {
 			w->bo_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, dim);
 			if (w->bo_p)
 				dps_shard_load_whole(L, no, dim, w->bo_p);
@@ -233,7 +246,8 @@ static void load_attn_extras(struct dps_shard_loader *L, int l)
 	}
 	if (c->attn_sinks) {
 		lname(s, nq, sizeof(nq), l, "self_attn.sinks");
-		w->sinks = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, (size_t)s->hq_t);
+		/* both graphs read them (this TP position's heads): counted with the norms */
+		w->sinks = dps_shard_alloc_part(L, DPS_PART_NORMS, (size_t)s->hq_t);
 		if (w->sinks)
 			dps_shard_load_vec_range(L, nq, (uint64_t)c->num_attention_heads,
 						 (int64_t)s->t * s->hq_t, (uint64_t)s->hq_t, w->sinks);
@@ -271,9 +285,29 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_whole(L, n1, dim, w->attn_norm);
 		dps_shard_load_whole(L, n2, dim, w->ffn_norm);
 	}
-	/* Prefill (plain TP): this TP position's query heads, then the KV heads they read. */
-	w->wqkv_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, rows_p, (int)qin);
-	w->wo_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, dim, s->hq_t * hd);
+	/* Prefill (plain TP): this TP position's query heads, then the KV heads they read. A
+	 * decode-only rank with c_attn > 1 holds only what its decode reads: with K/V by TP
+	 * rank, those K/V rows. */
+	if (s->decode_only && ca > 1) {
+		if (!s->kv_by_eff) {
+			w->wkv_d = dps_shard_alloc_w(L, DPS_PART_ATTN_DECODE,
+						     2 * (size_t)s->nkv_t * (size_t)hd, (int)dim);
+			for (int k = 0; w->wkv_d && k < s->nkv_t; k++) {
+				void *kr = dps_shard_wrow(w->wkv_d, lt, (size_t)k * (size_t)hd,
+							  (int)dim);
+				void *vr = dps_shard_wrow(kr, lt, (size_t)s->nkv_t * (size_t)hd,
+							  (int)dim);
+
+				dps_shard_load_rows_of_rank(L, nk, kvd, dim, s->kv_t[k], (uint64_t)hd,
+							    kr);
+				dps_shard_load_rows_of_rank(L, nv, kvd, dim, s->kv_t[k], (uint64_t)hd,
+							    vr);
+			}
+		}
+	} else {
+		w->wqkv_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, rows_p, (int)qin);
+		w->wo_p = dps_shard_alloc_w(L, DPS_PART_ATTN_PREFILL, dim, s->hq_t * hd);
+	}
 	if (w->wqkv_p && w->wo_p) {
 		dps_shard_load_rows_of_rank(L, nq, qd, qin, t, (uint64_t)s->hq_t * (uint64_t)hd,
 					    w->wqkv_p);
@@ -377,9 +411,17 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->par = *par;
 	s->t = w ? w->tp_rank : 0;
 	s->d = w ? w->dp_rank : 0;
+	s->decode_only = opts && opts->decode_only;
 	rc = dps_ckpt_open(&L.ck, dir, err, errlen);
 	if (rc)
 		return rc;
+	if (s->decode_only && T) {
+		/* The draft reads the target's plain-TP embedding, which a decode rank lacks. */
+		snprintf(err, errlen, "an Eagle3 draft on the decode ranks of a disaggregated "
+			 "layout (--prefill-data-parallel-size) is not implemented");
+		rc = -DPS_ECONFIG;
+		goto out;
+	}
 	*c = L.ck.cfg;
 	rc = dps_shard_choose_wt(&L, opts ? opts->dtype : DPS_SHARD_DTYPE_AUTO,
 				 opts ? opts->quant : DPS_SHARD_QUANT_AUTO);
@@ -461,15 +503,19 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	/* Embedding and LM head: plain TP for prefill, the component group for decode. A draft
 	 * reads the target's embedding. */
 	if (!s->draft) {
-		s->emb_p = vocab_shard(&L, DPS_PART_EMB_PREFILL, "model.embed_tokens.weight", s->t,
-				       s->v_tp);
+		/* (a decode-only rank holds one of the two: the decode layout) */
+		s->emb_p = s->decode_only && s->c[DPS_COMP_EMB] > 1
+				   ? NULL
+				   : vocab_shard(&L, DPS_PART_EMB_PREFILL,
+						 "model.embed_tokens.weight", s->t, s->v_tp);
 		s->emb_d = s->c[DPS_COMP_EMB] > 1
 				   ? vocab_shard(&L, DPS_PART_EMB_DECODE, "model.embed_tokens.weight",
 						 dps_shard_comp_rank(s, DPS_COMP_EMB), s->v_emb)
 				   : s->emb_p;
 	}
 	head = c->tie_word_embeddings && !s->draft ? "model.embed_tokens.weight" : "lm_head.weight";
-	s->lm_p = vocab_shard(&L, DPS_PART_LM_PREFILL, head, s->t, s->v_tp);
+	s->lm_p = s->decode_only && s->c[DPS_COMP_LM_HEAD] > 1
+			  ? NULL : vocab_shard(&L, DPS_PART_LM_PREFILL, head, s->t, s->v_tp);
 	s->lm_d = s->c[DPS_COMP_LM_HEAD] > 1
 			  ? vocab_shard(&L, DPS_PART_LM_DECODE, head,
 					dps_shard_comp_rank(s, DPS_COMP_LM_HEAD), s->v_lm)
@@ -652,6 +698,8 @@ void dps_shard_free(struct dps_shard *s)
 			free(w->wo_p);
 			free(w->wq_d);
 			free(w->wo_d);
+			free(w->wkv_d);
+			free(w->bkv_d);
 			free(w->w_gate_up);
 			free(w->w_down);
 			free(w->router);

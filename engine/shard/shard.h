@@ -12,7 +12,9 @@
  * heads its TP position's query heads read, the "Q-only all-to-all" variant), or, when the KV
  * heads are a multiple of TP * c and c > 1, by effective rank with their own all-to-all. A
  * dimension that does not divide is zero-padded. Prefill uses plain TP for attention,
- * embedding and LM head, so a component with c > 1 holds both layouts; the MLP has one.
+ * embedding and LM head, so a component with c > 1 holds both layouts (the MLP has one),
+ * except on the decode ranks of a disaggregated layout, which hold the decode layout alone
+ * (dps_shard_opts.decode_only).
  *
  * Steps. A step is either a prefill step (the prefill graph: some rows are prompt rows; any
  * decode rows of the same replica ride along) or a decode step (the decode graph of the reference:
@@ -92,6 +94,13 @@ struct dps_shard_opts {
 	 * (below); num_blocks should then be the target's, so that its block tables serve both.
 	 */
 	const struct dps_shard *target;
+	/*
+	 * A decode rank of a disaggregated layout (par.prefill_dp > 0, docs/DESIGN.md): the
+	 * decode graph's weights only. A component of size c > 1 then holds its decode layout
+	 * alone, not the plain-TP one its prefill would read (with K/V by TP rank, attention
+	 * keeps the K/V rows of its TP position, wkv_d); prefill steps are refused.
+	 */
+	int decode_only;
 };
 
 /* What a layout of a component holds on this rank. */
@@ -240,6 +249,7 @@ struct dps_shard {
 	float *fcin;                 /* (max_rows, fc_w) this rank's columns of the fused states */
 	int *d2t;                    /* (draft vocab) draft id -> target id offset */
 	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
+	int decode_only;               /* dps_shard_opts.decode_only: no prefill layouts */
 };
 
 /*

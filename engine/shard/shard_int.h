@@ -31,6 +31,9 @@ struct dps_shard_layer {
 	void *wo_p;      /* (hidden, hq_t * hd) */
 	void *wq_d;      /* decode, c_attn > 1: q of the effective rank's hq_e heads [+ k, v] */
 	void *wo_d;      /* (hidden, hq_e * hd) */
+	/* A decode-only rank (dps_shard_opts.decode_only) with c_attn > 1 and K/V by TP rank:
+	 * the K and V rows of wqkv_p alone, which it then does not hold (nkv_t heads each). */
+	void *wkv_d;     /* (2 * nkv_t * hd, hidden) */
 	void *w_gate_up; /* (2 * im_sh, hidden): gate rows then up rows */
 	void *w_down;    /* (hidden, im_sh) */
 	/* MoE layers: router (E, hidden) of wt_emb and bias (E); expert e_lo + i: exp_gu[i]
@@ -45,6 +48,7 @@ struct dps_shard_layer {
 	 */
 	float *bqkv_p;   /* (hq_t + 2 nkv_t) * hd: the biases of wqkv_p's rows */
 	float *bq_d;     /* (hq_e + 2 nkv_e) * hd: of wq_d's rows */
+	float *bkv_d;    /* 2 nkv_t * hd: of wkv_d's rows */
 	float *bo_p;     /* (hidden) o_proj's bias on TP rank 0 */
 	float *bo_d;     /* (hidden) on attention group rank 0 (decode, c_attn > 1) */
 	float *q_norm, *k_norm; /* (hd) Qwen3's per-head norms */

@@ -394,6 +394,11 @@ const float *dps_shard_step_rows(struct dps_shard *s, int prefill, const struct 
 	if (!rc)
 		rc = &dummy;
 	*rc = 0;
+	if (prefill && s->decode_only) {
+		/* It holds no prefill layout (dps_shard_opts.decode_only): a caller's bug. */
+		*rc = -EINVAL;
+		return NULL;
+	}
 	DPS_ASSERT(r->n >= 0 && r->n <= s->max_rows);
 	for (int i = 0; i < r->n; i++)
 		DPS_ASSERT(r->tokens[i] >= 0 && r->tokens[i] < s->cfg.vocab_size && r->pos[i] >= 0 &&
