@@ -34,6 +34,7 @@
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
 #include "kernels/gemm.h"
+#include "tests/model_oracle.h"
 #include "tests/shard_loop.h"
 
 #define NPROMPT 5
@@ -45,11 +46,6 @@ static const int prompt_len[NPROMPT] = { 4, 1, 7, 2, 3 };
 
 static char dir[64];
 
-struct oracle {
-	int vocab;
-	int tokens[NPROMPT][MAXPOS + 1];
-	float *logits; /* [NPROMPT][MAXPOS][vocab], by position */
-};
 
 /* Shared with the forked ranks. */
 struct shared {
@@ -63,51 +59,12 @@ struct shared {
 };
 
 static struct shared *sh;
-static struct oracle orc;
+static struct model_oracle orc;
 static float perturb; /* added to one oracle logit, to show a mismatch is caught */
-
-static void make_model(const char *sub, const struct dps_model_config *c)
-{
-	char out[128], err[256];
-
-	snprintf(out, sizeof(out), "%s/%s", dir, sub);
-	ck_assert_msg(!dps_mkmodel(c, 11, DPS_ST_F32, out, err, sizeof(err)), "%s", err);
-}
 
 static void build_oracle(const char *model)
 {
-	struct dps_model m;
-	char err[256];
-
-	ck_assert_msg(!dps_model_load(&m, model, &(struct dps_model_opts){ .max_pos = MAXPOS,
-									 .max_rows = 8 },
-				      err, sizeof(err)), "%s", err);
-	orc.vocab = m.cfg.vocab_size;
-	free(orc.logits);
-	orc.logits = calloc((size_t)NPROMPT * MAXPOS * (size_t)orc.vocab, sizeof(float));
-	for (int k = 0; k < NPROMPT; k++) {
-		int pos[8], seq[8] = { 0 }, n = prompt_len[k], tok;
-		const float *lg;
-
-		for (int i = 0; i < n; i++)
-			pos[i] = i;
-		lg = dps_model_step(&m, n, prompts[k], pos, seq, NULL);
-		for (int p = n - 1;; p++) {
-			const float *row = lg + (p == n - 1 ? (size_t)(n - 1) * orc.vocab : 0);
-
-			memcpy(orc.logits + ((size_t)k * MAXPOS + (size_t)p) * orc.vocab, row,
-			       sizeof(float) * (size_t)orc.vocab);
-			tok = 0;
-			for (int v = 1; v < orc.vocab; v++)
-				if (row[v] > row[tok])
-					tok = v;
-			orc.tokens[k][p + 1] = tok;
-			if (p + 1 >= MAXPOS)
-				break;
-			lg = dps_model_forward(&m, tok, p + 1);
-		}
-	}
-	dps_model_free(&m);
+	model_oracle_build(&orc, model, prompts, prompt_len, NPROMPT, MAXPOS);
 }
 
 struct run_arg {
@@ -127,7 +84,7 @@ static void note(const char *fmt, int a, int b, int c, double d)
 
 static int compare(void *arg, int index, int pos, int token, const float *logits, int vocab)
 {
-	const float *want = orc.logits + ((size_t)index * MAXPOS + (size_t)pos) * (size_t)vocab;
+	const float *want = model_oracle_logits(&orc, index, pos);
 	double worst = 0;
 
 	(void)arg;
@@ -153,9 +110,9 @@ static int compare(void *arg, int index, int pos, int token, const float *logits
 	}
 	if (worst > 1e-4)
 		note("prompt %d position %d: logits differ by %g (token %d)", index, pos, token, worst);
-	else if (token != orc.tokens[index][pos + 1])
+	else if (token != model_oracle_token(&orc, index, pos + 1))
 		note("prompt %d position %d: token %d, oracle %d", index, pos, token,
-		     orc.tokens[index][pos + 1]);
+		     model_oracle_token(&orc, index, pos + 1));
 	sh->checked++;
 	return 0;
 }
@@ -164,7 +121,7 @@ static int rank_main(struct dps_world *w, void *argp)
 {
 	const struct run_arg *a = argp;
 	struct dps_shard s;
-	struct loop_req reqs[NPROMPT];
+	struct loop_req reqs[NPROMPT] = { 0 };
 	struct dps_sampling sp = { 0.0f, 0, 1.0f, 0 };
 	struct loop_stats st = { 0 };
 	char err[512], msg[256];
@@ -234,57 +191,19 @@ static void expect_equal(const char *model, struct dps_par_cfg par)
 			(int)sh->dummy_steps);
 }
 
-/*
- * A mixture-of-experts model: 32 experts of 40 (top 3, clamped SwiGLU), layer 0 dense, 8
- * query heads over 4 KV heads, vocabulary 300: EP degrees 1 to 32 divide the experts, and 40
- * does not divide by 3 (TP-sharded experts are padded).
- */
-static void make_moe(void)
-{
-	struct dps_model_config moe = dps_mkmodel_preset("tiny-moe")->cfg;
-
-	moe.num_attention_heads = 8;
-	moe.num_key_value_heads = 4;
-	moe.head_dim = 8;
-	moe.intermediate_size = 40;
-	moe.vocab_size = 300;
-	moe.num_local_experts = 32;
-	moe.num_experts_per_tok = 3;
-	make_model("moe", &moe);
-}
-
 static void setup(void)
 {
-	struct dps_model_config gqa = dps_mkmodel_preset("tiny-gqa")->cfg;
-	struct dps_model_config mha = dps_mkmodel_preset("tiny")->cfg;
-	struct dps_model_config wide = dps_mkmodel_preset("tiny-gqa")->cfg;
-
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(sh, MAP_FAILED);
 	test_tmpdir_make(dir, sizeof(dir), "shard");
-	/* 6 query heads over 2 KV heads, intermediate 100, vocabulary 300: nothing divides. */
-	make_model("gqa", &gqa);
-	/* 8 heads, 8 KV heads: KV heads a multiple of TP x c (the KV all-to-all variant). */
-	mha.num_attention_heads = 8;
-	mha.num_key_value_heads = 8;
-	mha.head_dim = mha.hidden_size / 8;
-	mha.intermediate_size = 96;
-	make_model("mha", &mha);
-	/* 32 query heads over 8 KV heads: TP=8 x attention size 4 fits. */
-	wide.hidden_size = 128;
-	wide.num_attention_heads = 32;
-	wide.num_key_value_heads = 8;
-	wide.head_dim = 4;
-	make_model("wide", &wide);
-	make_moe();
+	test_models_make(dir);
 }
 
 static void teardown(void)
 {
 	test_tmpdir_remove(dir);
 	munmap(sh, sizeof(*sh));
-	free(orc.logits);
-	orc.logits = NULL;
+	model_oracle_free(&orc);
 }
 
 static char *model_path(const char *sub)

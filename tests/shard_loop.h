@@ -28,6 +28,9 @@ struct loop_req {
 	int n_prompt;      /* >= 1 */
 	int max_pos;       /* positions in all, prompt included (as generate's -n) */
 	int index;         /* the caller's id of the request (seeds its sampler: seed + index) */
+	/* Nonzero: the prompt's positions are in the cache already (a disaggregated hand-off)
+	 * and `first` is the token its last position gave. */
+	int prefed, first;
 };
 
 /*
@@ -110,6 +113,11 @@ static int loop_generate(struct dps_shard *s, const struct loop_req *reqs, int n
 		memcpy(q[k].ids, reqs[k].prompt, sizeof(int) * (size_t)reqs[k].n_prompt);
 		q[k].n_ids = reqs[k].n_prompt;
 		q[k].limit = reqs[k].max_pos < s->max_pos ? reqs[k].max_pos : s->max_pos;
+		if (reqs[k].prefed) {
+			q[k].fed = reqs[k].n_prompt;
+			q[k].ids[q[k].n_ids++] = reqs[k].first;
+			q[k].done = q[k].fed >= q[k].limit;
+		}
 		dps_rng_seed(&q[k].rng, sp->seed + (uint64_t)reqs[k].index);
 	}
 	for (;;) {

@@ -5,12 +5,14 @@
  * else the caller runs on the ring), and tear-down; on the loop's timer, the check of the
  * ranks' heartbeats. Only this file and main() decide that processes end.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -31,6 +33,8 @@ struct sup {
 	struct dps_placement place;
 	struct dps_topo topo;
 	struct dps_seg seg;
+	char *kv_share;          /* opts.kv_share_bytes for each prefill rank, or NULL */
+	size_t kv_share_len;
 	struct dps_ctl *ctl;
 	struct dps_ring *to_sup; /* (world) supervisor's reader handles */
 	struct dps_ring *from_sup; /* (world) supervisor's writer handles */
@@ -186,6 +190,8 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 		_exit(1);
 	}
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
+	w.kv_share = s->kv_share;
+	w.kv_stride = s->kv_share ? s->o->kv_share_bytes : 0;
 	/* Every wait of this process from now on says that it is alive (shm/wait.h). */
 	dps_wait_set_beat(&w.beat->count, &w.beat->work);
 	rc = s->o->rank_fn(&w, s->o->rank_arg);
@@ -633,6 +639,26 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 		return rc;
 	dps_layout_init_shm(&s->lay, s->seg.base);
 	s->ctl = s->seg.base;
+	if (o->kv_share_bytes && s->lay.groups.prefill) {
+		const size_t n = (size_t)s->lay.groups.prefill->world;
+
+		/* Anonymous and shared: inherited by the forks, gone with the last of them, and
+		 * taken from memory only as the caches are written (as dps_kv_alloc's are). */
+		if (dps_size_mul(n, o->kv_share_bytes, &s->kv_share_len)) {
+			snprintf(err, errlen, "%zu prefill ranks' KV caches of %zu bytes are too "
+				 "large", n, o->kv_share_bytes);
+			return -DPS_ETOOBIG;
+		}
+		s->kv_share = mmap(NULL, s->kv_share_len, PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (s->kv_share == MAP_FAILED) {
+			rc = -errno;
+			s->kv_share = NULL;
+			snprintf(err, errlen, "cannot map %zu bytes for the prefill ranks' KV caches: "
+				 "%s", s->kv_share_len, strerror(-rc));
+			return rc;
+		}
+	}
 
 	s->to_sup = calloc((size_t)s->lay.world, sizeof(*s->to_sup));
 	s->from_sup = calloc((size_t)s->lay.world, sizeof(*s->from_sup));
@@ -708,6 +734,9 @@ static void sup_teardown(struct sup *s)
 	free(s->pids);
 	free(s->pidfds);
 	dps_seg_destroy(&s->seg);
+	if (s->kv_share)
+		munmap(s->kv_share, s->kv_share_len);
+	s->kv_share = NULL;
 	dps_placement_free(&s->place);
 	dps_topo_free(&s->topo);
 	dps_layout_free(&s->lay);

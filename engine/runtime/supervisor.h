@@ -98,6 +98,13 @@ struct dps_sup_opts {
 	 * it such a layout is refused by name.
 	 */
 	int roles;
+	/*
+	 * With prefill replicas: bytes of KV cache each prefill rank keeps where the decode ranks
+	 * can read it (0: none). The supervisor maps that much a prefill rank, shared and
+	 * untouched (memory is taken as the caches are written), before it forks; every rank sees
+	 * it as struct dps_world's kv_share (prefill rank q of the part at q * kv_stride).
+	 */
+	size_t kv_share_bytes;
 };
 
 struct dps_sup_result {

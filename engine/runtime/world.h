@@ -125,6 +125,10 @@ struct dps_world {
 	struct dps_ring to_sup, from_sup;
 	struct dps_ring replica;  /* TP > 1: the batch ring of this rank's replica (reader tp_rank-1) */
 	struct dps_beat *beat;    /* this rank's heartbeat, &ctl->beat[rank] */
+	/* The prefill ranks' KV caches (dps_sup_opts.kv_share_bytes), readable by every rank:
+	 * prefill rank q of its part at kv_share + q * kv_stride; NULL without. */
+	char *kv_share;
+	size_t kv_stride;
 	unsigned ncpus;           /* CPUs this rank may use */
 };
 

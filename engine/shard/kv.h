@@ -14,6 +14,7 @@
 #define DPS_ENGINE_SHARD_KV_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Offset, in floats, of slot `slot` of layer `layer` in a cache of num_blocks blocks. */
 static inline size_t dps_kv_offset(int layer, int num_blocks, int block_size, int slot,
@@ -86,6 +87,18 @@ struct dps_kv_relay {
 
 int dps_kv_relay_plan(int heads, int kvh, int ptp, int tp, int ca, int t,
 		      struct dps_kv_relay *out);
+
+/*
+ * A prefill rank's cache where the decode ranks read it (dps_sup_opts.kv_share_bytes): this
+ * header, written once the cache is laid out, then keys at key_off and values at value_off
+ * (bytes from the header), each in dps_kv_offset's layout.
+ */
+#define DPS_KV_SHARE_MAGIC 0x4853564bu /* "KVSH" */
+
+struct dps_kv_share_hdr {
+	uint32_t magic, layers, num_blocks, block_size, width, pad;
+	uint64_t key_off, value_off;
+};
 
 /* The free blocks of a replica: a stack, block 0 handed out first. */
 struct dps_kv_pool {

@@ -151,107 +151,12 @@ static void attention_geometry(struct dps_shard *s)
 }
 
 /* Layer l's tensor name: "model.layers.<l>.<suffix>", or "midlayer.<suffix>" in a draft. */
-static void lname(const struct dps_shard *s, char *buf, size_t len, int l, const char *suffix)
+void dps_shard_lname(const struct dps_shard *s, char *buf, size_t len, int l, const char *suffix)
 {
 	if (s->draft)
 		snprintf(buf, len, "midlayer.%s", suffix);
 	else
 		snprintf(buf, len, "model.layers.%d.%s", l, suffix);
-}
-
-/*
- * The biases of q/k/v (sharded with their rows, in both layouts) and of o (on the rank of
- * group rank 0), Qwen3's q/k norms, GPT-OSS's sinks of this TP position's heads, the window.
- */
-static void load_attn_extras(struct dps_shard_loader *L, int l)
-{
-	struct dps_shard *s = L->s;
-	struct dps_shard_layer *w = &s->layers[l];
-	const struct dps_model_config *c = &s->cfg;
-	const uint64_t dim = (uint64_t)c->hidden_size, hd = (uint64_t)s->hd;
-	const uint64_t qd = (uint64_t)c->num_attention_heads * hd;
-	const uint64_t kvd = (uint64_t)c->num_key_value_heads * hd;
-	const int e = dps_shard_attn_rank(s), ca = s->c[DPS_COMP_ATTN];
-	char nq[96], nk[96], nv[96], no[96];
-
-	w->window = dps_cfg_layer_window(c, l) ? c->sliding_window : 0;
-	if (c->qkv_bias) {
-		const uint64_t hq = (uint64_t)s->hq_t * hd;
-
-		lname(s, nq, sizeof(nq), l, "self_attn.q_proj.bias");
-		lname(s, nk, sizeof(nk), l, "self_attn.k_proj.bias");
-		lname(s, nv, sizeof(nv), l, "self_attn.v_proj.bias");
-		if (s->decode_only && ca > 1) {
-			/* only the K/V biases of wkv_d's rows (with K/V by TP rank) */
-			w->bkv_d = s->kv_by_eff ? NULL
-						: dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE,
-								       2 * (size_t)s->nkv_t * hd);
-			for (int k = 0; w->bkv_d && k < s->nkv_t; k++) {
-				dps_shard_load_vec_range(L, nk, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
-							 hd, w->bkv_d + (uint64_t)k * hd);
-				dps_shard_load_vec_range(L, nv, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
-							 hd, w->bkv_d + (uint64_t)(s->nkv_t + k) * hd);
-			}
-		} else {
-			w->bqkv_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL,
-							 (size_t)(s->hq_t + 2 * s->nkv_t) * hd);
-		}
-		if (w->bqkv_p) {
-			dps_shard_load_vec_range(L, nq, qd, (int64_t)s->t * (int64_t)hq, hq, w->bqkv_p);
-			for (int k = 0; k < s->nkv_t; k++) {
-				float *kb = w->bqkv_p + hq + (uint64_t)k * hd;
-
-				dps_shard_load_vec_range(L, nk, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
-							 hd, kb);
-				dps_shard_load_vec_range(L, nv, kvd, (int64_t)s->kv_t[k] * (int64_t)hd,
-							 hd, kb + (uint64_t)s->nkv_t * hd);
-			}
-		}
-		if (ca > 1) {
-			const uint64_t qe = (uint64_t)s->hq_e * hd, ke = (uint64_t)s->nkv_e * hd;
-
-			w->bq_d = dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE, qe + 2 * ke);
-			if (w->bq_d)
-				dps_shard_load_vec_range(L, nq, qd, (int64_t)e * (int64_t)qe, qe, w->bq_d);
-			if (w->bq_d && s->kv_by_eff) {
-				dps_shard_load_vec_range(L, nk, kvd, (int64_t)e * (int64_t)ke, ke,
-							 w->bq_d + qe);
-				dps_shard_load_vec_range(L, nv, kvd, (int64_t)e * (int64_t)ke, ke,
-							 w->bq_d + qe + ke);
-			}
-		}
-	}
-	if (c->o_bias) {
-		lname(s, no, sizeof(no), l, "self_attn.o_proj.bias");
-		if (s->t == 0 && !(s->decode_only && ca > 1)) {
-			w->bo_p = dps_shard_alloc_part(L, DPS_PART_ATTN_PREFILL, dim);
-			if (w->bo_p)
-				dps_shard_load_whole(L, no, dim, w->bo_p);
-		}
-		if (ca > 1 && dps_shard_comp_rank(s, DPS_COMP_ATTN) == 0) {
-			w->bo_d = dps_shard_alloc_part(L, DPS_PART_ATTN_DECODE, dim);
-			if (w->bo_d)
-				dps_shard_load_whole(L, no, dim, w->bo_d);
-		}
-	}
-	if (c->qk_norm) {
-		lname(s, nq, sizeof(nq), l, "self_attn.q_norm.weight");
-		lname(s, nk, sizeof(nk), l, "self_attn.k_norm.weight");
-		w->q_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, hd);
-		w->k_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, hd);
-		if (w->q_norm && w->k_norm) {
-			dps_shard_load_whole(L, nq, hd, w->q_norm);
-			dps_shard_load_whole(L, nk, hd, w->k_norm);
-		}
-	}
-	if (c->attn_sinks) {
-		lname(s, nq, sizeof(nq), l, "self_attn.sinks");
-		/* both graphs read them (this TP position's heads): counted with the norms */
-		w->sinks = dps_shard_alloc_part(L, DPS_PART_NORMS, (size_t)s->hq_t);
-		if (w->sinks)
-			dps_shard_load_vec_range(L, nq, (uint64_t)c->num_attention_heads,
-						 (int64_t)s->t * s->hq_t, (uint64_t)s->hq_t, w->sinks);
-	}
 }
 
 static void load_layer(struct dps_shard_loader *L, int l)
@@ -269,15 +174,15 @@ static void load_layer(struct dps_shard_loader *L, int l)
 	const enum dps_wtype lt = s->wt;
 	char nq[96], nk[96], nv[96], no[96], ng[96], nu[96], nd[96], n1[96], n2[96];
 
-	lname(s, nq, sizeof(nq), l, "self_attn.q_proj.weight");
-	lname(s, nk, sizeof(nk), l, "self_attn.k_proj.weight");
-	lname(s, nv, sizeof(nv), l, "self_attn.v_proj.weight");
-	lname(s, no, sizeof(no), l, "self_attn.o_proj.weight");
-	lname(s, ng, sizeof(ng), l, "mlp.gate_proj.weight");
-	lname(s, nu, sizeof(nu), l, "mlp.up_proj.weight");
-	lname(s, nd, sizeof(nd), l, "mlp.down_proj.weight");
-	lname(s, n1, sizeof(n1), l, "input_layernorm.weight");
-	lname(s, n2, sizeof(n2), l, "post_attention_layernorm.weight");
+	dps_shard_lname(s, nq, sizeof(nq), l, "self_attn.q_proj.weight");
+	dps_shard_lname(s, nk, sizeof(nk), l, "self_attn.k_proj.weight");
+	dps_shard_lname(s, nv, sizeof(nv), l, "self_attn.v_proj.weight");
+	dps_shard_lname(s, no, sizeof(no), l, "self_attn.o_proj.weight");
+	dps_shard_lname(s, ng, sizeof(ng), l, "mlp.gate_proj.weight");
+	dps_shard_lname(s, nu, sizeof(nu), l, "mlp.up_proj.weight");
+	dps_shard_lname(s, nd, sizeof(nd), l, "mlp.down_proj.weight");
+	dps_shard_lname(s, n1, sizeof(n1), l, "input_layernorm.weight");
+	dps_shard_lname(s, n2, sizeof(n2), l, "post_attention_layernorm.weight");
 
 	w->attn_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, dim);
 	w->ffn_norm = dps_shard_alloc_part(L, DPS_PART_NORMS, dim);
@@ -344,7 +249,7 @@ static void load_layer(struct dps_shard_loader *L, int l)
 			dps_shard_load_cols_of_rank(L, no, dim, qd, e, s->hq_e * hd, w->wo_d);
 		}
 	}
-	load_attn_extras(L, l);
+	dps_shard_load_attn_extras(L, l);
 	if (dps_cfg_layer_moe(c, l)) {
 		dps_shard_load_experts(L, l);
 		return;
@@ -359,9 +264,9 @@ static void load_layer(struct dps_shard_loader *L, int l)
 		dps_shard_load_cols_of_rank(L, nd, dim, im, gm, s->im_sh, w->w_down);
 	}
 	if (c->mlp_bias) {
-		lname(s, ng, sizeof(ng), l, "mlp.gate_proj.bias");
-		lname(s, nu, sizeof(nu), l, "mlp.up_proj.bias");
-		lname(s, nd, sizeof(nd), l, "mlp.down_proj.bias");
+		dps_shard_lname(s, ng, sizeof(ng), l, "mlp.gate_proj.bias");
+		dps_shard_lname(s, nu, sizeof(nu), l, "mlp.up_proj.bias");
+		dps_shard_lname(s, nd, sizeof(nd), l, "mlp.down_proj.bias");
 		w->b_gate_up = dps_shard_alloc_part(L, DPS_PART_MLP, 2 * (size_t)s->im_sh);
 		if (w->b_gate_up) {
 			dps_shard_load_vec_range(L, ng, im, (int64_t)gm * s->im_sh,
@@ -579,8 +484,27 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	}
 	cache = (size_t)c->num_hidden_layers * (size_t)s->num_blocks * (size_t)s->block_size * kv;
 	s->cache_bytes = 2 * cache * sizeof(float);
-	s->key_cache = dps_kv_alloc(cache * sizeof(float));
-	s->value_cache = dps_kv_alloc(cache * sizeof(float));
+	if (opts && opts->cache_mem) {
+		/* a prefill rank's slice of the KV share: the header, then keys and values */
+		struct dps_kv_share_hdr *hdr = opts->cache_mem;
+		const size_t koff = dps_align_up(sizeof(*hdr), 4096);
+
+		if (opts->cache_cap < koff || opts->cache_cap - koff < s->cache_bytes) {
+			snprintf(err, errlen, "rank %d: the KV cache (%zu bytes) does not fit the %zu "
+				 "bytes kept for it", w ? w->rank : 0, s->cache_bytes, opts->cache_cap);
+			rc = -ENOMEM;
+			goto out;
+		}
+		*hdr = (struct dps_kv_share_hdr){ DPS_KV_SHARE_MAGIC, (uint32_t)c->num_hidden_layers,
+						  (uint32_t)s->num_blocks, (uint32_t)s->block_size,
+						  (uint32_t)kv, 0, koff, koff + cache * sizeof(float) };
+		s->key_cache = (float *)(void *)((char *)opts->cache_mem + koff);
+		s->value_cache = s->key_cache + cache;
+		s->cache_shared = 1;
+	} else {
+		s->key_cache = dps_kv_alloc(cache * sizeof(float));
+		s->value_cache = dps_kv_alloc(cache * sizeof(float));
+	}
 	g = (size_t)s->max_gather;
 	wide = (size_t)(s->hq_t + 2 * s->nkv_t) * (size_t)s->hd;
 	if (wide < (size_t)c->hidden_size)
@@ -748,8 +672,10 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->kv_t);
 	free(s->q2kv);
 	free(s->inv_freq);
-	dps_kv_free(s->key_cache, s->cache_bytes / 2);
-	dps_kv_free(s->value_cache, s->cache_bytes / 2);
+	if (!s->cache_shared) {
+		dps_kv_free(s->key_cache, s->cache_bytes / 2);
+		dps_kv_free(s->value_cache, s->cache_bytes / 2);
+	}
 	free(s->x);
 	free(s->h);
 	free(s->o);

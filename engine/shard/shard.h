@@ -101,6 +101,14 @@ struct dps_shard_opts {
 	 * keeps the K/V rows of its TP position, wkv_d); prefill steps are refused.
 	 */
 	int decode_only;
+	/*
+	 * Where the KV cache lives (NULL: memory of its own): a prefill rank's slice of the
+	 * instance's KV share (struct dps_world's kv_share), cache_cap bytes, which then holds a
+	 * struct dps_kv_share_hdr (kv.h) and the keys and values, so that the decode ranks can
+	 * pull a sequence's positions (dps_shard_kv_pull).
+	 */
+	void *cache_mem;
+	size_t cache_cap;
 };
 
 /* What a layout of a component holds on this rank. */
@@ -250,7 +258,20 @@ struct dps_shard {
 	int *d2t;                    /* (draft vocab) draft id -> target id offset */
 	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
 	int decode_only;               /* dps_shard_opts.decode_only: no prefill layouts */
+	int cache_shared;              /* the cache is in dps_shard_opts.cache_mem */
 };
+
+/*
+ * The disaggregated hand-off (docs/DESIGN.md): copies positions [0, n_pos) of one sequence
+ * from the caches of prefill replica pr (ptp ranks, in the KV share: prefill rank q of the part
+ * at share + q * stride) into this rank's cache, every layer, each head of its cache from the
+ * prefill position dps_kv_relay_plan names. src: the sequence's block table there; dst: here.
+ * The caller orders it after the prefill ranks wrote those positions (the hand-off's
+ * messages). Returns 0, or -DPS_EPROTO when a source cache's header disagrees with this
+ * model (layers, block size, head width) or a block lies outside it.
+ */
+int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int pr, int ptp,
+		      const int *src, const int *dst, int n_pos);
 
 /*
  * Loads rank w's shards of the checkpoint in dir. Each rank reads only its bytes. Returns 0 or

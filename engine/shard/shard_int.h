@@ -142,6 +142,12 @@ void dps_shard_load_cols_of_rank(struct dps_shard_loader *L, const char *name, u
 /* load_moe.c: layer l's router and the experts this rank holds (shard.h says which). */
 void dps_shard_load_experts(struct dps_shard_loader *L, int l);
 
+/* load_attn.c: layer l's attention biases, q/k norms, sinks and window. */
+void dps_shard_load_attn_extras(struct dps_shard_loader *L, int l);
+
+/* Layer l's tensor name: "model.layers.<l>.<suffix>", or "midlayer.<suffix>" in a draft. */
+void dps_shard_lname(const struct dps_shard *s, char *buf, size_t len, int l, const char *suffix);
+
 /* The rank component k shards its weights by: j*TP + t in its component TP group. */
 static inline int dps_shard_comp_rank(const struct dps_shard *s, enum dps_comp k)
 {
