@@ -154,12 +154,6 @@ if expect_rc 2; then
 	grep -qF -- 'it needs --prefill-data-parallel-size' "$tmp/err" ||
 		{ fail "$desc: stderr does not say what is missing"; show stderr "$tmp/err"; }
 fi
-# Running instances refuse it by name rather than ignore it.
-run generate --prefill-data-parallel-size 1 -n 8 Once
-if expect_rc 1; then
-	grep -qF -- '--prefill-data-parallel-size 1: disaggregated prefill is not implemented' \
-		"$tmp/err" || { fail "$desc: stderr does not name the flag"; show stderr "$tmp/err"; }
-fi
 
 # ---- rejected layouts and flags --------------------------------------------------------
 
@@ -617,13 +611,22 @@ run generate --model "$tmp/st260" -n 64 --speculative-model "$tmp/st260-draft" \
 expect_rc 0
 cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
 	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
+# What disaggregation does not do yet is refused by name rather than ignored.
+run generate --model "$tmp/st260" -n 16 --speculative-model "$tmp/st260-draft" \
+	--num-speculative-tokens 3 --prefill-data-parallel-size 1 Once
+if expect_rc 1; then
+	grep -qF -- '--speculative-model with --prefill-data-parallel-size' "$tmp/err" ||
+		{ fail "$desc: stderr does not name the flags"; show stderr "$tmp/err"; }
+fi
 desc="generate --ids"
 # Across ranks: every layout prints the golden text (TP, DP with the MLP sharded, mixed
 # component sizes, and the references' 32-rank example on these 2 cores).
 for layout in "--tensor-parallel-size 2" \
 	"--data-parallel-size 2 --mlp-dp-size 2 --attention-dp-size 2" \
 	"--tensor-parallel-size 2 --data-parallel-size 4 --attention-dp-size 2 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 2" \
-	"--tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4"; do
+	"--tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4" \
+	"--data-parallel-size 2 --attention-dp-size 2 --embedding-dp-size 2 --lm-head-dp-size 2 --prefill-data-parallel-size 1 --prefill-tensor-parallel-size 2" \
+	"--tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4 --prefill-data-parallel-size 2 --prefill-tensor-parallel-size 8"; do
 	# shellcheck disable=SC2086 # the layout is a list of flags
 	run generate --model "$tmp/st260" -n 64 $layout "Once upon a time"
 	expect_rc 0

@@ -341,7 +341,7 @@ int dps_cmd_serve(int argc, char **argv)
 	int quant = 0; /* --quantization: 1 int8, 0 unset (the checkpoint's) */
 	int max_batched = 0, verbose = 0, no_log_requests = 0, shutdown_timeout = 30;
 	int max_conns = 1024, request_timeout = 0, max_tokens = 16, header_timeout = 30000;
-	int idle_timeout = 75000, rank_timeout = 30;
+	int idle_timeout = 75000, rank_timeout = 30, ranks = 1;
 	size_t kv_mem = 0, max_body = 8u << 20;
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct dps_model_config cfg;
@@ -443,6 +443,7 @@ int dps_cmd_serve(int argc, char **argv)
 	rc = dps_model_config_load(model_dir, &cfg, err, sizeof(err));
 	if (!rc)
 		rc = dps_par_cfg_check(&par, err, sizeof(err));
+	ranks = par.tp * par.dp + par.prefill_dp * dps_par_cfg_prefill_tp(&par);
 	if (!rc)
 		rc = dps_shard_check(&cfg, &par, err, sizeof(err));
 	if (!rc)
@@ -494,8 +495,8 @@ int dps_cmd_serve(int argc, char **argv)
 			setrlimit(RLIMIT_NOFILE, &rl);
 		}
 		if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-		    (rlim_t)max_conns + 64 + 4 * (rlim_t)(par.tp * par.dp) > rl.rlim_cur) {
-			const long fit = (long)rl.rlim_cur - 64 - 4L * par.tp * par.dp;
+		    (rlim_t)max_conns + 64 + 4 * (rlim_t)ranks > rl.rlim_cur) {
+			const long fit = (long)rl.rlim_cur - 64 - 4L * ranks;
 
 			max_conns = fit > 16 ? (int)fit : 16;
 			dps_warn("--max-connections lowered to %d: the process may open %llu files",
@@ -516,10 +517,10 @@ int dps_cmd_serve(int argc, char **argv)
 		struct io_uring_params ip = { .flags = IORING_SETUP_CQSIZE };
 		unsigned cq = 1024;
 
-		while (cq < 2u * (unsigned)max_conns + 4u * (unsigned)(par.tp * par.dp) + 256u)
+		while (cq < 2u * (unsigned)max_conns + 4u * (unsigned)ranks + 256u)
 			cq *= 2;
 		ip.cq_entries = cq;
-		rc = io_uring_queue_init_params(512 + 2 * (unsigned)(par.tp * par.dp), &s.ring, &ip);
+		rc = io_uring_queue_init_params(512 + 2 * (unsigned)ranks, &s.ring, &ip);
 	}
 	if (rc) {
 		fprintf(stderr, "dpshard serve: cannot set up an io_uring: %s\n", strerror(-rc));
@@ -533,7 +534,8 @@ int dps_cmd_serve(int argc, char **argv)
 				 .max_model_len = max_model_len, .default_max_tokens = max_tokens,
 				 .default_temperature = 1.0f, /* as OpenAI */
 				 .default_timeout_ms = (unsigned)request_timeout },
-			.dp = par.dp, .tp = par.tp, .log_requests = !no_log_requests };
+			.dp = par.dp + par.prefill_dp, .tp = par.tp, .prefill = par.prefill_dp,
+			.log_requests = !no_log_requests };
 		const struct dps_http_opts ho = { .host = host, .port = port, .unix_path = unix_path,
 						  .max_body = max_body, .max_conns = max_conns,
 						  .header_timeout_ms = (unsigned)header_timeout,
@@ -571,12 +573,12 @@ int dps_cmd_serve(int argc, char **argv)
 	if (unix_path)
 		snprintf(s.listening, sizeof(s.listening),
 			 "listening on unix:%s, model '%s' on %d rank(s)", unix_path, name,
-			 par.tp * par.dp);
+			 ranks);
 	else
 		snprintf(s.listening, sizeof(s.listening),
 			 "listening on http://%s:%d, model '%s' on %d rank(s)", host,
-			 dps_http_port(s.http), name, par.tp * par.dp);
-	dps_info("loading the model on %d rank(s)", par.tp * par.dp);
+			 dps_http_port(s.http), name, ranks);
+	dps_info("loading the model on %d rank(s)", ranks);
 	for (;;) {
 		struct dps_engine_cb cb = dps_frontend_engine_cb;
 		struct dps_engine_opts eo = { .model = model_dir, .blis_arch = blis_arch,
@@ -606,6 +608,12 @@ int dps_cmd_serve(int argc, char **argv)
 
 		cb.arg = s.fe;
 		rc = dps_engine_client_new(&s.client, par.dp, par.tp, &cb);
+		if (!rc && par.prefill_dp) { /* disaggregated: both parts, the prefill KV shared */
+			so.roles = 1;
+			so.kv_share_bytes = dps_engine_kv_share_bytes(&eo, &par);
+			rc = dps_engine_client_set_prefill(s.client, par.prefill_dp,
+							   dps_par_cfg_prefill_tp(&par));
+		}
 		if (rc) {
 			status = 1;
 			break;

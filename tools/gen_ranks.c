@@ -114,6 +114,19 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		return -ENOMEM;
 	}
 	so.msg_arg = client;
+	if (o->par.prefill_dp) { /* disaggregated: both parts' ranks, the prefill KV shared */
+		so.roles = 1;
+		so.kv_share_bytes = dps_engine_kv_share_bytes(&eo, &o->par);
+		if (dps_engine_client_set_prefill(client, o->par.prefill_dp,
+						  dps_par_cfg_prefill_tp(&o->par))) {
+			dps_engine_client_free(client);
+			free(r.out);
+			free(r.n_out);
+			free(r.cap);
+			free(r.why);
+			return -ENOMEM;
+		}
+	}
 	for (int k = 0; k < o->n_prompts; k++) {
 		struct dps_engine_req q = { o->prompts[k], o->n_prompt[k],
 					    { .max_tokens = o->steps - o->n_prompt[k] + 1,

@@ -34,6 +34,7 @@ struct dps_frontend_opts {
 	const char *api_key;          /* NULL: none */
 	struct dps_req_limits lim;
 	int dp, tp;
+	int prefill;  /* of the dp replicas, the last `prefill` are prefill replicas (0: none) */
 	int log_requests;             /* a log line per request */
 };
 

@@ -128,6 +128,47 @@ static const char *label(const char *s, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * Disaggregated serving: each replica's role (its queue is vllm:num_requests_waiting of its
+ * engine), the prefill replicas' hand-offs and the blocks they still hold, the decode
+ * replicas' pulls (this run).
+ */
+static void handoff_metrics(struct dps_frontend *f, FILE *o)
+{
+	uint64_t handoffs = 0, held = 0, pulls = 0, bytes = 0, ns = 0;
+
+	fprintf(o, "# HELP dpshard:replica_role 1 for each replica's role (decode or prefill).\n"
+		   "# TYPE dpshard:replica_role gauge\n");
+	for (int d = 0; d < f->o.dp; d++) {
+		const struct dps_engine_stats *s = &f->rep[d];
+
+		fprintf(o, "dpshard:replica_role{engine=\"%d\",role=\"%s\"} 1\n", d,
+			d >= f->o.dp - f->o.prefill ? "prefill" : "decode");
+		handoffs += s->handoffs;
+		held += s->handoff_held;
+		pulls += s->kv_pulls;
+		bytes += s->kv_pull_bytes;
+		ns += s->kv_pull_ns;
+	}
+	fprintf(o, "# HELP dpshard:kv_handoffs_total Requests the prefill replicas handed to a "
+		   "decode replica (this run).\n# TYPE dpshard:kv_handoffs_total counter\n"
+		   "dpshard:kv_handoffs_total %llu\n"
+		   "# HELP dpshard:kv_handoffs_in_flight Handed-over requests whose KV blocks a "
+		   "prefill replica still holds (not yet pulled).\n"
+		   "# TYPE dpshard:kv_handoffs_in_flight gauge\ndpshard:kv_handoffs_in_flight %llu\n"
+		   "# HELP dpshard:kv_transfers_total KV transfers the decode replicas pulled (this "
+		   "run).\n# TYPE dpshard:kv_transfers_total counter\n"
+		   "dpshard:kv_transfers_total %llu\n"
+		   "# HELP dpshard:kv_transfer_bytes_total KV bytes TP rank 0 of the decode replicas "
+		   "copied in (this run).\n# TYPE dpshard:kv_transfer_bytes_total counter\n"
+		   "dpshard:kv_transfer_bytes_total %llu\n"
+		   "# HELP dpshard:kv_transfer_seconds_total Time TP rank 0 of the decode replicas "
+		   "spent copying (this run).\n# TYPE dpshard:kv_transfer_seconds_total counter\n"
+		   "dpshard:kv_transfer_seconds_total %.9f\n",
+		(unsigned long long)handoffs, (unsigned long long)held, (unsigned long long)pulls,
+		(unsigned long long)bytes, (double)ns / 1e9);
+}
+
 /* Speculative decoding, when a draft runs: vLLM's spec_decode counters and two ratios. */
 static void spec_metrics(struct dps_frontend *f, FILE *o, const char *name)
 {
@@ -303,6 +344,8 @@ void dps_frontend_metrics(struct dps_frontend *f, FILE *o)
 				   "%.9f\n", d, label(f->rep[d].group[g], gbuf, sizeof(gbuf)),
 				(double)f->rep[d].group_ns[g] / 1e9);
 	spec_metrics(f, o, name);
+	if (f->o.prefill)
+		handoff_metrics(f, o);
 	fprintf(o, "# HELP dpshard:up 1 when every rank serves, 0 while loading, draining or "
 		   "recovering.\n# TYPE dpshard:up gauge\ndpshard:up %d\n",
 		f->state == DPS_FE_READY);

@@ -53,6 +53,13 @@ struct dps_engine_opts {
 /* The rank side: run with dps_sup_run, arg a struct dps_engine_opts. */
 int dps_engine_rank_main(struct dps_world *w, void *arg);
 
+/*
+ * For dps_sup_opts.kv_share_bytes: what a prefill rank of par keeps in the instance's KV
+ * share under o's budget (0 without prefill replicas). The ranks of a disaggregated layout
+ * also need dps_sup_opts.roles set, and the client dps_engine_client_set_prefill.
+ */
+size_t dps_engine_kv_share_bytes(const struct dps_engine_opts *o, const struct dps_par_cfg *par);
+
 /* ---- the client (in the supervisor) ------------------------------------------------------ */
 
 struct dps_engine_req {
@@ -73,6 +80,11 @@ struct dps_engine_stats {
 	uint64_t collectives;        /* every collective of the step, rank 0 of the replica */
 	uint64_t running, waiting;   /* the scheduler's requests now */
 	uint64_t expert_bytes;       /* MoE router and expert weights read, rank 0 of the replica */
+	/* Disaggregated: a decode replica's pulls (requests, KV bytes rank 0 copied, time); a
+	 * prefill replica's hand-offs (in all, and those whose blocks it still holds). */
+	uint64_t kv_pulls, kv_pull_bytes, kv_pull_ns;
+	uint64_t handoffs, handoff_held;
+	int prefill;                 /* a prefill replica's */
 	/* Speculative decoding: verifications, tokens drafted and accepted (in all, and at each
 	 * draft position), draft passes. */
 	uint64_t spec_drafts, spec_draft_tokens, spec_accepted, draft_steps;
@@ -111,6 +123,18 @@ struct dps_engine_cb {
 int dps_engine_client_new(struct dps_engine_client **c, int dp, int tp,
 			  const struct dps_engine_cb *cb);
 void dps_engine_client_free(struct dps_engine_client *c);
+
+/*
+ * Disaggregated serving (--prefill-data-parallel-size): the client also drives pdp prefill
+ * replicas of ptp ranks (world ranks after the decode replicas'), replicas dp .. dp + pdp - 1
+ * in its counts. New requests go to the least loaded prefill replica; a request handed over
+ * goes to the least loaded decode replica, and its blocks are released on the prefill
+ * replica once pulled (or once it ended). 0 or -ENOMEM.
+ */
+int dps_engine_client_set_prefill(struct dps_engine_client *c, int pdp, int ptp);
+
+/* Replicas the client counts (decode, then prefill). */
+int dps_engine_replicas(const struct dps_engine_client *c);
 
 /*
  * Queues a request on the replica it names, or on the least loaded one (the load balancer of

@@ -18,25 +18,25 @@
 #include "engine/shard/kv.h"
 #include "kernels/gemm.h"
 
-static int send_up(struct replica *R, const void *msg, size_t len)
+int dps_replica_send_up(struct replica *R, const void *msg, size_t len)
 {
 	return dps_ring_push(&R->w->to_sup, msg, len, 0);
 }
 
-static int flush_tokens(struct replica *R)
+int dps_replica_flush_tokens(struct replica *R)
 {
 	int rc = 0;
 
 	if (R->out->h.count) {
 		R->out->h.type = M_TOKENS;
-		rc = send_up(R, R->out, sizeof(*R->out) + R->out->h.count * sizeof(struct m_tok));
+		rc = dps_replica_send_up(R, R->out, sizeof(*R->out) + R->out->h.count * sizeof(struct m_tok));
 		R->out->h.count = 0;
 	}
 	if (R->out_lp->h.count) {
 		int lp_rc;
 
 		R->out_lp->h.type = M_TOKENS_LP;
-		lp_rc = send_up(R, R->out_lp, sizeof(*R->out_lp) +
+		lp_rc = dps_replica_send_up(R, R->out_lp, sizeof(*R->out_lp) +
 					      R->out_lp->h.count * sizeof(struct m_tok_lp));
 		/* Sent even when the first failed; the first error is the one returned (OR-ing
 		 * two -errno values makes a code that is neither). */
@@ -52,14 +52,14 @@ static void on_emit(void *arg, struct dps_req *r, int token)
 
 	if (r->p.want_logprobs) {
 		if (R->out_lp->h.count == TOKS_LP)
-			flush_tokens(R);
+			dps_replica_flush_tokens(R);
 		R->out_lp->t[R->out_lp->h.count].id = (int64_t)r->id;
 		R->out_lp->t[R->out_lp->h.count].lp = r->lp;
 		R->out_lp->h.count++;
 		return;
 	}
 	if (R->out->h.count == TOKS)
-		flush_tokens(R);
+		dps_replica_flush_tokens(R);
 	R->out->t[R->out->h.count].id = (int64_t)r->id;
 	R->out->t[R->out->h.count].token = token;
 	R->out->h.count++;
@@ -71,8 +71,8 @@ static void on_done(void *arg, struct dps_req *r)
 	struct m_done d = { { M_DONE, 0, (int64_t)r->id }, (int32_t)r->finish,
 			    r->n_ids - r->n_prompt, r->t_scheduled };
 
-	flush_tokens(R);
-	send_up(R, &d, sizeof(d));
+	dps_replica_flush_tokens(R);
+	dps_replica_send_up(R, &d, sizeof(d));
 }
 
 static struct dps_req *find_req(struct dps_sched *s, int64_t id)
@@ -90,7 +90,7 @@ static void reject(struct replica *R, int64_t id)
 {
 	struct m_done d = { { M_DONE, 0, id }, DPS_FINISH_ERROR, 0, 0 };
 
-	send_up(R, &d, sizeof(d));
+	dps_replica_send_up(R, &d, sizeof(d));
 }
 
 /* Takes one message from the client (TP rank 0). */
@@ -144,12 +144,40 @@ static void take(struct replica *R, const void *buf, size_t len)
 		R->pend.have += (int)h.count;
 		break;
 	}
-	case M_CANCEL: {
+	case M_CANCEL:
+	case M_RELEASE: {
 		struct dps_req *r = find_req(&R->s, h.id);
 
-		if (r)
+		if (r && h.type == M_CANCEL)
 			dps_sched_cancel(&R->s, r);
+		else if ((r = dps_sched_handoff_find(&R->s, (uint64_t)h.id)))
+			dps_sched_release(&R->s, r); /* adopted, or ended before its pull */
 		return;
+	}
+	case M_ADOPT: {
+		const struct m_adopt *m = buf;
+
+		if (R->pend.ids)
+			reject(R, R->pend.id);
+		free(R->pend.ids);
+		memset(&R->pend, 0, sizeof(R->pend));
+		if (len < sizeof(*m) || !R->decode_only || m->n_ids < 2 || m->n_src < 1 ||
+		    m->n_ids > R->s.cfg.max_model_len || m->n_src > R->bpr || h.count > ADOPT_INTS ||
+		    (int)h.count > m->n_ids + m->n_src ||
+		    len < sizeof(*m) + h.count * sizeof(int32_t)) {
+			reject(R, h.id);
+			return;
+		}
+		R->pend.ids = malloc(sizeof(int) * (size_t)(m->n_ids + m->n_src));
+		if (!R->pend.ids) {
+			reject(R, h.id);
+			return;
+		}
+		R->pend = (struct pending){ h.id, m->p, R->pend.ids, m->n_ids + m->n_src,
+					    (int)h.count, 1, m->n_ids, m->n_prompt, m->n_src,
+					    m->src_replica, m->plp_next, m->rng, m->t_scheduled };
+		memcpy(R->pend.ids, m->ids, sizeof(int) * h.count);
+		break;
 	}
 	case M_STOP:
 		R->stop = 1;
@@ -160,13 +188,27 @@ static void take(struct replica *R, const void *buf, size_t len)
 	if (R->pend.ids && R->pend.have == R->pend.n) {
 		int bad = 0;
 
-		for (int i = 0; i < R->pend.n; i++)
+		const int n_tok = R->pend.adopt ? R->pend.n_ids : R->pend.n;
+
+		for (int i = 0; i < n_tok; i++)
 			bad |= R->pend.ids[i] < 0 || R->pend.ids[i] >= R->m.cfg.vocab_size;
+		for (int i = n_tok; i < R->pend.n; i++) /* source blocks: checked by the pull */
+			bad |= R->pend.ids[i] < 0;
 		for (int i = 0; i < R->pend.p.n_bias && i < DPS_MAX_BIAS; i++)
 			bad |= R->pend.p.bias[i].id < 0 || R->pend.p.bias[i].id >= R->m.cfg.vocab_size;
-		if (bad || !dps_sched_add(&R->s, (uint64_t)R->pend.id, R->pend.ids, R->pend.n,
-					  &R->pend.p, &rc))
+		if (R->pend.adopt) {
+			bad |= R->pend.src_replica < 0 ||
+			       R->pend.src_replica >= R->w->lay->groups.prefill->cfg.dp;
+			if (bad || !dps_sched_adopt(&R->s, (uint64_t)R->pend.id, R->pend.ids, n_tok,
+						    R->pend.n_prompt, &R->pend.p, &R->pend.rng,
+						    R->pend.plp_next, R->pend.t_scheduled,
+						    R->pend.src_replica, R->pend.ids + n_tok,
+						    R->pend.n_src, &rc))
+				reject(R, R->pend.id);
+		} else if (bad || !dps_sched_add(&R->s, (uint64_t)R->pend.id, R->pend.ids,
+						 R->pend.n, &R->pend.p, &rc)) {
 			reject(R, R->pend.id);
+		}
 		free(R->pend.ids);
 		memset(&R->pend, 0, sizeof(R->pend));
 	}
@@ -182,12 +224,14 @@ static void fill_stats(struct replica *R, struct m_stats *m, int final)
 	memset(m, 0, sizeof(*m));
 	m->h.type = M_STATS;
 	m->h.count = (uint32_t)final;
-	m->replica = w->dp_rank;
+	m->replica = R->replica;
 	m->st = R->st;
 	m->st.preemptions = R->s.preemptions;
 	m->st.free_blocks = (uint64_t)R->s.kv.n_free;
 	m->st.running = (uint64_t)R->s.n_running;
 	m->st.waiting = (uint64_t)R->s.n_waiting;
+	m->st.handoff_held = (uint64_t)R->s.n_handoff;
+	m->st.prefill = R->prefill;
 	m->st.expert_bytes = R->m.moe_bytes;
 	m->st.spec_k = R->spec_k;
 	m->st.spec_drafts = R->s.spec.drafts;
@@ -329,6 +373,7 @@ static int publish_rows(struct replica *R, int *hdr)
 			PUT(R->tix, sizeof(int) * n);
 			PUT(R->want, n);
 			PUT(R->tables, sizeof(int) * (size_t)hdr[H_TABLES] * (size_t)R->bpr);
+			PUT(R->pulls, sizeof(int) * (size_t)hdr[H_PULLS_LEN]);
 		}
 #undef PUT
 		return dps_replica_wire_push(R, off);
@@ -348,64 +393,12 @@ static int publish_rows(struct replica *R, int *hdr)
 		GET(R->tix, sizeof(int) * m);
 		GET(R->want, m);
 		GET(R->tables, sizeof(int) * (size_t)hdr[H_TABLES] * (size_t)R->bpr);
+		if (hdr[H_PULLS_LEN] < 0 || hdr[H_PULLS_LEN] > R->pulls_len)
+			return -EPROTO;
+		GET(R->pulls, sizeof(int) * (size_t)hdr[H_PULLS_LEN]);
 	}
 #undef GET
 	return 0;
-}
-
-/*
- * Test-only fault injection (docs/DESIGN.md section 5), read once at rank start: world rank
- * RANK, about to run its step number STEP (from 0), with DPSHARD_FAULT=spin:RANK:STEP spins
- * for ever without a heartbeat, as a rank stuck in a loop would; with wait:RANK:STEP it
- * blocks in a real wait on a word nobody rings (with the abort word, so it keeps its alive
- * beat and does no work), as a lost wake-up would leave it. Any other value is refused by
- * name. Returns 0 or -EINVAL.
- */
-static int fault_parse(struct replica *R)
-{
-	const char *f = getenv("DPSHARD_FAULT");
-	long rank, step;
-	char kind[8], tail;
-
-	R->fault_spin = R->fault_wait = -1;
-	if (!f || !*f)
-		return 0;
-	if (sscanf(f, "%7[a-z]:%ld:%ld%c", kind, &rank, &step, &tail) != 3 || rank < 0 ||
-	    step < 0 || (strcmp(kind, "spin") && strcmp(kind, "wait"))) {
-		fprintf(stderr, "rank %d: DPSHARD_FAULT=%s is not a fault this build injects (the "
-			"ones it knows are spin:RANK:STEP and wait:RANK:STEP)\n", R->w->rank, f);
-		return -EINVAL;
-	}
-	if (rank == R->w->rank) {
-		if (!strcmp(kind, "spin"))
-			R->fault_spin = step;
-		else
-			R->fault_wait = step;
-	}
-	return 0;
-}
-
-/* The wait fault: 0 when not due, else what the wait returns (-DPS_EABORT once aborted). */
-static int fault_maybe_wait(const struct replica *R)
-{
-	static struct dps_wword never; /* (this process's own: nobody else can ring it) */
-
-	if (R->fault_wait < 0 || R->st.steps != (uint64_t)R->fault_wait)
-		return 0;
-	fprintf(stderr, "rank %d: DPSHARD_FAULT: waiting for ever at step %ld\n", R->w->rank,
-		R->fault_wait);
-	return dps_wword_wait(&never, 1, &R->w->ctl->abort, 0, NULL);
-}
-
-static void fault_maybe_spin(const struct replica *R)
-{
-	if (R->fault_spin < 0 || R->st.steps != (uint64_t)R->fault_spin)
-		return;
-	fprintf(stderr, "rank %d: DPSHARD_FAULT: spinning at step %ld\n", R->w->rank,
-		R->fault_spin);
-	for (volatile unsigned long spin = 0;; spin++) {
-		/* no heartbeat, no abort check: only SIGKILL ends this */
-	}
 }
 
 static int run_rows(struct replica *R, int prefill, int n, float **logits)
@@ -413,8 +406,8 @@ static int run_rows(struct replica *R, int prefill, int n, float **logits)
 	struct dps_rows rows;
 	int rc = 0;
 
-	fault_maybe_spin(R);
-	rc = fault_maybe_wait(R);
+	dps_replica_fault_maybe_spin(R);
+	rc = dps_replica_fault_maybe_wait(R);
 	if (rc)
 		return rc;
 	for (int i = 0; i < n; i++)
@@ -463,7 +456,20 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->w = w;
 	R->o = o;
 	R->tp0 = w->tp_rank == 0;
-	rc = fault_parse(R);
+	R->prefill = w->role == DPS_ROLE_PREFILL;
+	R->decode_only = w->role == DPS_ROLE_DECODE && w->lay->groups.prefill;
+	R->replica = R->prefill ? w->lay->groups.cfg.dp + w->dp_rank : w->dp_rank;
+	if (o->spec_model && (R->prefill || R->decode_only)) {
+		fprintf(stderr, "rank %d: --speculative-model with --prefill-data-parallel-size "
+			"(disaggregated prefill) is not implemented\n", w->rank);
+		return -DPS_ECONFIG;
+	}
+	if (R->prefill && !w->kv_share) {
+		fprintf(stderr, "rank %d: a prefill rank without the instance's KV share\n",
+			w->rank);
+		return -EINVAL;
+	}
+	rc = dps_replica_fault_parse(R);
 	if (rc)
 		return rc;
 	rc = dps_gemm_setup(o->blis_arch ? o->blis_arch : "auto",
@@ -485,7 +491,10 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 		fprintf(stderr, "rank %d: %s\n", w->rank, err);
 		return rc;
 	}
-	budget = dps_kv_budget(o->kv_cache_memory, o->kv_fraction, w->world);
+	budget = dps_kv_budget(o->kv_cache_memory, o->kv_fraction, w->total);
+	if (R->prefill && budget > w->kv_stride - 4096) /* its cache lives in the KV share */
+		budget = w->kv_stride - 4096;
+	sc.handoff = R->prefill;
 	R->spec_k = o->spec_model ? o->spec_k : 0;
 	sc.spec_k = R->spec_k;
 	if (R->spec_k < 0 || R->spec_k > DPS_MAX_SPEC || (o->spec_model && !R->spec_k)) {
@@ -511,11 +520,17 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 		budget = dps_kv_budget_share(budget, tkv, dkv);
 	}
 	rows = sc.max_batched_tokens + sc.max_num_seqs * (1 + R->spec_k);
-	rc = dps_shard_load(&R->m, w, &w->lay->groups.cfg, o->model,
+	rc = dps_shard_load(&R->m, w, &w->part->cfg, o->model,
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = sc.block_size,
 						      .dtype = o->dtype, .quant = o->quant,
 						      .kv_bytes = budget,
+						      .decode_only = R->decode_only,
+						      .cache_mem = R->prefill
+								   ? w->kv_share + (size_t)(w->rank - w->base) *
+										   w->kv_stride
+								   : NULL,
+						      .cache_cap = R->prefill ? w->kv_stride : 0,
 						      /* more than every sequence at full length is never used */
 						      .max_blocks = sc.max_num_seqs *
 								    ((max_len + sc.block_size - 1) /
@@ -560,9 +575,9 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 			return rc;
 		}
 		if (o->verbose || w->dp_rank == 0)
-			fprintf(stderr, "replica %d: %d KV blocks of %d positions (%.1f MB per rank), "
+			fprintf(stderr, "%sreplica %d: %d KV blocks of %d positions (%.1f MB per rank), "
 					"max %d sequences, %d tokens per step, buckets up to %d\n",
-				w->dp_rank, sc.num_blocks, sc.block_size,
+				R->prefill ? "prefill " : "", w->dp_rank, sc.num_blocks, sc.block_size,
 				(double)R->m.cache_bytes / 1e6, sc.max_num_seqs,
 				sc.max_batched_tokens, sc.buckets[sc.n_buckets - 1]);
 	}
@@ -579,12 +594,17 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->out = calloc(1, MSG_BYTES);
 	R->out_lp = calloc(1, MSG_BYTES);
 	/* A step's rows or the draft's catch-up rows (one more int each). */
+	/* a step's pulls: at most one a sequence, 4 ints and two tables each */
+	R->pulls_len = R->decode_only ? sc.max_num_seqs * (4 + 2 * R->bpr) : 0;
+	R->pulls = calloc((size_t)R->pulls_len + 1, sizeof(int));
 	R->wire_cap = sizeof(uint32_t) + sizeof(int) * (H_LEN + 3) +
 		      (size_t)rows * (5 * sizeof(int) + 1) +
-		      sizeof(int) * (size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr;
+		      sizeof(int) * (size_t)(sc.max_num_seqs + 1) * (size_t)R->bpr +
+		      sizeof(int) * (size_t)R->pulls_len;
 	R->wire = malloc(R->wire_cap + MSG_BYTES);
 	R->scratch = calloc((size_t)R->m.cfg.vocab_size, sizeof(int));
 	if (!R->tokens || !R->pos || !R->slot || !R->tix || !R->want || !R->table || !R->tables ||
+	    !R->pulls ||
 	    !R->out || !R->out_lp || !R->scratch || !R->wire)
 		return -ENOMEM;
 	if (R->spec_k && dps_spec_alloc(R, rows, sc.max_num_seqs))
@@ -610,6 +630,7 @@ static void replica_free(struct replica *R)
 	free(R->out_lp);
 	free(R->wire);
 	free(R->scratch);
+	free(R->pulls);
 }
 
 int dps_engine_rank_main(struct dps_world *w, void *arg)
@@ -630,7 +651,7 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 
 		for (int i = 0; i < w->lay->n_comms; i++)
 			w->comms[i].timing = 1;
-		rc = send_up(&R, &m, sizeof(m));
+		rc = dps_replica_send_up(&R, &m, sizeof(m));
 	}
 	while (!rc) {
 		int hdr[H_LEN] = { 0 }, prefill, n;
@@ -651,7 +672,7 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 
 				last_stats = now;
 				fill_stats(&R, &m, 0);
-				rc = send_up(&R, &m, sizeof(m));
+				rc = dps_replica_send_up(&R, &m, sizeof(m));
 				if (rc)
 					break;
 			}
@@ -667,13 +688,18 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			n = dps_sched_step(&R.s, dps_now_ns());
 			hdr[H_CMD] = R.stop && !dps_sched_pending(&R.s) ? 2 : n ? 0 : 1;
 			hdr[H_UNFINISHED] = dps_sched_pending(&R.s) > 0;
-			if (n)
+			if (n) {
 				pack(&R, hdr);
+				dps_replica_pack_pulls(&R, hdr);
+			}
 		}
 		rc = publish_rows(&R, hdr);
+		if (!rc && hdr[H_PULLS])
+			rc = dps_replica_run_pulls(&R, hdr);
 		if (rc)
 			break;
-		prefill = hdr[H_PREFILL];
+		/* a decode-only replica runs every step, recomputation too, on the decode graph */
+		prefill = hdr[H_PREFILL] && !R.decode_only;
 		n = hdr[H_ROWS];
 		if (R.coupled) {
 			const struct dps_dp_say say = { n, prefill, hdr[H_UNFINISHED] || n,
@@ -716,13 +742,22 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			/* Nothing to run: still report requests that ended (cancelled, timed out). */
 			if (R.tp0) {
 				dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
-				rc = flush_tokens(&R);
+				rc = dps_replica_flush_tokens(&R);
 			}
 			continue;
 		}
 		if (!R.coupled && !prefill)
 			R.st.padded_rows += (uint64_t)(n - hdr[H_REAL]);
 		rc = run_rows(&R, prefill, n, &logits);
+		if (rc)
+			break;
+		/* The step's collectives came after every peer's pulls: the prefill replica may
+		 * have the blocks back. */
+		for (int i = 0; R.tp0 && i < hdr[H_PULLS] && !rc; i++) {
+			const struct m_hdr m = { M_PULLED, 0, (int64_t)R.s.b.pulls[i]->id };
+
+			rc = dps_replica_send_up(&R, &m, sizeof(m));
+		}
 		if (rc)
 			break;
 		if (R.tp0 && hdr[H_ROWS])
@@ -733,7 +768,9 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		else if (R.tp0)
 			dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
 		if (R.tp0)
-			rc = flush_tokens(&R);
+			rc = dps_replica_flush_tokens(&R);
+		if (!rc && R.tp0 && R.prefill)
+			rc = dps_replica_announce_handoffs(&R);
 		if (!rc && R.spec_k)
 			rc = dps_spec_draft_passes(&R);
 	}
@@ -741,7 +778,7 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 		struct m_stats m;
 
 		fill_stats(&R, &m, 1);
-		send_up(&R, &m, sizeof(m));
+		dps_replica_send_up(&R, &m, sizeof(m));
 	}
 	replica_free(&R);
 	free(agree);

@@ -19,6 +19,10 @@ struct pending { /* a request whose prompt is still arriving */
 	int64_t id;
 	struct dps_req_params p;
 	int *ids, n, have;
+	/* M_ADOPT: ids holds n_ids tokens then n_src source blocks (n = n_ids + n_src) */
+	int adopt, n_ids, n_prompt, n_src, src_replica, plp_next;
+	struct dps_rng rng;
+	uint64_t t_scheduled;
 };
 
 struct replica {
@@ -27,6 +31,12 @@ struct replica {
 	struct dps_shard m;
 	struct dps_sched s;          /* TP rank 0 only */
 	int tp0, coupled, stop, bpr; /* bpr: block-table columns (ceil(max_model_len / bs)) */
+	/* Disaggregated: prefill (a prefill replica: hands its requests over), decode_only (a
+	 * decode replica: holds the decode graph alone, pulls adopted requests' positions);
+	 * replica: its index among all (decode replicas first, then the prefill ones). */
+	int prefill, decode_only, replica;
+	int *pulls;                  /* this step's pulls as every rank holds them (wire form) */
+	int n_pulls, pulls_len;
 	int zero_table;              /* index of the all-zero table of padding rows */
 	unsigned took;               /* messages taken since the last agreement */
 	long fault_spin;             /* test-only (DPSHARD_FAULT): spin at this step, or -1 */
@@ -60,9 +70,10 @@ struct replica {
 
 /*
  * Header of a step, published by TP rank 0: command (0 run, 1 idle, 2 stop), rows, real rows,
- * prefill, distinct block tables, unfinished requests.
+ * prefill, distinct block tables, unfinished requests, pulls and the ints they take (each:
+ * source replica, positions, n_src, n_dst, then the source and destination blocks).
  */
-enum { H_CMD, H_ROWS, H_REAL, H_PREFILL, H_TABLES, H_UNFINISHED, H_LEN };
+enum { H_CMD, H_ROWS, H_REAL, H_PREFILL, H_TABLES, H_UNFINISHED, H_PULLS, H_PULLS_LEN, H_LEN };
 
 /* ---- replica.c ------------------------------------------------------------------------------- */
 
@@ -72,6 +83,31 @@ void dps_replica_put_table(const struct replica *R, int *tables, int nt, const s
 int dps_replica_wire_push(struct replica *R, size_t total);
 /* A peer: receives what wire_push sent into R->wire (at least min bytes); its length in *total. */
 int dps_replica_wire_pop(struct replica *R, size_t min, uint32_t *total);
+/* TP rank 0: a message to the client; the tokens collected so far to the client. */
+int dps_replica_send_up(struct replica *R, const void *msg, size_t len);
+int dps_replica_flush_tokens(struct replica *R);
+
+/* ---- handoff.c: disaggregated serving ------------------------------------------------------ */
+
+/* A prefill replica's TP rank 0: tells the client of each request newly handed over. */
+int dps_replica_announce_handoffs(struct replica *R);
+/* A decode replica's TP rank 0: the batch's pulls into R->pulls, their count into hdr. */
+void dps_replica_pack_pulls(struct replica *R, int *hdr);
+/* Every rank of a decode replica: copies this step's pulled positions into its cache. */
+int dps_replica_run_pulls(struct replica *R, const int *hdr);
+
+/* ---- fault.c: test-only fault injection ---------------------------------------------------- */
+
+/*
+ * DPSHARD_FAULT, read once at rank start: world rank RANK, about to run its step number STEP
+ * (from 0), with spin:RANK:STEP spins for ever without a heartbeat; with wait:RANK:STEP it
+ * blocks in a real wait nobody rings. Any other value is refused by name: 0 or -EINVAL.
+ */
+int dps_replica_fault_parse(struct replica *R);
+/* The wait fault: 0 when not due, else what the wait returns (-DPS_EABORT once aborted). */
+int dps_replica_fault_maybe_wait(const struct replica *R);
+void dps_replica_fault_maybe_spin(const struct replica *R);
+
 /* One line per rank on stderr: its weight bytes per component and layout, and its KV cache. */
 void dps_replica_describe(const struct dps_shard *s, const struct dps_world *w);
 

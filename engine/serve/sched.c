@@ -100,6 +100,7 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 	s->b.want = calloc((size_t)rows, 1);
 	s->b.req = calloc((size_t)rows, sizeof(*s->b.req));
 	s->b.verify = calloc((size_t)rows, 1);
+	s->b.pulls = calloc((size_t)cfg->max_num_seqs, sizeof(*s->b.pulls));
 	if (cfg->spec_k) {
 		s->cu.row = calloc((size_t)rows, sizeof(int));
 		s->cu.token = calloc((size_t)rows, sizeof(int));
@@ -111,7 +112,7 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 		    !s->cu.req)
 			s->b.verify = (free(s->b.verify), NULL);
 	}
-	if (rc || !s->waiting || !s->running || !s->b.tokens || !s->b.pos ||
+	if (rc || !s->waiting || !s->running || !s->b.tokens || !s->b.pos || !s->b.pulls ||
 	    !s->b.slot || !s->b.table || !s->b.want || !s->b.req || !s->b.verify) {
 		dps_sched_free(s);
 		snprintf(err, errlen, "out of memory");
@@ -123,6 +124,7 @@ int dps_sched_init(struct dps_sched *s, const struct dps_sched_cfg *cfg, char *e
 static void req_free(struct dps_req *r)
 {
 	dps_seen_free(&r->seen);
+	free(r->src_blocks);
 	free(r->ids);
 	free(r->blocks);
 	free(r);
@@ -134,6 +136,10 @@ void dps_sched_free(struct dps_sched *s)
 		req_free(s->waiting[i]);
 	for (int i = 0; i < s->n_running; i++)
 		req_free(s->running[i]);
+	for (int i = 0; i < s->n_handoff; i++)
+		req_free(s->handoff[i]);
+	free(s->handoff);
+	free(s->b.pulls);
 	dps_kv_pool_free(&s->kv);
 	free(s->raw);
 	free(s->waiting);
@@ -367,7 +373,7 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 	int budget = s->cfg.max_batched_tokens;
 	const uint64_t preempted_before = s->preemptions;
 
-	b->n = b->n_real = b->prefill = 0;
+	b->n = b->n_real = b->prefill = b->n_pulls = 0;
 	for (int i = 0; i < s->n_running; i++)
 		if (s->running[i]->p.deadline_ns && now_ns > s->running[i]->p.deadline_ns)
 			finish(s, s->running[i], DPS_FINISH_TIMEOUT);
@@ -416,10 +422,15 @@ int dps_sched_step(struct dps_sched *s, uint64_t now_ns)
 			j++;
 			continue;
 		}
-		take = r->n_ids < budget ? r->n_ids : budget;
-		if (grow(s, r, take)) {
+		/* adopted: its positions arrive by the pull, it decodes at once */
+		take = r->n_src ? 1 : r->n_ids < budget ? r->n_ids : budget;
+		if (grow(s, r, r->n_src ? r->n_ids : take)) {
 			release_blocks(s, r);
 			break;
+		}
+		if (r->n_src) {
+			r->computed = r->n_ids - 1;
+			b->pulls[b->n_pulls++] = r;
 		}
 		remove_from(s->waiting, &s->n_waiting, r);
 		r->state = DPS_REQ_RUNNING;
@@ -643,6 +654,39 @@ static void verify(struct dps_sched *s, struct dps_req *r, float *lg, int vocab,
 	r->computed = p0 + 1 + j;
 }
 
+/* r into the HANDOFF list; 0, or -ENOMEM (r then decodes here, which is still right). */
+static int handoff_push(struct dps_sched *s, struct dps_req *r)
+{
+	if (s->n_handoff == s->cap_handoff) {
+		const int cap = s->cap_handoff ? 2 * s->cap_handoff : 16;
+		struct dps_req **h = realloc(s->handoff, sizeof(*h) * (size_t)cap);
+
+		if (!h)
+			return -ENOMEM;
+		s->handoff = h;
+		s->cap_handoff = cap;
+	}
+	r->state = DPS_REQ_HANDOFF;
+	r->announced = 0;
+	s->handoff[s->n_handoff++] = r;
+	return 0;
+}
+
+struct dps_req *dps_sched_handoff_find(struct dps_sched *s, uint64_t id)
+{
+	for (int i = 0; i < s->n_handoff; i++)
+		if (s->handoff[i]->id == id)
+			return s->handoff[i];
+	return NULL;
+}
+
+void dps_sched_release(struct dps_sched *s, struct dps_req *r)
+{
+	release_blocks(s, r);
+	remove_from(s->handoff, &s->n_handoff, r);
+	req_free(r);
+}
+
 void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, int *scratch,
 		      void (*emit)(void *arg, struct dps_req *r, int token),
 		      void (*done)(void *arg, struct dps_req *r), void *arg)
@@ -696,6 +740,17 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 	if (s->cfg.spec_k && logits)
 		catch_up(s);
 	b->n = 0;
+	/* A prefill replica hands every request that is ready to decode over (its blocks held). */
+	for (int i = 0; s->cfg.handoff && i < s->n_running;) {
+		struct dps_req *r = s->running[i];
+
+		if (r->state != DPS_REQ_RUNNING || r->computed != r->n_ids - 1 ||
+		    r->n_ids == r->n_prompt || handoff_push(s, r)) {
+			i++;
+			continue;
+		}
+		remove_from(s->running, &s->n_running, r);
+	}
 	reap(s, s->running, &s->n_running, done, arg);
 	reap(s, s->waiting, &s->n_waiting, done, arg);
 }

@@ -30,7 +30,8 @@
 #define DPS_MAX_SPEC 15 /* --num-speculative-tokens at most */
 #define DPS_MAX_BIAS 128 /* logit_bias entries of a request */
 
-enum dps_req_state { DPS_REQ_WAITING, DPS_REQ_RUNNING, DPS_REQ_FINISHED };
+/* HANDOFF: prefilled on a prefill replica, its blocks held until the decode side pulls them. */
+enum dps_req_state { DPS_REQ_WAITING, DPS_REQ_RUNNING, DPS_REQ_FINISHED, DPS_REQ_HANDOFF };
 
 enum dps_finish {
 	DPS_FINISH_NONE, DPS_FINISH_STOP, DPS_FINISH_LENGTH, DPS_FINISH_TIMEOUT,
@@ -80,6 +81,11 @@ struct dps_req {
 	int plp_next;               /* with prompt_logprobs: the next prompt position whose entry
 				     * is due (from 1), kept across preemption: a recomputed
 				     * prefill sends none twice */
+	/* Adopted from a prefill replica (dps_sched_adopt): its positions [0, n_ids - 1) are
+	 * pulled from that replica's blocks src_blocks[0..n_src) when it is admitted; n_src is
+	 * 0 once pulled (a preempted request recomputes, as any other). */
+	int src_replica, n_src, *src_blocks;
+	int announced;              /* HANDOFF: the replica has told the client */
 };
 
 struct dps_sched_cfg {
@@ -87,6 +93,9 @@ struct dps_sched_cfg {
 	int max_num_seqs, max_model_len, max_batched_tokens;
 	int buckets[DPS_MAX_BUCKETS], n_buckets; /* ascending; the last equals max_num_seqs */
 	int spec_k;                 /* speculative tokens per decode step (0: no speculation) */
+	/* A prefill replica of a disaggregated instance: a request whose prompt is computed and
+	 * that sampled its first token goes to HANDOFF instead of decoding here. */
+	int handoff;
 };
 
 /* One step's rows, as the model takes them (struct dps_rows), plus whose they are. */
@@ -103,6 +112,10 @@ struct dps_batch {
 	 * requests x (1 + spec_k) rows.
 	 */
 	unsigned char *verify;
+	/* Requests admitted this step whose positions must be pulled first (dps_sched_adopt):
+	 * every rank of the replica copies them before it runs the rows. */
+	struct dps_req **pulls;
+	int n_pulls;
 };
 
 /* Counts of speculative decoding (vLLM's spec_decode metrics). */
@@ -140,6 +153,9 @@ struct dps_sched {
 	struct dps_catchup cu;
 	float *raw;                 /* (raw_cap) a row's logits before processing, for logprobs */
 	int raw_cap;
+	/* HANDOFF requests (cfg.handoff), their blocks held until dps_sched_release. */
+	struct dps_req **handoff;
+	int n_handoff, cap_handoff;
 };
 
 /*
@@ -195,6 +211,26 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
  * reserved now (0: yes, blocks held; -1: no, the next step decodes it plainly).
  */
 int dps_sched_reserve_draft(struct dps_sched *s, struct dps_req *r);
+
+/*
+ * Disaggregated serving, the decode side: queues a request prefilled elsewhere: ids[0..n_ids)
+ * (its prompt of n_prompt, then the tokens it sampled there, at least one), its sampler's
+ * state, the prompt-logprob position due next and its first admission time, and where its
+ * positions [0, n_ids - 1) are: prefill replica src_replica's blocks src[0..n_src). When it
+ * is admitted the batch lists it in pulls (the runner copies them), and it decodes from
+ * there. Returns it, or NULL with *rc as dps_sched_add's.
+ */
+struct dps_req *dps_sched_adopt(struct dps_sched *s, uint64_t id, const int *ids, int n_ids,
+				int n_prompt, const struct dps_req_params *p,
+				const struct dps_rng *rng, int plp_next, uint64_t t_scheduled,
+				int src_replica, const int *src, int n_src, int *rc);
+
+/* The prefill side: request id in HANDOFF (NULL: none such). */
+struct dps_req *dps_sched_handoff_find(struct dps_sched *s, uint64_t id);
+
+/* The prefill side: frees a HANDOFF request and its blocks (the decode side has them, or
+ * the request ended). */
+void dps_sched_release(struct dps_sched *s, struct dps_req *r);
 
 /* Requests waiting or running. */
 static inline int dps_sched_pending(const struct dps_sched *s)
