@@ -9,7 +9,9 @@ replica after the KV blocks moved through shared memory. Checked: the tokens of 
 requests, streamed or not, equal the one-rank oracle (`dpshard generate --requests`, as
 serve.py); /metrics counts the hand-offs and the transfers (with bytes and seconds), names
 each replica's role, and holds no block in flight once idle; a stream cancelled by its client
-mid-decode ends "cancelled" and frees its blocks on both sides (KV usage 0 after); a prefill
+mid-decode ends "cancelled" and frees its blocks on both sides (KV usage 0 after); a deadline
+travels with the request (a 60 s one changes nothing, a 1.5 s one ends a long request with
+"timeout" on the decode side, its blocks freed); a prefill
 rank and a decode rank killed (SIGKILL) while requests run each fail the requests in flight
 with an error, the log names the rank, and the service restarts and answers right again.
 Exit status: 0 pass, 1 fail, 77 skip.
@@ -193,6 +195,24 @@ def run(tmp):
     use = re.findall(r'^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$', m, re.M)
     S.check(len(use) == 3 and all(float(u) == 0 for u in use),
             "KV blocks still in use after the cancel: %s" % use)
+
+    # ---- deadlines across the hand-off: one that must not fire, one that does ---------------
+    st, j = srv.complete(dict(reqs[3], timeout_ms=60000))
+    S.check(st == 200 and j["choices"][0]["token_ids"] == want[3] and
+            j["choices"][0]["finish_reason"] == "length",
+            "a 60 s deadline changed the request: %s" % str(j)[:300])
+    t0 = time.time()
+    st, j = srv.complete({"prompt": [9, 8, 7], "max_tokens": 3000, "temperature": 0,
+                          "timeout_ms": 1500})
+    took = time.time() - t0
+    S.check(st == 200 and j["choices"][0]["finish_reason"] == "timeout" and
+            0 < j["usage"]["completion_tokens"] < 3000 and 1.4 < took < 6,
+            "a 1.5 s deadline on the decode side: %.1f s, %s" % (took, str(j)[:300]))
+    m = metrics_settled(srv)
+    S.check(metric(m, "dpshard:kv_handoffs_in_flight") == 0, "blocks held after the timeout")
+    use = re.findall(r'^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$', m, re.M)
+    S.check(len(use) == 3 and all(float(u) == 0 for u in use),
+            "KV blocks still in use after the timeout: %s" % use)
 
     # ---- a killed rank on each side: requests fail, the service recovers ---------------------
     kill_one(srv, "prefill rank", 2, "rank 2 (prefill replica 0, TP 0)", want, reqs)

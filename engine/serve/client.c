@@ -29,6 +29,7 @@ struct creq {
 	struct dps_rng rng;
 	uint64_t t_scheduled;
 	int adopting, adopt_sent, held, prefill_rep, cancel_sent;
+	int decode_rep;                /* the decode replica the request named (-1: any) */
 };
 
 struct release { /* an M_RELEASE due */
@@ -258,6 +259,7 @@ int64_t dps_engine_submit(struct dps_engine_client *c, const struct dps_engine_r
 	else
 		best = least_loaded(c, 0, c->dp);
 	q->replica = best;
+	q->decode_rep = c->pdp ? r->replica : -1;
 	c->waiting[best]++;
 	c->sent[best]++;
 	c->outstanding++;
@@ -324,6 +326,14 @@ static int ranks_of(const struct dps_engine_client *c)
 	return c->dp * c->tp + c->pdp * c->ptp;
 }
 
+/* A hand-off that cannot go on: the request fails, and its prefill blocks go back. */
+static void fail_handoff(struct dps_engine_client *c, struct creq *q)
+{
+	q->prefill_rep = q->replica;
+	q->held = 1;
+	creq_end(c, q, DPS_FINISH_ERROR, q->n_gen);
+}
+
 /*
  * A prefill replica's M_HANDOFF: gathers the blocks; once they are all here the request
  * moves to the least loaded decode replica, whose adoption the next tick sends. A request the
@@ -337,7 +347,7 @@ static void on_handoff(struct dps_engine_client *c, const struct m_handoff *m)
 	if (!q || q->finished || q->replica < c->dp || m->total < 1 || m->first < 0 ||
 	    m->first + k > m->total || m->n_ids != q->n_prompt + 1 || m->plp_next < 1) {
 		if (q && !q->finished && q->replica >= c->dp) /* a bad hand-off: the request fails */
-			creq_end(c, q, DPS_FINISH_ERROR, q->n_gen);
+			fail_handoff(c, q);
 		return;
 	}
 	if (q->cancel_sent) {
@@ -347,14 +357,14 @@ static void on_handoff(struct dps_engine_client *c, const struct m_handoff *m)
 	if (!q->hblocks) {
 		q->hblocks = malloc(sizeof(int) * (size_t)m->total);
 		if (!q->hblocks) {
-			creq_end(c, q, DPS_FINISH_ERROR, q->n_gen);
+			fail_handoff(c, q);
 			return;
 		}
 		q->hand_total = m->total;
 		q->n_hblocks = 0;
 	}
 	if (m->total != q->hand_total || m->first != q->n_hblocks) {
-		creq_end(c, q, DPS_FINISH_ERROR, q->n_gen);
+		fail_handoff(c, q);
 		return;
 	}
 	memcpy(q->hblocks + m->first, m->blocks, sizeof(int) * (size_t)k);
@@ -364,6 +374,7 @@ static void on_handoff(struct dps_engine_client *c, const struct m_handoff *m)
 	q->plp_next = m->plp_next;
 	q->rng = m->rng;
 	q->t_scheduled = m->t_scheduled;
+	q->p.deadline_ns = m->deadline_ns; /* absolute now, the decode side adds nothing */
 	if (q->n_hblocks < q->hand_total)
 		return;
 	if (c->n_adopt == c->cap_adopt) {
@@ -371,9 +382,7 @@ static void on_handoff(struct dps_engine_client *c, const struct m_handoff *m)
 		int64_t *n = realloc(c->adopt_q, sizeof(*n) * (size_t)cap);
 
 		if (!n) {
-			q->prefill_rep = q->replica;
-			q->held = 1;
-			creq_end(c, q, DPS_FINISH_ERROR, q->n_gen);
+			fail_handoff(c, q);
 			return;
 		}
 		c->adopt_q = n;
@@ -387,13 +396,13 @@ static void on_handoff(struct dps_engine_client *c, const struct m_handoff *m)
 	else
 		c->waiting[q->replica]--;
 	q->started = 1;
-	q->replica = least_loaded(c, 0, c->dp);
+	q->replica = q->decode_rep >= 0 ? q->decode_rep : least_loaded(c, 0, c->dp);
 	c->running[q->replica]++;
 	c->sent[q->replica]++;
 	q->adopting = 1;
 	q->adopt_sent = 0;
 	c->adopt_q[c->n_adopt++] = q->id;
-	for (int d = 0; d < c->dp; d++) /* coupled decode replicas sleep together */
+	for (int d = 0; d < c->dp && c->coupled; d++) /* coupled decode replicas sleep together */
 		c->wake[d] = d != q->replica;
 }
 

@@ -81,6 +81,7 @@ struct m_handoff {
 	int32_t plp_next, pad;
 	struct dps_rng rng;
 	uint64_t t_scheduled;
+	uint64_t deadline_ns;  /* as the prefill replica made it on arrival (absolute; 0: none) */
 	int32_t blocks[];
 };
 

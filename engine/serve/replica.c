@@ -197,8 +197,8 @@ static void take(struct replica *R, const void *buf, size_t len)
 		for (int i = 0; i < R->pend.p.n_bias && i < DPS_MAX_BIAS; i++)
 			bad |= R->pend.p.bias[i].id < 0 || R->pend.p.bias[i].id >= R->m.cfg.vocab_size;
 		if (R->pend.adopt) {
-			bad |= R->pend.src_replica < 0 ||
-			       R->pend.src_replica >= R->w->lay->groups.prefill->cfg.dp;
+			bad |= !dps_replica_adopt_ok(R, R->pend.src_replica, R->pend.ids + n_tok,
+						     R->pend.n_src);
 			if (bad || !dps_sched_adopt(&R->s, (uint64_t)R->pend.id, R->pend.ids, n_tok,
 						    R->pend.n_prompt, &R->pend.p, &R->pend.rng,
 						    R->pend.plp_next, R->pend.t_scheduled,
@@ -431,9 +431,10 @@ void dps_replica_describe(const struct dps_shard *s, const struct dps_world *w)
 
 	for (int p = 0; p < DPS_PART_COUNT; p++)
 		total += s->bytes[p];
-	len += (size_t)snprintf(line + len, sizeof(line) - len, "rank %d (DP %d, TP %d): %.2f MB "
-				"of weights (linear weights %s):", w->rank, w->dp_rank, w->tp_rank,
-				(double)total / 1e6, dps_wtype_name(s->wt));
+	len += (size_t)snprintf(line + len, sizeof(line) - len, "rank %d (%s %d, TP %d): %.2f MB "
+				"of weights (linear weights %s):", w->rank,
+				w->role == DPS_ROLE_PREFILL ? "prefill replica" : "DP", w->dp_rank,
+				w->tp_rank, (double)total / 1e6, dps_wtype_name(s->wt));
 	for (int p = 0; p < DPS_PART_COUNT && len < sizeof(line); p++)
 		if (s->bytes[p])
 			len += (size_t)snprintf(line + len, sizeof(line) - len, " %s %.2f MB;",
@@ -743,6 +744,14 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			if (R.tp0) {
 				dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
 				rc = dps_replica_flush_tokens(&R);
+			}
+			if (!rc && R.tp0 && !R.coupled && R.s.n_handoff && dps_sched_pending(&R.s)) {
+				/* A prefill replica whose blocks all wait for the decode side to pull
+				 * them: it waits for a release on its ring rather than spinning, and
+				 * that wait is the protocol's progress, not a hang (the decode side is
+				 * watched on its own). */
+				rc = poll_client(&R, 20000000ull);
+				dps_work();
 			}
 			continue;
 		}

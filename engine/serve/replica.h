@@ -95,6 +95,9 @@ int dps_replica_announce_handoffs(struct replica *R);
 void dps_replica_pack_pulls(struct replica *R, int *hdr);
 /* Every rank of a decode replica: copies this step's pulled positions into its cache. */
 int dps_replica_run_pulls(struct replica *R, const int *hdr);
+/* A decode replica's TP rank 0: whether an adoption's source blocks lie in its prefill
+ * replica's cache (1) or not (0: the request is refused, not the instance). */
+int dps_replica_adopt_ok(const struct replica *R, int src_replica, const int *src, int n_src);
 
 /* ---- fault.c: test-only fault injection ---------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 
 #include "common/dps.h"
 #include "engine/serve/replica.h"
+#include "engine/shard/kv.h"
 
 /*
  * A prefill replica: tells the client of every request newly handed over (its blocks, in as
@@ -34,7 +35,8 @@ int dps_replica_announce_handoffs(struct replica *R)
 
 			*m = (struct m_handoff){ { M_HANDOFF, (uint32_t)k, (int64_t)r->id }, first,
 						 r->n_blocks, r->n_ids, r->ids[r->n_ids - 1],
-						 r->plp_next, 0, r->rng, r->t_scheduled };
+						 r->plp_next, 0, r->rng, r->t_scheduled,
+						 r->p.deadline_ns };
 			memcpy(m->blocks, r->blocks + first, sizeof(int) * (size_t)k);
 			rc = dps_replica_send_up(R, m, sizeof(*m) + sizeof(int32_t) * (size_t)k);
 		}
@@ -80,7 +82,10 @@ int dps_replica_run_pulls(struct replica *R, const int *hdr)
 		const int *p = R->pulls + at;
 		uint64_t t0 = dps_now_ns();
 
-		if (p[2] < 1 || p[3] < 1 || p[2] > R->bpr || p[3] > R->bpr ||
+		/* (rank 0 checked the request when it adopted it: this is the wire's own check) */
+		if (at + 4 > hdr[H_PULLS_LEN] || p[0] < 0 || p[0] >= pg->cfg.dp || p[2] < 1 ||
+		    p[3] < 1 || p[2] > R->bpr || p[3] > R->bpr || p[1] < 1 ||
+		    p[1] > (p[2] < p[3] ? p[2] : p[3]) * R->m.block_size ||
 		    at + 4 + p[2] + p[3] > hdr[H_PULLS_LEN])
 			return -EPROTO;
 		rc = dps_shard_kv_pull(&R->m, R->w->kv_share, R->w->kv_stride, p[0], pg->cfg.tp,
@@ -92,6 +97,25 @@ int dps_replica_run_pulls(struct replica *R, const int *hdr)
 		at += 4 + p[2] + p[3];
 	}
 	return rc;
+}
+
+int dps_replica_adopt_ok(const struct replica *R, int src_replica, const int *src, int n_src)
+{
+	const struct dps_groups *pg = R->w->lay->groups.prefill;
+	const struct dps_kv_share_hdr *h;
+
+	if (!pg || src_replica < 0 || src_replica >= pg->cfg.dp || !R->w->kv_share)
+		return 0;
+	/* every rank of a prefill replica has the same blocks: its TP rank 0's header says */
+	h = (const struct dps_kv_share_hdr *)(const void *)(R->w->kv_share +
+							      (size_t)(src_replica * pg->cfg.tp) *
+								      R->w->kv_stride);
+	if (h->magic != DPS_KV_SHARE_MAGIC || h->block_size != (uint32_t)R->m.block_size)
+		return 0;
+	for (int i = 0; i < n_src; i++)
+		if (src[i] < 0 || (uint32_t)src[i] >= h->num_blocks)
+			return 0;
+	return 1;
 }
 
 size_t dps_engine_kv_share_bytes(const struct dps_engine_opts *o, const struct dps_par_cfg *par)

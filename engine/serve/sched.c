@@ -654,7 +654,7 @@ static void verify(struct dps_sched *s, struct dps_req *r, float *lg, int vocab,
 	r->computed = p0 + 1 + j;
 }
 
-/* r into the HANDOFF list; 0, or -ENOMEM (r then decodes here, which is still right). */
+/* r into the HANDOFF list; 0, or -ENOMEM. */
 static int handoff_push(struct dps_sched *s, struct dps_req *r)
 {
 	if (s->n_handoff == s->cap_handoff) {
@@ -745,7 +745,12 @@ void dps_sched_update(struct dps_sched *s, float *logits, int vocab, int eos, in
 		struct dps_req *r = s->running[i];
 
 		if (r->state != DPS_REQ_RUNNING || r->computed != r->n_ids - 1 ||
-		    r->n_ids == r->n_prompt || handoff_push(s, r)) {
+		    r->n_ids == r->n_prompt) {
+			i++;
+			continue;
+		}
+		if (handoff_push(s, r)) { /* out of memory: it ends in error, reported below */
+			finish(s, r, DPS_FINISH_ERROR);
 			i++;
 			continue;
 		}

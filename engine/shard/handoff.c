@@ -28,38 +28,44 @@ int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int
 			      s->c[DPS_COMP_ATTN], s->t, plan);
 	if (n != s->nkv_t)
 		rc = n < 0 ? n : -DPS_EPROTO; /* the plan follows the loader's rule */
-	for (int k = 0; k < n && !rc; k++) {
+	/* runs of heads from one prefill rank's consecutive slots, copied together, layer by
+	 * layer and position by position (the order both caches lay them out in) */
+	for (int k = 0, len; k < n && !rc; k += len) {
 		const char *base = share + (size_t)(pr * ptp + plan[k].src_rank) * stride;
 		const struct dps_kv_share_hdr *h = (const struct dps_kv_share_hdr *)(const void *)base;
 		const float *keys, *vals;
 
+		for (len = 1; k + len < n && plan[k + len].src_rank == plan[k].src_rank &&
+			      plan[k + len].src_head == plan[k].src_head + len; len++)
+			;
 		if (h->magic != DPS_KV_SHARE_MAGIC || h->layers != (uint32_t)L ||
 		    h->block_size != (uint32_t)bs || h->width % (uint32_t)hd ||
-		    (uint32_t)(plan[k].src_head + 1) * (uint32_t)hd > h->width) {
+		    (uint32_t)(plan[k].src_head + len) * (uint32_t)hd > h->width) {
 			rc = -DPS_EPROTO;
 			break;
 		}
 		keys = (const float *)(const void *)(base + h->key_off);
 		vals = (const float *)(const void *)(base + h->value_off);
-		for (int p = 0; p < n_pos && !rc; p++) {
+		for (int p = 0; p < n_pos; p++) {
 			const int from = dps_kv_slot(src, bs, p), to = dps_kv_slot(dst, bs, p);
 
 			if (from < 0 || (uint32_t)from >= h->num_blocks * h->block_size || to < 0 ||
-			    to >= s->num_blocks * bs) {
+			    to >= s->num_blocks * bs)
 				rc = -DPS_EPROTO;
-				break;
-			}
-			for (int l = 0; l < L; l++) {
-				const size_t at = dps_kv_offset(l, (int)h->num_blocks, bs, from,
-								h->width) +
-						  (size_t)plan[k].src_head * (size_t)hd;
-				const size_t here = dps_kv_offset(l, s->num_blocks, bs, to, kv) +
-						    (size_t)k * (size_t)hd;
-
-				memcpy(s->key_cache + here, keys + at, sizeof(float) * (size_t)hd);
-				memcpy(s->value_cache + here, vals + at, sizeof(float) * (size_t)hd);
-			}
 		}
+		for (int l = 0; l < L && !rc; l++)
+			for (int p = 0; p < n_pos; p++) {
+				const size_t at = dps_kv_offset(l, (int)h->num_blocks, bs,
+								dps_kv_slot(src, bs, p), h->width) +
+						  (size_t)plan[k].src_head * (size_t)hd;
+				const size_t here = dps_kv_offset(l, s->num_blocks, bs,
+								  dps_kv_slot(dst, bs, p), kv) +
+						    (size_t)k * (size_t)hd;
+				const size_t bytes = sizeof(float) * (size_t)len * (size_t)hd;
+
+				memcpy(s->key_cache + here, keys + at, bytes);
+				memcpy(s->value_cache + here, vals + at, bytes);
+			}
 	}
 	free(plan);
 	return rc;
