@@ -420,10 +420,12 @@ fi
 run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids "1 5 9"
 expect_rc 0
 cp "$tmp/out" "$tmp/moe-one"
-# Across ranks, with and without expert parallelism, both dispatches: the one-rank ids.
+# Across ranks, with and without expert parallelism, both dispatches, and disaggregated (EP on
+# the decode side; the sampler's state travels with the hand-off): the one-rank ids.
 for layout in "--tensor-parallel-size 2" \
 	"--tensor-parallel-size 2 --data-parallel-size 2 --enable-expert-parallel" \
-	"--data-parallel-size 4 --enable-expert-parallel --all2all-backend alltoallv --mlp-dp-size 2"; do
+	"--data-parallel-size 4 --enable-expert-parallel --all2all-backend alltoallv --mlp-dp-size 2" \
+	"--data-parallel-size 2 --enable-expert-parallel --attention-dp-size 2 --prefill-data-parallel-size 1 --prefill-tensor-parallel-size 2"; do
 	# shellcheck disable=SC2086 # the layout is a list of flags
 	run generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids $layout "1 5 9"
 	if expect_rc 0; then
