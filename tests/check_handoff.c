@@ -178,7 +178,7 @@ static int decode_rank(struct dps_world *w, const char *model)
 			dst[b] = n * s.bps + b;
 		}
 		rc = dps_shard_kv_pull(&s, w->kv_share, w->kv_stride, pr, T, src, dst,
-				       prompt_len[k]);
+				       prompt_len[k], 0);
 		if (!rc && w->rank == 0)
 			sh->pulled++;
 		reqs[n++] = (struct loop_req){ prompts[k], prompt_len[k], MAXPOS, k, 1, sh->first[k] };

@@ -112,6 +112,12 @@ static void run(struct dps_par_cfg par, const struct run_opts *o)
 	memset(&res, 0, sizeof(res));
 	ck_assert_int_eq(dps_engine_client_new(&res.client, par.dp, par.tp, &cb), 0);
 	so.msg_arg = res.client;
+	if (par.prefill_dp) { /* disaggregated */
+		so.roles = 1;
+		so.kv_share_bytes = dps_engine_kv_share_bytes(&eo, &par);
+		ck_assert_int_eq(dps_engine_client_set_prefill(res.client, par.prefill_dp,
+							       dps_par_cfg_prefill_tp(&par)), 0);
+	}
 	for (int k = 0; k < NREQ; k++) {
 		int prompt[16];
 		struct dps_engine_req q = { prompt, prompt_of(k, prompt),
@@ -212,7 +218,8 @@ static void oracle_all(const char *model, int (*want)[GEN])
 
 struct spec_case {
 	int moe, k;
-	struct dps_par_cfg par; /* tp, dp, attn, emb, mlp, draft mlp, lm head, ep, a2a */
+	struct dps_par_cfg par; /* tp, dp, attn, emb, mlp, draft mlp, lm head, ep, a2a, and
+				 * prefill replicas of TP */
 };
 
 static const struct spec_case cases[] = {
@@ -230,6 +237,10 @@ static const struct spec_case cases[] = {
 	{ 1, 4, { 1, 2, 1, 1, 1, 1, 1, 1, DPS_A2A_AG_RS } },
 	{ 1, 5, { 1, 4, 1, 1, 1, 4, 1, 1, 0 } },
 	{ 1, 4, { 2, 1, 1, 1, 1, 1, 1, 0, 0 } },
+	/* disaggregated: the draft's KV travels with the target's (prefill P, T last) */
+	{ 0, 3, { 1, 2, 2, 2, 1, 2, 2, 0, 0, 1, 2 } },
+	{ 0, 2, { 2, 2, 1, 1, 2, 1, 1, 0, 0, 2, 1 } },
+	{ 1, 2, { 1, 2, 1, 1, 1, 1, 1, 1, DPS_A2A_V, 1, 1 } },
 };
 
 START_TEST(test_greedy_identical)
@@ -243,7 +254,7 @@ START_TEST(test_greedy_identical)
 	/* The self-distilled draft: the oracle's tokens, and some drafts accepted. */
 	run(c->par, &(struct run_opts){ target, c->moe ? moe_self : dense_self, c->k, 0, 0, 0 });
 	ck_assert_int_eq(mismatches(want, 1), 0);
-	t = total(c->par.dp);
+	t = total(c->par.dp + c->par.prefill_dp); /* prefill replicas: every block back too */
 	fprintf(stderr, "%s TP %d x DP %d (attention %d, mlp %d, draft mlp %d%s%s) K=%d: %llu of "
 		"%llu drafted tokens accepted, %llu target steps for %d tokens\n",
 		c->moe ? "MoE" : "dense", c->par.tp, c->par.dp, c->par.attn_dp, c->par.mlp_dp,

@@ -613,13 +613,13 @@ run generate --model "$tmp/st260" -n 64 --speculative-model "$tmp/st260-draft" \
 expect_rc 0
 cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
 	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; }
-# What disaggregation does not do yet is refused by name rather than ignored.
-run generate --model "$tmp/st260" -n 16 --speculative-model "$tmp/st260-draft" \
-	--num-speculative-tokens 3 --prefill-data-parallel-size 1 Once
-if expect_rc 1; then
-	grep -qF -- '--speculative-model with --prefill-data-parallel-size' "$tmp/err" ||
-		{ fail "$desc: stderr does not name the flags"; show stderr "$tmp/err"; }
-fi
+# Disaggregated, the draft's KV travelling with the target's: still the golden text.
+run generate --model "$tmp/st260" -n 64 --speculative-model "$tmp/st260-draft" \
+	--num-speculative-tokens 3 --data-parallel-size 2 --draft-mlp-dp-size 2 \
+	--attention-dp-size 2 --prefill-data-parallel-size 1 "Once upon a time"
+expect_rc 0
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+	{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; show stderr "$tmp/err"; }
 desc="generate --ids"
 # Across ranks: every layout prints the golden text (TP, DP with the MLP sharded, mixed
 # component sizes, and the references' 32-rank example on these 2 cores).

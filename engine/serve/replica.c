@@ -460,11 +460,6 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 	R->prefill = w->role == DPS_ROLE_PREFILL;
 	R->decode_only = w->role == DPS_ROLE_DECODE && w->lay->groups.prefill;
 	R->replica = R->prefill ? w->lay->groups.cfg.dp + w->dp_rank : w->dp_rank;
-	if (o->spec_model && (R->prefill || R->decode_only)) {
-		fprintf(stderr, "rank %d: --speculative-model with --prefill-data-parallel-size "
-			"(disaggregated prefill) is not implemented\n", w->rank);
-		return -DPS_ECONFIG;
-	}
 	if (R->prefill && !w->kv_share) {
 		fprintf(stderr, "rank %d: a prefill rank without the instance's KV share\n",
 			w->rank);
@@ -493,8 +488,8 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 		return rc;
 	}
 	budget = dps_kv_budget(o->kv_cache_memory, o->kv_fraction, w->total);
-	if (R->prefill && budget > w->kv_stride - 4096) /* its cache lives in the KV share */
-		budget = w->kv_stride - 4096;
+	if (R->prefill && budget > w->kv_stride - 3 * 4096) /* its caches live in the KV share */
+		budget = w->kv_stride - 3 * 4096;
 	sc.handoff = R->prefill;
 	R->spec_k = o->spec_model ? o->spec_k : 0;
 	sc.spec_k = R->spec_k;
@@ -527,6 +522,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 						      .dtype = o->dtype, .quant = o->quant,
 						      .kv_bytes = budget,
 						      .decode_only = R->decode_only,
+						      .with_draft = o->spec_model != NULL,
 						      .cache_mem = R->prefill
 								   ? w->kv_share + (size_t)(w->rank - w->base) *
 										   w->kv_stride
@@ -778,10 +774,11 @@ int dps_engine_rank_main(struct dps_world *w, void *arg)
 			dps_sched_update(&R.s, NULL, 0, -1, R.scratch, on_emit, on_done, &R);
 		if (R.tp0)
 			rc = dps_replica_flush_tokens(&R);
-		if (!rc && R.tp0 && R.prefill)
-			rc = dps_replica_announce_handoffs(&R);
 		if (!rc && R.spec_k)
 			rc = dps_spec_draft_passes(&R);
+		/* (after the draft's catch-up: its KV of the handed-over positions goes too) */
+		if (!rc && R.tp0 && R.prefill)
+			rc = dps_replica_announce_handoffs(&R);
 	}
 	if (R.tp0 && !rc) {
 		struct m_stats m;

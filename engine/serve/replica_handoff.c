@@ -89,7 +89,10 @@ int dps_replica_run_pulls(struct replica *R, const int *hdr)
 		    at + 4 + p[2] + p[3] > hdr[H_PULLS_LEN])
 			return -EPROTO;
 		rc = dps_shard_kv_pull(&R->m, R->w->kv_share, R->w->kv_stride, p[0], pg->cfg.tp,
-				       p + 4, p + 4 + p[2], p[1]);
+				       p + 4, p + 4 + p[2], p[1], 0);
+		if (!rc && R->spec_k) /* the draft's KV of the same positions, in the same blocks */
+			rc = dps_shard_kv_pull(&R->dm, R->w->kv_share, R->w->kv_stride, p[0],
+					       pg->cfg.tp, p + 4, p + 4 + p[2], p[1], 1);
 		R->st.kv_pulls++;
 		R->st.kv_pull_bytes += (uint64_t)p[1] * 2 * (uint64_t)R->m.cfg.num_hidden_layers *
 				       (uint64_t)R->m.nkv_t * (uint64_t)R->m.hd * sizeof(float);
@@ -124,6 +127,7 @@ size_t dps_engine_kv_share_bytes(const struct dps_engine_opts *o, const struct d
 
 	if (!par->prefill_dp)
 		return 0;
-	/* a prefill rank's whole budget, and the page of its header (replica_init) */
-	return dps_kv_budget(o->kv_cache_memory, o->kv_fraction, total) + 4096;
+	/* a prefill rank's whole budget, and the pages of its headers (the target's and a
+	 * draft's, each page-aligned: replica_init, dps_spec_load) */
+	return dps_kv_budget(o->kv_cache_memory, o->kv_fraction, total) + 3 * 4096;
 }

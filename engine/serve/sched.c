@@ -511,7 +511,9 @@ int dps_sched_reserve_draft(struct dps_sched *s, struct dps_req *r)
 	const int K = s->cfg.spec_k;
 
 	r->n_draft = 0;
-	if (!K || r->state != DPS_REQ_RUNNING || r->computed != r->n_ids - 1)
+	/* (a prefill replica proposes nothing: its requests leave after their first token, which
+	 * a verification would outrun; its draft still catches up, for the decode side) */
+	if (!K || s->cfg.handoff || r->state != DPS_REQ_RUNNING || r->computed != r->n_ids - 1)
 		return -1;
 	/* The verification feeds positions computed .. computed + K. */
 	if (r->computed + K >= s->cfg.max_model_len)

@@ -18,9 +18,18 @@ int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 	struct dps_world *w = R->w;
 	const struct dps_engine_opts *o = R->o;
 	char err[512];
+	/* A prefill rank keeps the draft's cache in its KV share after the target's: the
+	 * decode ranks pull both. */
+	char *slice = R->prefill ? w->kv_share + (size_t)(w->rank - w->base) * w->kv_stride : NULL;
+	const size_t doff = dps_align_up(4096 + R->m.cache_bytes, 4096);
 	int rc;
 
-	rc = dps_shard_load(&R->dm, w, &w->lay->groups.cfg, o->spec_model,
+	if (slice && doff + 4096 >= w->kv_stride) {
+		fprintf(stderr, "rank %d: no room for the draft's KV cache in the KV share\n",
+			w->rank);
+		return -ENOMEM;
+	}
+	rc = dps_shard_load(&R->dm, w, &w->part->cfg, o->spec_model,
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = block_size,
 						      .num_blocks = R->m.num_blocks,
@@ -32,8 +41,12 @@ int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 									 : DPS_SHARD_DTYPE_F32,
 						      .quant = R->m.wt == DPS_WT_Q8 ? DPS_SHARD_QUANT_INT8
 										    : DPS_SHARD_QUANT_AUTO,
-						      .target = &R->m },
+						      .target = &R->m,
+						      .cache_mem = slice ? slice + doff : NULL,
+						      .cache_cap = slice ? w->kv_stride - doff : 0 },
 			    err, sizeof(err));
+	if (!rc && slice)
+		((struct dps_kv_share_hdr *)(void *)slice)->draft_off = doff;
 	if (!rc)
 		rc = dps_shard_set_aux(&R->m, R->dm.aux_l, err, sizeof(err));
 	if (rc) {

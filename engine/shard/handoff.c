@@ -14,7 +14,7 @@
 #include "engine/shard/shard.h"
 
 int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int pr, int ptp,
-		      const int *src, const int *dst, int n_pos)
+		      const int *src, const int *dst, int n_pos, int draft)
 {
 	const struct dps_model_config *c = &s->cfg;
 	const int hd = s->hd, bs = s->block_size, L = c->num_hidden_layers;
@@ -34,6 +34,16 @@ int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int
 		const char *base = share + (size_t)(pr * ptp + plan[k].src_rank) * stride;
 		const struct dps_kv_share_hdr *h = (const struct dps_kv_share_hdr *)(const void *)base;
 		const float *keys, *vals;
+
+		if (draft) { /* the draft's cache follows its target's */
+			if (h->magic != DPS_KV_SHARE_MAGIC || !h->draft_off ||
+			    h->draft_off + sizeof(*h) > stride) {
+				rc = -DPS_EPROTO;
+				break;
+			}
+			base += h->draft_off;
+			h = (const struct dps_kv_share_hdr *)(const void *)base;
+		}
 
 		for (len = 1; k + len < n && plan[k + len].src_rank == plan[k].src_rank &&
 			      plan[k + len].src_head == plan[k].src_head + len; len++)

@@ -98,6 +98,7 @@ int dps_kv_relay_plan(int heads, int kvh, int ptp, int tp, int ca, int t,
 struct dps_kv_share_hdr {
 	uint32_t magic, layers, num_blocks, block_size, width, pad;
 	uint64_t key_off, value_off;
+	uint64_t draft_off;  /* a target's: where its Eagle3 draft's header is (0: none) */
 };
 
 /* The free blocks of a replica: a stack, block 0 handed out first. */

@@ -409,7 +409,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	 * reads the target's embedding. */
 	if (!s->draft) {
 		/* (a decode-only rank holds one of the two: the decode layout) */
-		s->emb_p = s->decode_only && s->c[DPS_COMP_EMB] > 1
+		s->emb_p = s->decode_only && s->c[DPS_COMP_EMB] > 1 && !opts->with_draft
 				   ? NULL
 				   : vocab_shard(&L, DPS_PART_EMB_PREFILL,
 						 "model.embed_tokens.weight", s->t, s->v_tp);
@@ -495,9 +495,12 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			rc = -ENOMEM;
 			goto out;
 		}
-		*hdr = (struct dps_kv_share_hdr){ DPS_KV_SHARE_MAGIC, (uint32_t)c->num_hidden_layers,
-						  (uint32_t)s->num_blocks, (uint32_t)s->block_size,
-						  (uint32_t)kv, 0, koff, koff + cache * sizeof(float) };
+		*hdr = (struct dps_kv_share_hdr){ .magic = DPS_KV_SHARE_MAGIC,
+						  .layers = (uint32_t)c->num_hidden_layers,
+						  .num_blocks = (uint32_t)s->num_blocks,
+						  .block_size = (uint32_t)s->block_size,
+						  .width = (uint32_t)kv, .key_off = koff,
+						  .value_off = koff + cache * sizeof(float) };
 		s->key_cache = (float *)(void *)((char *)opts->cache_mem + koff);
 		s->value_cache = s->key_cache + cache;
 		s->cache_shared = 1;

@@ -109,6 +109,8 @@ struct dps_shard_opts {
 	 */
 	void *cache_mem;
 	size_t cache_cap;
+	/* decode_only with an Eagle3 draft: the plain-TP embedding stays, the draft reads it. */
+	int with_draft;
 };
 
 /* What a layout of a component holds on this rank. */
@@ -266,12 +268,14 @@ struct dps_shard {
  * from the caches of prefill replica pr (ptp ranks, in the KV share: prefill rank q of the part
  * at share + q * stride) into this rank's cache, every layer, each head of its cache from the
  * prefill position dps_kv_relay_plan names. src: the sequence's block table there; dst: here.
+ * draft: s is an Eagle3 draft, whose cache each prefill rank keeps after its target's (the
+ * target header's draft_off).
  * The caller orders it after the prefill ranks wrote those positions (the hand-off's
  * messages). Returns 0, or -DPS_EPROTO when a source cache's header disagrees with this
  * model (layers, block size, head width) or a block lies outside it.
  */
 int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int pr, int ptp,
-		      const int *src, const int *dst, int n_pos);
+		      const int *src, const int *dst, int n_pos, int draft);
 
 /*
  * Loads rank w's shards of the checkpoint in dir. Each rank reads only its bytes. Returns 0 or
