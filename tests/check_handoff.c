@@ -21,6 +21,7 @@
 
 #include "common/dps.h"
 #include "engine/runtime/supervisor.h"
+#include "engine/model/mkmodel.h"
 #include "engine/shard/kv.h"
 #include "engine/shard/shard.h"
 #include "kernels/gemm.h"
@@ -45,10 +46,14 @@ struct shared {
 	_Atomic int first[NPROMPT];             /* the prefill's token of each prompt */
 	_Atomic int first_taken;
 	char first_note[256];
+	_Atomic int draft_checked, draft_bad; /* draft KV values compared, and differing */
+	double draft_worst;
 };
 
 static struct shared *sh;
 static int corrupt_pull; /* the decode ranks pull from the wrong replica: must be caught */
+static int skip_draft_pull; /* the decode ranks leave the draft's KV unpulled: caught */
+static char draft_dir[128]; /* set: the draft test (an Eagle3 draft beside the target) */
 
 static void note(const char *what, int k, int pos, double d)
 {
@@ -192,11 +197,164 @@ static int decode_rank(struct dps_world *w, const char *model)
 	return rc;
 }
 
+/*
+ * The draft test. Both sides: target s (its hidden states kept for the draft) and draft d, the
+ * draft's cache after the target's in a prefill rank's share slice. A draft catch-up over a
+ * prompt's positions 0..n-1 (token p + 1 after position p, the last the sampled one), reading
+ * the target's hidden states of the step's rows.
+ */
+static int load_pair(struct dps_world *w, const char *model, struct dps_shard *s,
+		     struct dps_shard *d)
+{
+	char *slice = w->role == DPS_ROLE_PREFILL
+			      ? w->kv_share + (size_t)(w->rank - w->base) * w->kv_stride : NULL;
+	char err[512];
+	size_t doff;
+	int rc = dps_shard_load(s, w, &w->part->cfg, model,
+				&(struct dps_shard_opts){ .max_pos = MAXPOS, .max_seqs = 2 * NPROMPT,
+							  .max_rows = 16, .cache_mem = slice,
+							  .cache_cap = slice ? w->kv_stride : 0 },
+				err, sizeof(err));
+
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		return rc;
+	}
+	doff = dps_align_up(4096 + s->cache_bytes, 4096);
+	rc = dps_shard_load(d, w, &w->part->cfg, draft_dir,
+			    &(struct dps_shard_opts){ .max_pos = MAXPOS, .max_seqs = 2 * NPROMPT,
+						      .max_rows = 16, .num_blocks = s->num_blocks,
+						      .target = s, .cache_mem = slice ? slice + doff : NULL,
+						      .cache_cap = slice ? w->kv_stride - doff : 0 },
+			    err, sizeof(err));
+	if (!rc)
+		rc = dps_shard_set_aux(s, d->aux_l, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", w->rank, err);
+		dps_shard_free(s);
+		return rc;
+	}
+	if (slice)
+		((struct dps_kv_share_hdr *)(void *)slice)->draft_off = doff;
+	return 0;
+}
+
+/* Prompt k through target and draft into sequence seq's blocks (the prefill graph or, on a
+ * decode rank, the decode graph); returns the greedy first token, or -1. */
+static int prompt_through(struct dps_shard *s, struct dps_shard *d, int k, int seq, int prefill)
+{
+	const int n = prompt_len[k], *table = s->seq_tables + (size_t)seq * s->bps;
+	const size_t dim = (size_t)s->cfg.hidden_size;
+	int pos[8], slot[8], tok[8], first = 0, rc;
+	const int *tables[8];
+	unsigned char want[8] = { 0 };
+	float hin[8 * 3 * 128], hout[8 * 128];
+	const float *lg;
+
+	if (dim > 128)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		pos[i] = i;
+		slot[i] = dps_kv_slot(table, s->block_size, i);
+		tables[i] = table;
+	}
+	want[n - 1] = 1;
+	lg = dps_shard_step_rows(s, prefill, &(struct dps_rows){ n, prompts[k], pos, slot, tables,
+								want }, &rc);
+	if (!lg)
+		return -1;
+	for (int v = 1; v < s->cfg.vocab_size; v++)
+		if (lg[v] > lg[first])
+			first = v;
+	for (int i = 0; i < n; i++)
+		tok[i] = i + 1 < n ? prompts[k][i + 1] : first;
+	memcpy(hin, s->aux, sizeof(float) * (size_t)n * 3 * dim);
+	if (!dps_shard_draft_step(d, s, &(struct dps_rows){ n, tok, pos, slot, tables, NULL }, hin,
+				  1, hout, &rc))
+		return -1;
+	return first;
+}
+
+static int draft_prefill_rank(struct dps_world *w, const char *model)
+{
+	struct dps_shard s, d;
+	int rc = load_pair(w, model, &s, &d);
+
+	for (int k = w->dp_rank; k < NPROMPT && !rc; k += w->dp)
+		if (prompt_through(&s, &d, k, k / w->dp, 1) < 0)
+			rc = -EIO;
+	sh->prefill_done++;
+	if (!rc)
+		rc = wait_for(w, &sh->decode_done, w->total - w->world);
+	dps_shard_free(&d);
+	dps_shard_free(&s);
+	return rc;
+}
+
+/*
+ * A decode rank (uncoupled: one replica computes every prompt itself): pulls each prompt's
+ * target and draft KV into sequence k's blocks, computes the same positions itself into
+ * sequence NPROMPT + k's, and compares the draft's (and the target's) caches there.
+ */
+static int draft_decode_rank(struct dps_world *w, const char *model)
+{
+	const struct dps_groups *pg = w->lay->groups.prefill;
+	const int P = pg->cfg.dp, T = pg->cfg.tp;
+	struct dps_shard s, d;
+	int rc = load_pair(w, model, &s, &d);
+
+	if (!rc)
+		rc = wait_for(w, &sh->prefill_done, pg->world);
+	for (int k = 0; k < NPROMPT && !rc; k++) {
+		const int *src = s.seq_tables + (size_t)(k / P) * s.bps;
+		const int *got = s.seq_tables + (size_t)k * s.bps;
+		const int *own = s.seq_tables + (size_t)(NPROMPT + k) * s.bps;
+
+		rc = dps_shard_kv_pull(&s, w->kv_share, w->kv_stride, k % P, T, src, got,
+				       prompt_len[k], 0);
+		if (!rc && !skip_draft_pull)
+			rc = dps_shard_kv_pull(&d, w->kv_share, w->kv_stride, k % P, T, src, got,
+					       prompt_len[k], 1);
+		if (!rc && prompt_through(&s, &d, k, NPROMPT + k, 0) < 0)
+			rc = -EIO;
+		for (int p = 0; p < prompt_len[k] && !rc; p++)
+			for (int c = 0; c < 2; c++) {
+				const struct dps_shard *x = c ? &d : &s;
+				const size_t wd = (size_t)x->nkv_t * (size_t)x->hd;
+				const float *kc = x->key_cache, *vc = x->value_cache;
+				/* the draft's one layer; the target's last */
+				const int l = c ? 0 : x->cfg.num_hidden_layers - 1;
+				const size_t a = dps_kv_offset(l, x->num_blocks, x->block_size,
+							       dps_kv_slot(got, x->block_size, p), wd);
+				const size_t b = dps_kv_offset(l, x->num_blocks, x->block_size,
+							       dps_kv_slot(own, x->block_size, p), wd);
+
+				for (size_t i = 0; i < wd; i++) {
+					const double e = fmax(fabs((double)kc[a + i] - kc[b + i]),
+							      fabs((double)vc[a + i] - vc[b + i]));
+
+					if (!(e <= 1e-4))
+						sh->draft_bad++;
+					if (c && e > sh->draft_worst)
+						sh->draft_worst = e;
+					sh->draft_checked++;
+				}
+			}
+	}
+	sh->decode_done++;
+	dps_shard_free(&d);
+	dps_shard_free(&s);
+	return rc;
+}
+
 static int rank_main(struct dps_world *w, void *arg)
 {
 	char msg[256];
 
 	dps_gemm_setup("auto", 1, msg, sizeof(msg));
+	if (draft_dir[0])
+		return w->role == DPS_ROLE_PREFILL ? draft_prefill_rank(w, arg)
+						   : draft_decode_rank(w, arg);
 	return w->role == DPS_ROLE_PREFILL ? prefill_rank(w, arg) : decode_rank(w, arg);
 }
 
@@ -279,6 +437,47 @@ START_TEST(test_wrong_pull_caught)
 }
 END_TEST
 
+/*
+ * Eagle3: the draft's KV of the prompt positions travels with the target's: what a decode rank
+ * pulled equals what it computes itself from the same prompt (1e-4: the two graphs order their
+ * sums differently), for prefill and decode TP sizes that differ; and leaving the draft's KV
+ * behind is caught.
+ */
+static const struct layout draft_layouts[] = {
+	{ "gqa", { 2, 1, 1, 1, 1, 1, 0, 0 }, 1, 3 },
+	{ "gqa", { 3, 1, 1, 1, 1, 1, 0, 0 }, 2, 2 },
+	{ "mha", { 1, 1, 1, 1, 1, 1, 0, 0 }, 1, 2 },
+};
+
+START_TEST(test_draft_kv_travels)
+{
+	const struct layout *l = &draft_layouts[_i % 3];
+	char model[128], err[512];
+
+	snprintf(model, sizeof(model), "%s/%s", dir, l->model);
+	snprintf(draft_dir, sizeof(draft_dir), "%s/%s-draft", dir, l->model);
+	ck_assert_msg(!dps_mkmodel_draft(model, DPS_DRAFT_SELF, 0, 5, DPS_ST_F32, draft_dir, err,
+					 sizeof(err)), "%s", err);
+	skip_draft_pull = _i >= 3;
+	ck_assert_msg(run_layout(l, err, sizeof(err)) == 0, "%s TP=%d, P=%d T=%d: %s", l->model,
+		      l->c[0], l->P, l->T, err);
+	ck_assert_int_gt(sh->draft_checked, 0);
+	if (skip_draft_pull)
+		ck_assert_int_gt(sh->draft_bad, 0);
+	else
+		ck_assert_msg(sh->draft_bad == 0, "%s TP=%d, P=%d T=%d: %d of %d KV values differ "
+			      "(draft worst %g)", l->model, l->c[0], l->P, l->T, (int)sh->draft_bad,
+			      (int)sh->draft_checked, sh->draft_worst);
+	if (getenv("SHARD_VERBOSE"))
+		fprintf(stderr, "draft %s TP=%d, P=%d T=%d%s: %d KV values compared, %d differ, "
+			"draft worst %g\n", l->model, l->c[0], l->P, l->T,
+			skip_draft_pull ? " (draft not pulled)" : "", (int)sh->draft_checked,
+			(int)sh->draft_bad, sh->draft_worst);
+	skip_draft_pull = 0;
+	draft_dir[0] = 0;
+}
+END_TEST
+
 static Suite *handoff_suite(void)
 {
 	Suite *s = suite_create("handoff");
@@ -289,6 +488,7 @@ static Suite *handoff_suite(void)
 	tcase_add_loop_test(tc, test_handoff_equals_one_process, 0,
 			    (int)(sizeof(layouts) / sizeof(layouts[0])));
 	tcase_add_test(tc, test_wrong_pull_caught);
+	tcase_add_loop_test(tc, test_draft_kv_travels, 0, 4);
 	suite_add_tcase(s, tc);
 	return s;
 }
