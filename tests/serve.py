@@ -221,6 +221,20 @@ def raw(port, data, shutdown_wr=False, wait=5.0):
     return got
 
 
+def run_script(run, prefix):
+    """A test script's main: run(tmp) in a fresh scratch folder; 77 (skip) without DPSHARD."""
+    if not DPSHARD or not os.access(DPSHARD, os.X_OK):
+        print("SKIP: DPSHARD must name the built binary")
+        return 77
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        rc = run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("PASS" if rc == 0 else "FAIL: %d check(s)" % len(failures))
+    return rc
+
+
 def compare(results, want, label):
     """Counts the results whose token ids differ from the oracle's."""
     bad = 0

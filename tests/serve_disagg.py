@@ -19,11 +19,9 @@ Exit status: 0 pass, 1 fail, 77 skip.
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -48,25 +46,11 @@ def metrics_settled(srv):
 
 
 def stream_ids(srv, req):
-    """Streams req on its own connection; returns its token ids (None unless 200)."""
-    c = srv.conn()
-    c.request("POST", "/v1/completions", body=json.dumps(dict(req, stream=True)),
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    ids, buf = [], b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            ev = ev.decode()
-            if ev.startswith("data: ") and ev[6:] != "[DONE]":
-                for ch in json.loads(ev[6:]).get("choices", []):
-                    ids += ch.get("token_ids", [])
-    c.close()
-    return ids if r.status == 200 else None
+    """Streams req (serve.py's client, its own connection); returns its token ids, or None."""
+    st, events = srv.stream(req)[:2]
+    if st != 200:
+        return None
+    return [t for e in events for ch in e.get("choices", []) for t in ch.get("token_ids", [])]
 
 
 def concurrent(srv, reqs):
@@ -223,16 +207,7 @@ def run(tmp):
 
 
 def main():
-    if not S.DPSHARD or not os.access(S.DPSHARD, os.X_OK):
-        print("SKIP: DPSHARD must name the built binary")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="dps-disagg-")
-    try:
-        rc = run(tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS" if rc == 0 else "FAIL: %d check(s)" % len(S.failures))
-    return rc
+    return S.run_script(run, "dps-disagg-")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,9 @@ DPSHARD_FAULT is refused by name. Exit status: 0 pass, 1 fail, 77 skip.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -196,16 +194,7 @@ def run(tmp):
 
 
 def main():
-    if not S.DPSHARD or not os.access(S.DPSHARD, os.X_OK):
-        print("SKIP: DPSHARD must name the built binary")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="dps-faults-")
-    try:
-        rc = run(tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS" if rc == 0 else "FAIL: %d check(s)" % len(S.failures))
-    return rc
+    return S.run_script(run, "dps-faults-")
 
 
 if __name__ == "__main__":

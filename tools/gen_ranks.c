@@ -106,7 +106,12 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	r.cap = calloc((size_t)o->n_prompts, sizeof(int));
 	r.why = calloc((size_t)o->n_prompts, sizeof(*r.why));
 	if (!r.out || !r.n_out || !r.cap || !r.why ||
-	    dps_engine_client_new(&client, o->par.dp, o->par.tp, &cb)) {
+	    dps_engine_client_new(&client, o->par.dp, o->par.tp, &cb) ||
+	    /* disaggregated: the client drives the prefill replicas too */
+	    (o->par.prefill_dp &&
+	     dps_engine_client_set_prefill(client, o->par.prefill_dp,
+					   dps_par_cfg_prefill_tp(&o->par)))) {
+		dps_engine_client_free(client);
 		free(r.out);
 		free(r.n_out);
 		free(r.cap);
@@ -117,15 +122,6 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 	if (o->par.prefill_dp) { /* disaggregated: both parts' ranks, the prefill KV shared */
 		so.roles = 1;
 		so.kv_share_bytes = dps_engine_kv_share_bytes(&eo, &o->par);
-		if (dps_engine_client_set_prefill(client, o->par.prefill_dp,
-						  dps_par_cfg_prefill_tp(&o->par))) {
-			dps_engine_client_free(client);
-			free(r.out);
-			free(r.n_out);
-			free(r.cap);
-			free(r.why);
-			return -ENOMEM;
-		}
 	}
 	for (int k = 0; k < o->n_prompts; k++) {
 		struct dps_engine_req q = { o->prompts[k], o->n_prompt[k],
