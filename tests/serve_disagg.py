@@ -11,7 +11,8 @@ serve.py); /metrics counts the hand-offs and the transfers (with bytes and secon
 each replica's role, and holds no block in flight once idle; a stream cancelled by its client
 mid-decode ends "cancelled" and frees its blocks on both sides (KV usage 0 after); a deadline
 travels with the request (a 60 s one changes nothing, a 1.5 s one ends a long request with
-"timeout" on the decode side, its blocks freed); a prefill
+"timeout" on the decode side, its blocks freed); on the prefill side, a client that leaves
+during a long prefill and a 5 ms deadline end the request there, freeing its blocks; a prefill
 rank and a decode rank killed (SIGKILL) while requests run each fail the requests in flight
 with an error, the log names the rank, and the service restarts and answers right again.
 Exit status: 0 pass, 1 fail, 77 skip.
@@ -197,6 +198,31 @@ def run(tmp):
     use = re.findall(r'^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$', m, re.M)
     S.check(len(use) == 3 and all(float(u) == 0 for u in use),
             "KV blocks still in use after the timeout: %s" % use)
+
+    # ---- the prefill side: a client that leaves during a long prefill, and a deadline that
+    # ends a request before its hand-off; both free their blocks -----------------------------
+    long_prompt = [1 + (i * 7) % 250 for i in range(1500)]
+    c = srv.conn()
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": long_prompt, "max_tokens": 50, "temperature": 0, "stream": True}),
+              headers={"Content-Type": "application/json"})
+    c.getresponse()  # the stream's headers: the request is with the prefill replica
+    c.close()  # gone before its first token
+    st, j = srv.complete({"prompt": long_prompt, "max_tokens": 50, "temperature": 0,
+                          "timeout_ms": 5})
+    S.check(st == 200 and j["choices"][0]["finish_reason"] == "timeout" and
+            j["usage"]["completion_tokens"] == 0,
+            "a 5 ms deadline during the prefill: %s" % str(j)[:300])
+    deadline, log = time.time() + 20, ""
+    while log.count("finish cancelled") < 2 and time.time() < deadline:
+        time.sleep(0.1)
+        log = open(srv.log_path).read()
+    S.check(log.count("finish cancelled") >= 2, "the left prefill was not cancelled: " + log[-600:])
+    m = metrics_settled(srv)
+    use = re.findall(r'^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$', m, re.M)
+    S.check(metric(m, "dpshard:kv_handoffs_in_flight") == 0 and len(use) == 3 and
+            all(float(u) == 0 for u in use),
+            "blocks held after the prefill-side cancel and timeout: %s" % use)
 
     # ---- a killed rank on each side: requests fail, the service recovers ---------------------
     kill_one(srv, "prefill rank", 2, "rank 2 (prefill replica 0, TP 0)", want, reqs)
