@@ -205,6 +205,27 @@ for op in allgather reducescatter alltoall; do
 	expect_rc 0 && check_bench_rows
 done
 
+# The MPI loop's method (each call alone after a barrier, the slowest rank's time), said in
+# the header; the ping-pong floor, one row; both refused where they do not apply.
+run bench coll --ranks 3 --method osu --op allreduce --min-bytes 64 --max-bytes 4K --repeats 3
+if expect_rc 0; then
+	check_bench_rows
+	grep -q '^# .*method osu: each call alone after a barrier' "$tmp/out" ||
+		fail "$desc: the header does not say the method"
+fi
+run bench coll --op pingpong --repeats 3
+if expect_rc 0; then
+	grep -v '^#' "$tmp/out" | awk 'NF && ($1 != 64 || !($4 > 0) || $NF != "ok") { bad = 1 }
+		END { exit bad }' || { fail "$desc: no positive one-way time"; show stdout "$tmp/out"; }
+fi
+run bench coll --op pingpong --ranks 3
+expect_rc 2
+run bench coll --method mpi
+if expect_rc 2; then
+	grep -qF -- '--method mpi is not one of batch, osu' "$tmp/err" ||
+		{ fail "$desc: the refusal does not name the method"; show stderr "$tmp/err"; }
+fi
+
 run bench coll --json --ranks 3 --op allreduce --min-bytes 64 --max-bytes 4K --repeats 3
 if expect_rc 0; then
 	if ! python3 -c '

@@ -7,10 +7,21 @@
  * Sizes follow nccl-tests: for all-reduce the buffer, for all-gather the gathered output, for
  * reduce-scatter the input, for all-to-all what one rank sends. Bus bandwidth is the algorithm
  * bandwidth (bytes / time) times 2(n-1)/n for all-reduce and (n-1)/n for the others.
+ *
+ * Two methods. batch (the default): back-to-back calls timed together on rank 0, the median
+ * of --repeats batches of about 2 ms; calls may overlap (a rank may start the next call while
+ * a slow peer still reads the last one). osu: the OSU / Open MPI loop's method (the anchor
+ * ../tools/mpi_coll.c in the developers' tree): each call alone after a barrier, every rank
+ * timing its own call, the slowest rank's time, the median over the calls. --op pingpong is
+ * the floor of both: one cache line passed back and forth between two ranks (half a round
+ * trip).
  */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/dps.h"
 #include "engine/runtime/supervisor.h"
@@ -18,10 +29,11 @@
 #include "tools/cmd.h"
 #include "tools/flags.h"
 
-enum op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLTOALL, OP_BCAST, OP_BARRIER };
+enum op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLTOALL, OP_BCAST, OP_BARRIER,
+	  OP_PINGPONG };
 
 static const char *const op_names[] = { "allreduce", "allgather", "reducescatter", "alltoall",
-					"bcast", "barrier" };
+					"bcast", "barrier", "pingpong" };
 
 struct bench {
 	enum op op;
@@ -32,7 +44,11 @@ struct bench {
 	enum dps_coll_algo algo;
 	int json;
 	int world;
+	int osu;                  /* --method osu */
+	_Atomic uint64_t *line;   /* pingpong: two words on their own cache line, shared */
 };
+
+#define OSU_CALLS 2000 /* --method osu: calls a size, at most */
 
 struct row { /* rank 0 -> supervisor, one per size */
 	uint64_t bytes, count;
@@ -75,6 +91,7 @@ static int run_op(const struct bench *b, struct dps_comm *c, const void *send, v
 	case OP_REDUCESCATTER: return dps_coll_reducescatter(c, send, recv, count, b->dt);
 	case OP_BCAST: return dps_coll_bcast(c, recv, count, b->dt, c->n - 1);
 	case OP_BARRIER: return dps_coll_barrier(c);
+	case OP_PINGPONG: return -EINVAL; /* pingpong_rank's own loop */
 	case OP_ALLTOALL: {
 		size_t cnt[DPS_MAX_WORLD];
 
@@ -151,21 +168,109 @@ static int check_result(const struct bench *b, const void *recv, size_t count, i
 	return 1;
 }
 
+/* Waits until *v == want; spins, then yields, and gives up when the instance aborts. */
+static int wait_word(struct dps_world *w, _Atomic uint64_t *v, uint64_t want)
+{
+	for (unsigned long spin = 0; atomic_load_explicit(v, memory_order_acquire) != want; spin++) {
+		if (spin % 1024 == 1023 && dps_abort_raised(&w->ctl->abort))
+			return -DPS_EABORT;
+		if (spin > 4096)
+			sched_yield(); /* the peer may share this CPU: let it run */
+		else
+			__builtin_ia32_pause();
+	}
+	return 0;
+}
+
+/* The floor: ranks 0 and 1 pass a counter through one cache line; rank 0 reports half the
+ * median round trip of --repeats batches. */
+static int pingpong_rank(struct dps_world *w, const struct bench *b)
+{
+	_Atomic uint64_t *ping = b->line, *pong = b->line + 1;
+	double *t = calloc((size_t)b->repeats, sizeof(double));
+	int32_t n = 200; /* the warm-up's round trips; then batches of about 2 ms */
+	uint64_t seq = 0;
+	int rc = dps_coll_barrier(w->world_c);
+
+	if (!t)
+		return -ENOMEM;
+	for (int rep = -1; rep < b->repeats && !rc; rep++) { /* rep -1: warm-up */
+		const uint64_t t0 = dps_now_ns();
+
+		if (rep == 0) { /* rank 0 sizes the batches for everyone */
+			if (w->rank == 0)
+				n = (int32_t)fmin(20000.0, fmax(10.0, 2e6 / fmax(t[0] * 2e3, 1.0)));
+			rc = dps_coll_bcast(w->world_c, &n, 1, DPS_I32, 0);
+		}
+
+		for (int i = 0; i < n && !rc; i++) {
+			seq++;
+			if (w->rank == 0) {
+				atomic_store_explicit(ping, seq, memory_order_release);
+				rc = wait_word(w, pong, seq);
+			} else if (w->rank == 1) {
+				rc = wait_word(w, ping, seq);
+				atomic_store_explicit(pong, seq, memory_order_release);
+			}
+		}
+		/* one way, in us (the warm-up's into t[0], which rep 0 then overwrites) */
+		t[rep < 0 ? 0 : rep] = (double)(dps_now_ns() - t0) / n / 2 / 1e3;
+	}
+	if (!rc && w->rank == 0) {
+		struct row row = { .bytes = 64, .count = 1, .algo = DPS_ALGO_ONESHOT, .iters = n,
+				   .check_ok = 1 };
+
+		row.median_us = median(t, b->repeats);
+		rc = dps_ring_push(&w->to_sup, &row, sizeof(row), 0);
+	}
+	free(t);
+	return rc;
+}
+
+/* One call alone after a barrier, on every rank; the slowest rank's time (us) into *us. */
+static int osu_call(const struct bench *b, struct dps_comm *c, const void *send, void *recv,
+		    size_t count, float *all, double *us)
+{
+	float mine;
+	uint64_t t0;
+	int rc = dps_coll_barrier(c);
+
+	if (rc)
+		return rc;
+	t0 = dps_now_ns();
+	rc = run_op(b, c, send, recv, count);
+	mine = (float)((double)(dps_now_ns() - t0) / 1e3);
+	if (!rc)
+		rc = dps_coll_allgather(c, &mine, all, 1, DPS_F32);
+	*us = 0;
+	for (int i = 0; i < c->n && !rc; i++)
+		*us = all[i] > *us ? all[i] : *us;
+	return rc;
+}
+
 static int bench_rank(struct dps_world *w, void *arg)
 {
 	struct bench *b = arg;
 	struct dps_comm *c = w->world_c;
 	const size_t esz = dps_dtype_size(b->dt);
-	double *t = calloc((size_t)b->repeats, sizeof(double));
+	/* osu: up to OSU_CALLS calls a size, each its own sample */
+	const int cap = b->repeats > OSU_CALLS ? b->repeats : OSU_CALLS;
+	double *t = calloc((size_t)cap, sizeof(double));
+	float *all = calloc((size_t)w->world, sizeof(float));
 	void *send = NULL, *recv = NULL, *scratch = NULL;
 	size_t bytes;
 	int rc = 0;
 
+	if (b->op == OP_PINGPONG) {
+		free(t);
+		free(all);
+		return pingpong_rank(w, b);
+	}
 	dps_world_set_algo(w, b->oneshot_max, b->algo);
 	send = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	recv = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	scratch = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
-	if (!t || !send || !recv || !scratch) {
+	if (!t || !all || !send || !recv || !scratch) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -207,7 +312,19 @@ static int bench_rank(struct dps_world *w, void *arg)
 		rc = dps_coll_bcast(c, &iters, 1, DPS_I32, 0);
 		if (rc)
 			goto out;
-		for (int rep = 0; rep < b->repeats; rep++) {
+		if (b->osu) {
+			/* as many calls as a batch would make, at least --repeats, at most OSU_CALLS */
+			const int calls = iters < b->repeats ? b->repeats
+							     : iters > OSU_CALLS ? OSU_CALLS : iters;
+
+			for (int k = 0; k < calls && !rc; k++)
+				rc = osu_call(b, c, send, recv, count, all, &t[k]);
+			if (rc)
+				goto out;
+			row.median_us = median(t, calls);
+			iters = calls;
+		}
+		for (int rep = 0; rep < b->repeats && !b->osu; rep++) {
 			rc = dps_coll_barrier(c);
 			if (rc)
 				goto out;
@@ -223,7 +340,8 @@ static int bench_rank(struct dps_world *w, void *arg)
 		row.iters = iters;
 		row.algo = b->op == OP_ALLREDUCE ? (int32_t)dps_coll_allreduce_algo(c, count * esz)
 						 : DPS_ALGO_ONESHOT;
-		row.median_us = median(t, b->repeats);
+		if (!b->osu)
+			row.median_us = median(t, b->repeats);
 		row.check_ok = check_result(b, recv, count, c->n);
 		/* memcpy of the same bytes, same process, same run, in batches of about 1 ms. */
 		const int k = (int)fmin(1e6, fmax(1.0, 1e6 / fmax((double)bytes / 20.0, 1.0)));
@@ -244,6 +362,7 @@ static int bench_rank(struct dps_world *w, void *arg)
 	}
 out:
 	free(t);
+	free(all);
 	free(send);
 	free(recv);
 	free(scratch);
@@ -252,6 +371,7 @@ out:
 
 static int bench_wrong;
 
+
 static double bus_factor(const struct bench *b)
 {
 	const double n = b->world;
@@ -259,7 +379,8 @@ static double bus_factor(const struct bench *b)
 	switch (b->op) {
 	case OP_ALLREDUCE: return 2.0 * (n - 1) / n;
 	case OP_BCAST: return 1.0;
-	case OP_BARRIER: return 0.0;
+	case OP_BARRIER:
+	case OP_PINGPONG: return 0.0;
 	default: return (n - 1) / n;
 	}
 }
@@ -273,6 +394,7 @@ static void print_row(int rank, const void *msg, size_t len, void *arg)
 	if (rank != 0 || len != sizeof(*r))
 		return;
 	busbw = (double)r->bytes / (r->median_us * 1e3) * bus_factor(b);
+	const double ratio = r->memcpy_gbs > 0 ? busbw / r->memcpy_gbs : 0.0; /* 0: pingpong */
 	if (b->json) {
 		printf("{\"op\":\"%s\",\"dtype\":\"%s\",\"ranks\":%d,\"bytes\":%llu,\"count\":%llu,"
 		       "\"algo\":\"%s\",\"iters\":%d,\"median_us\":%.3f,\"busbw_gbs\":%.3f,"
@@ -280,12 +402,12 @@ static void print_row(int rank, const void *msg, size_t len, void *arg)
 		       op_names[b->op], dps_dtype_name(b->dt), b->world,
 		       (unsigned long long)r->bytes, (unsigned long long)r->count,
 		       dps_coll_algo_name((enum dps_coll_algo)r->algo), r->iters, r->median_us, busbw,
-		       r->memcpy_gbs, busbw / r->memcpy_gbs, r->check_ok ? "true" : "false");
+		       r->memcpy_gbs, ratio, r->check_ok ? "true" : "false");
 	} else {
-		printf("%12llu %10llu  %-9s %11.2f %12.2f %12.2f %7.3f  %s\n",
+		printf("%12llu %10llu  %-9s %11.3f %12.2f %12.2f %7.3f  %s\n",
 		       (unsigned long long)r->bytes, (unsigned long long)r->count,
 		       dps_coll_algo_name((enum dps_coll_algo)r->algo), r->median_us, busbw,
-		       r->memcpy_gbs, busbw / r->memcpy_gbs, r->check_ok ? "ok" : "WRONG");
+		       r->memcpy_gbs, ratio, r->check_ok ? "ok" : "WRONG");
 	}
 	fflush(stdout);
 	if (!r->check_ok) {
@@ -301,6 +423,7 @@ int dps_bench_coll(int argc, char **argv)
 			   .oneshot_max = DPS_COLL_ONESHOT_DEFAULT };
 	struct dps_sup_opts so = { .par = DPS_PAR_CFG_DEFAULT };
 	const char *op = "allreduce", *dtype = "f32", *algo = "auto", *cpu_bind = "auto";
+	const char *method = "batch";
 	size_t slot = DPS_COLL_SLOT_DEFAULT;
 	struct dps_sup_result res;
 	int ranks = 2, npos, rc, i;
@@ -308,7 +431,11 @@ int dps_bench_coll(int argc, char **argv)
 	const struct dps_flag flags[] = {
 		{ "ranks", DPS_FLAG_INT, &ranks, "N", "rank processes in the group", 1, DPS_MAX_WORLD },
 		{ "op", DPS_FLAG_STR, &op, "OP",
-		  "allreduce, allgather, reducescatter, alltoall, bcast or barrier", 0, 0 },
+		  "allreduce, allgather, reducescatter, alltoall, bcast, barrier, or pingpong (the "
+		  "floor: one cache line between two ranks, half a round trip)", 0, 0 },
+		{ "method", DPS_FLAG_STR, &method, "M",
+		  "batch: back-to-back calls timed together on rank 0; osu: each call alone after a "
+		  "barrier, the slowest rank's time (the MPI loop's method)", 0, 0 },
 		{ "dtype", DPS_FLAG_STR, &dtype, "T", "f32, bf16 or i32", 0, 0 },
 		{ "min-bytes", DPS_FLAG_SIZE, &b.min_bytes, "BYTES", "smallest message", 0, 0 },
 		{ "max-bytes", DPS_FLAG_SIZE, &b.max_bytes, "BYTES",
@@ -334,10 +461,27 @@ int dps_bench_coll(int argc, char **argv)
 			break;
 	if (i == (int)(sizeof(op_names) / sizeof(op_names[0]))) {
 		fprintf(stderr, "dpshard bench coll: --op %s is not one of allreduce, allgather, "
-				"reducescatter, alltoall, bcast, barrier\n", op);
+				"reducescatter, alltoall, bcast, barrier, pingpong\n", op);
 		return 2;
 	}
 	b.op = (enum op)i;
+	if (strcmp(method, "batch") && strcmp(method, "osu")) {
+		fprintf(stderr, "dpshard bench coll: --method %s is not one of batch, osu\n", method);
+		return 2;
+	}
+	b.osu = !strcmp(method, "osu");
+	if (b.op == OP_PINGPONG && ranks != 2) {
+		fprintf(stderr, "dpshard bench coll: --op pingpong runs between --ranks 2\n");
+		return 2;
+	}
+	if (b.op == OP_PINGPONG) {
+		/* one line, made before the fork: every rank shares it */
+		b.line = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (b.line == MAP_FAILED) {
+			fprintf(stderr, "dpshard bench coll: cannot map the ping-pong line\n");
+			return 1;
+		}
+	}
 	if (dps_dtype_parse(dtype, &b.dt)) {
 		fprintf(stderr, "dpshard bench coll: --dtype %s is not one of f32, bf16, i32\n", dtype);
 		return 2;
@@ -365,14 +509,26 @@ int dps_bench_coll(int argc, char **argv)
 	so.msg_fn = print_row;
 	so.msg_arg = &b;
 	if (!b.json) {
-		printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot all-reduce up "
-		       "to %zu bytes, %d batches per size\n",
-		       op_names[b.op], dps_dtype_name(b.dt), ranks, slot, b.oneshot_max, b.repeats);
+		if (b.op == OP_PINGPONG)
+			printf("# dpshard bench coll: pingpong, one cache line between 2 ranks, half "
+			       "the median round trip of %d batches\n", b.repeats);
+		else if (b.osu)
+			printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot "
+			       "all-reduce up to %zu bytes, method osu: each call alone after a "
+			       "barrier, the slowest rank's time, median over the calls (iters)\n",
+			       op_names[b.op], dps_dtype_name(b.dt), ranks, slot, b.oneshot_max);
+		else
+			printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot "
+			       "all-reduce up to %zu bytes, method batch: %d batches of back-to-back "
+			       "calls per size, median\n", op_names[b.op], dps_dtype_name(b.dt), ranks,
+			       slot, b.oneshot_max, b.repeats);
 		printf("# %10s %10s  %-9s %11s %12s %12s %7s  %s\n", "bytes", "count", "algo",
 		       "median_us", "busbw_GB/s", "memcpy_GB/s", "ratio", "check");
 		fflush(stdout);
 	}
 	rc = dps_sup_run(&so, &res, err, sizeof(err));
+	if (b.line)
+		munmap(b.line, 4096);
 	if (rc) {
 		fprintf(stderr, "dpshard bench coll: %s\n", err[0] ? err : dps_strerror(rc));
 		return 1;
