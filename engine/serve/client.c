@@ -138,7 +138,7 @@ static int least_loaded(struct dps_engine_client *c, int lo, int hi)
 				     4 * c->waiting[best] + c->running[best])
 			best = d;
 	}
-	c->rotate++;
+	c->rotate = (c->rotate + 1) & 0x3fffffff; /* (never overflows) */
 	return best;
 }
 

@@ -84,7 +84,6 @@ struct dps_engine_stats {
 	 * prefill replica's hand-offs (in all, and those whose blocks it still holds). */
 	uint64_t kv_pulls, kv_pull_bytes, kv_pull_ns;
 	uint64_t handoffs, handoff_held;
-	int prefill;                 /* a prefill replica's */
 	/* Speculative decoding: verifications, tokens drafted and accepted (in all, and at each
 	 * draft position), draft passes. */
 	uint64_t spec_drafts, spec_draft_tokens, spec_accepted, draft_steps;

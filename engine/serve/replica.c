@@ -231,7 +231,6 @@ static void fill_stats(struct replica *R, struct m_stats *m, int final)
 	m->st.running = (uint64_t)R->s.n_running;
 	m->st.waiting = (uint64_t)R->s.n_waiting;
 	m->st.handoff_held = (uint64_t)R->s.n_handoff;
-	m->st.prefill = R->prefill;
 	m->st.expert_bytes = R->m.moe_bytes;
 	m->st.spec_k = R->spec_k;
 	m->st.spec_drafts = R->s.spec.drafts;

@@ -320,13 +320,6 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	rc = dps_ckpt_open(&L.ck, dir, err, errlen);
 	if (rc)
 		return rc;
-	if (s->decode_only && T) {
-		/* The draft reads the target's plain-TP embedding, which a decode rank lacks. */
-		snprintf(err, errlen, "an Eagle3 draft on the decode ranks of a disaggregated "
-			 "layout (--prefill-data-parallel-size) is not implemented");
-		rc = -DPS_ECONFIG;
-		goto out;
-	}
 	*c = L.ck.cfg;
 	rc = dps_shard_choose_wt(&L, opts ? opts->dtype : DPS_SHARD_DTYPE_AUTO,
 				 opts ? opts->quant : DPS_SHARD_QUANT_AUTO);
