@@ -519,6 +519,7 @@ static void with_tok(struct dps_req_limits *l, struct dps_tok **tok, struct dps_
 					   DPS_ST_F32, err, sizeof(err)), "%s", err);
 	ck_assert_msg(!dps_model_config_load(dir, &cfg, err, sizeof(err)), "%s", err);
 	ck_assert_msg(!dps_tok_open(tok, dir, &cfg, err, sizeof(err)), "%s", err);
+	test_tmpdir_remove(dir); /* the tokenizer is in memory now */
 	*l = lim;
 	l->tok = *tok;
 	l->chat = *chat;
