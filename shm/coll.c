@@ -401,6 +401,11 @@ int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t 
 
 /* ---- all-reduce -------------------------------------------------------------------------------- */
 
+size_t dps_coll_oneshot_default(unsigned ranks, unsigned cpus)
+{
+	return ranks > (cpus ? cpus : 1) ? DPS_COLL_ONESHOT_OVERSUB : DPS_COLL_ONESHOT_DEFAULT;
+}
+
 enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t bytes)
 {
 	if (c->algo != DPS_ALGO_AUTO)

@@ -44,6 +44,7 @@ enum dps_coll_algo { DPS_ALGO_AUTO, DPS_ALGO_ONESHOT, DPS_ALGO_RSAG };
 
 #define DPS_COLL_SLOT_DEFAULT (256u << 10)
 #define DPS_COLL_ONESHOT_DEFAULT (64u << 10)
+#define DPS_COLL_ONESHOT_OVERSUB (8u << 10)
 
 struct dps_coll_stats {
 	uint64_t calls[DPS_COLL_KINDS];
@@ -134,6 +135,16 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scounts,
 		       const size_t *sdispls, void *recv, const size_t *rcounts,
 		       const size_t *rdispls, enum dps_dtype t);
+
+/*
+ * The one-shot limit for a process of a group of `ranks` processes sharing `cpus` cores:
+ * DPS_COLL_ONESHOT_DEFAULT when every rank has a core, DPS_COLL_ONESHOT_OVERSUB when they
+ * share. One-shot makes every member sum the whole message (n times the work of
+ * reduce-scatter + all-gather in all); with a core each that costs nothing up to the default,
+ * but on shared cores the work adds up: at 4 and 8 ranks on 2 cores reduce-scatter +
+ * all-gather is the faster from about 8 KiB (bench coll --method osu --algo, 2026-12-06).
+ */
+size_t dps_coll_oneshot_default(unsigned ranks, unsigned cpus);
 
 /* The algorithm dps_coll_allreduce uses for a message of `bytes`. */
 enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t bytes);

@@ -25,6 +25,7 @@
 
 #include "common/dps.h"
 #include "engine/runtime/supervisor.h"
+#include "engine/runtime/topo.h"
 #include "shm/coll.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
@@ -266,7 +267,8 @@ static int bench_rank(struct dps_world *w, void *arg)
 		free(all);
 		return pingpong_rank(w, b);
 	}
-	dps_world_set_algo(w, b->oneshot_max, b->algo);
+	/* --oneshot-max 0: the limit the supervisor chose for these ranks on these cores */
+	dps_world_set_algo(w, b->oneshot_max ? b->oneshot_max : c->oneshot_max, b->algo);
 	send = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	recv = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	scratch = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
@@ -420,7 +422,7 @@ static void print_row(int rank, const void *msg, size_t len, void *arg)
 int dps_bench_coll(int argc, char **argv)
 {
 	struct bench b = { .dt = DPS_F32, .min_bytes = 64, .max_bytes = 1 << 20, .repeats = 15,
-			   .oneshot_max = DPS_COLL_ONESHOT_DEFAULT };
+			   .oneshot_max = 0 };
 	struct dps_sup_opts so = { .par = DPS_PAR_CFG_DEFAULT };
 	const char *op = "allreduce", *dtype = "f32", *algo = "auto", *cpu_bind = "auto";
 	const char *method = "batch";
@@ -444,7 +446,8 @@ int dps_bench_coll(int argc, char **argv)
 		{ "algo", DPS_FLAG_STR, &algo, "A",
 		  "all-reduce algorithm: auto, oneshot or rsag", 0, 0 },
 		{ "oneshot-max", DPS_FLAG_SIZE, &b.oneshot_max, "BYTES",
-		  "auto: one-shot all-reduce up to this size, reduce-scatter + all-gather above", 0, 0 },
+		  "auto: one-shot all-reduce up to this size, reduce-scatter + all-gather above "
+		  "(default: 64 KiB, 8 KiB when the ranks outnumber the cores)", 0, 0 },
 		{ "slot-bytes", DPS_FLAG_SIZE, &slot, "BYTES", "shared-memory slot per rank", 0, 0 },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 },
@@ -508,6 +511,15 @@ int dps_bench_coll(int argc, char **argv)
 	so.rank_arg = &b;
 	so.msg_fn = print_row;
 	so.msg_arg = &b;
+	if (!b.oneshot_max) { /* the header says what the ranks will choose (supervisor.c) */
+		struct dps_topo topo;
+
+		if (!dps_topo_discover(&topo)) {
+			b.oneshot_max = dps_coll_oneshot_default((unsigned)ranks,
+								 (unsigned)dps_topo_ncpus(&topo));
+			dps_topo_free(&topo);
+		}
+	}
 	if (!b.json) {
 		if (b.op == OP_PINGPONG)
 			printf("# dpshard bench coll: pingpong, one cache line between 2 ranks, half "

@@ -190,6 +190,9 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 		_exit(1);
 	}
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
+	/* Where all-reduce leaves one-shot depends on whether the ranks share cores. */
+	dps_world_set_algo(&w, dps_coll_oneshot_default((unsigned)s->lay.world, s->ncpus),
+			   DPS_ALGO_AUTO);
 	w.kv_share = s->kv_share;
 	w.kv_stride = s->kv_share ? s->o->kv_share_bytes : 0;
 	/* Every wait of this process from now on says that it is alive (shm/wait.h). */
