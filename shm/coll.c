@@ -8,6 +8,7 @@
 
 #include "common/dps.h"
 #include "shm/coll.h"
+#include "shm/copy.h"
 
 struct comm_hdr {
 	uint32_t n;
@@ -105,6 +106,89 @@ const char *dps_coll_algo_name(enum dps_coll_algo a)
 	case DPS_ALGO_RSAG: return "rs+ag";
 	default: return "auto";
 	}
+}
+
+const char *dps_copy_mode_name(enum dps_copy_mode m)
+{
+	return m == DPS_COPY_CACHED ? "cached" : m == DPS_COPY_STREAM ? "stream" : "auto";
+}
+
+int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out)
+{
+	for (int m = DPS_COPY_AUTO; m <= DPS_COPY_STREAM; m++)
+		if (!strcmp(s, dps_copy_mode_name((enum dps_copy_mode)m))) {
+			*out = (enum dps_copy_mode)m;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* ---- write mode ----------------------------------------------------------------------------
+ *
+ * On this project's 2-core virtual machine the two vCPUs sit, from one minute to the next,
+ * either on one physical core (a cache line passes in 16-30 ns) or on two far apart (160 ns).
+ * A 1 MiB all-gather on 2 ranks took 43 us with ordinary stores and 71 us streamed in the
+ * first state, 306 us and 91 us in the second (bench coll --method osu --copy, 2026-12-06).
+ * So in AUTO each member times its own large calls (ns per KiB, an average that weighs the
+ * latest call a quarter), uses the faster mode, and tries the other every PICK_EXPLORE-th
+ * call so that a change of placement is noticed; a mode that gets slower is left at once.
+ * Each member decides alone: modes need not agree, since they only change how bytes travel.
+ */
+#define PICK_EXPLORE 32
+
+static uint64_t pick_begin(struct dps_comm *c, size_t bytes)
+{
+	struct dps_copy_pick *p;
+	int cls = 0, best;
+
+	c->stream_now = 0;
+	c->pick_now = NULL;
+	if (bytes < DPS_COLL_STREAM_MIN || c->copy == DPS_COPY_CACHED)
+		return 0;
+	if (c->copy == DPS_COPY_STREAM) {
+		c->stream_now = 1;
+		return 0;
+	}
+	while (cls < 7 && bytes >= (size_t)DPS_COLL_STREAM_MIN << (cls + 1))
+		cls++;
+	p = &c->pick[cls];
+	if (++p->calls == 1) /* the first call of a class faults its pages in: not a sample */
+		return 0;
+	if (p->ns[0] == 0 || p->ns[1] == 0) { /* one sample of each first */
+		c->stream_now = p->ns[0] != 0;
+		c->pick_trial = 1;
+	} else {
+		best = p->ns[1] < p->ns[0];
+		c->pick_trial = p->calls % PICK_EXPLORE == 0;
+		c->stream_now = best ^ c->pick_trial;
+	}
+	c->pick_now = p;
+	return dps_now_ns();
+}
+
+/*
+ * A trial's time replaces what was known of its mode (the placement may have changed since);
+ * the chosen mode's calls are averaged, the latest weighing a quarter.
+ */
+static void pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
+{
+	double ns, *avg;
+
+	if (!c->pick_now || rc)
+		return;
+	ns = (double)(dps_now_ns() - t0) * 1024.0 / (double)bytes;
+	avg = &c->pick_now->ns[c->stream_now];
+	*avg = c->pick_trial ? ns : 0.75 * *avg + 0.25 * ns;
+	c->pick_now = NULL;
+}
+
+/* Writes len bytes of this member's data into its slot, in this call's write mode. */
+static inline void slot_write(const struct dps_comm *c, void *dst, const void *src, size_t len)
+{
+	if (c->stream_now)
+		dps_copy_stream(dst, src, len);
+	else
+		memcpy(dst, src, len);
 }
 
 /* ---- steps ------------------------------------------------------------------------------ */
@@ -303,12 +387,14 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 	struct timer tm = stat_begin(c, DPS_COLL_BCAST);
 	const size_t esz = dps_dtype_size(t);
 	size_t bytes, off;
+	uint64_t pk;
 	int rc = 0;
 
 	if (root < 0 || root >= c->n || dps_size_mul(count, esz, &bytes))
 		return -EINVAL;
 	if (c->n == 1)
 		return stat_end(c, tm, bytes, 0);
+	pk = pick_begin(c, bytes);
 	for (off = 0; off < bytes; off += slot_cap(c)) {
 		const size_t len = bytes - off < slot_cap(c) ? bytes - off : slot_cap(c);
 		const uint64_t s = c->seq + 1;
@@ -319,7 +405,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		if (rc)
 			break;
 		if (c->me == root) {
-			memcpy(slot_data(c, root, k, tiny), (char *)buf + off, len);
+			slot_write(c, slot_data(c, root, k, tiny), (char *)buf + off, len);
 			step_publish(c, k, s);
 			step_ring(c, s);
 		} else {
@@ -332,6 +418,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		}
 		c->slot_last[k] = s;
 	}
+	pick_end(c, bytes, pk, rc);
 	return stat_end(c, tm, bytes, rc);
 }
 
@@ -343,6 +430,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 	struct timer tm = stat_begin(c, DPS_COLL_ALLGATHER);
 	const size_t esz = dps_dtype_size(t);
 	size_t maxb = 0, total = 0, off, b;
+	uint64_t pk;
 	int i, rc = 0;
 
 	for (i = 0; i < c->n; i++) {
@@ -355,6 +443,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		memmove((char *)recv + (displs ? displs[0] * esz : 0), send, counts[0] * esz);
 		return stat_end(c, tm, total, 0);
 	}
+	pk = pick_begin(c, total);
 	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;
 		const size_t cap = slot_cap(c);
@@ -367,8 +456,8 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			break;
 		b = counts[c->me] * esz;
 		if (b > off)
-			memcpy(slot_data(c, c->me, k, tiny), (const char *)send + off,
-			       b - off < cap ? b - off : cap);
+			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off,
+				   b - off < cap ? b - off : cap);
 		rc = step_sync(c, k, s);
 		if (rc)
 			break;
@@ -376,13 +465,17 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			const size_t bi = counts[i] * esz;
 			const size_t dst = displs ? displs[i] * esz : pos;
 
+			/* our own part from send: it is in our cache, the slot may not be */
 			if (bi > off)
-				memcpy((char *)recv + dst + off, slot_data(c, i, k, tiny),
+				memcpy((char *)recv + dst + off,
+				       i == c->me ? (const char *)send + off
+						  : (const char *)slot_data(c, i, k, tiny),
 				       bi - off < cap ? bi - off : cap);
 			pos += bi;
 		}
 		c->slot_last[k] = s;
 	}
+	pick_end(c, total, pk, rc);
 	return stat_end(c, tm, total, rc);
 }
 
@@ -441,6 +534,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 	const size_t chunk = slot_cap(c) / esz;
 	enum dps_coll_algo algo;
 	size_t bytes, off;
+	uint64_t pk;
 	int i, rc = 0;
 
 	if (dps_size_mul(count, esz, &bytes))
@@ -451,6 +545,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		return stat_end(c, tm, bytes, 0);
 	}
 	algo = dps_coll_allreduce_algo(c, bytes);
+	pk = pick_begin(c, bytes);
 	for (off = 0; off < count; off += chunk) {
 		const size_t m = count - off < chunk ? count - off : chunk;
 		const uint64_t s = c->seq + 1;
@@ -461,7 +556,8 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
-			memcpy(slot_data(c, c->me, k, tiny), (const char *)send + off * esz, m * esz);
+			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off * esz,
+				   m * esz);
 		} else {
 			/* Peers read only their own parts of our slot: our part stays in send. */
 			for (i = 0; i < c->n; i++) {
@@ -470,8 +566,8 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 				if (i == c->me)
 					continue;
 				part_range(m, esz, c->n, i, &lo, &len);
-				memcpy(slot_data(c, c->me, k, tiny) + lo * esz,
-				       (const char *)send + (off + lo) * esz, len * esz);
+				slot_write(c, slot_data(c, c->me, k, tiny) + lo * esz,
+					   (const char *)send + (off + lo) * esz, len * esz);
 			}
 		}
 		rc = step_sync(c, k, s);
@@ -498,7 +594,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 					    : (const void *)(slot_data(c, i, k, tiny) + lo * esz);
 		mine_out = (char *)recv + (off + lo) * esz;
 		dps_reduce_sum(t, mine_out, src, c->n, len);
-		memcpy(slot_data(c, c->me, k, tiny) + lo * esz, mine_out, len * esz);
+		slot_write(c, slot_data(c, c->me, k, tiny) + lo * esz, mine_out, len * esz);
 		/* All-gather: every other member's reduced part. */
 		rc = step_sync(c, k, s + 1);
 		if (rc)
@@ -512,6 +608,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		}
 		c->slot_last[k] = s + 1;
 	}
+	pick_end(c, bytes, pk, rc);
 	return stat_end(c, tm, bytes, rc);
 }
 
@@ -524,6 +621,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 	const size_t esz = dps_dtype_size(t);
 	const void **src = c->src;
 	size_t total = 0, maxc = 0, w, off, b;
+	uint64_t pk;
 	int i, q, rc = 0;
 
 	for (q = 0; q < c->n; q++) {
@@ -539,6 +637,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 	}
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
+	pk = pick_begin(c, total);
 	for (off = 0; off < maxc; off += w) {
 		const uint64_t s = c->seq + 1;
 		size_t pos = 0, m;
@@ -550,8 +649,8 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 		for (q = 0; q < c->n; q++) {
 			if (counts[q] > off) {
 				m = counts[q] - off < w ? counts[q] - off : w;
-				memcpy(slot_data(c, c->me, k, 0) + (size_t)q * w * esz,
-				       (const char *)send + (pos + off) * esz, m * esz);
+				slot_write(c, slot_data(c, c->me, k, 0) + (size_t)q * w * esz,
+					   (const char *)send + (pos + off) * esz, m * esz);
 			}
 			pos += counts[q];
 		}
@@ -566,6 +665,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 		}
 		c->slot_last[k] = s;
 	}
+	pick_end(c, total, pk, rc);
 	return stat_end(c, tm, total, rc);
 }
 

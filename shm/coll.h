@@ -42,6 +42,19 @@ enum dps_coll_kind {
 
 enum dps_coll_algo { DPS_ALGO_AUTO, DPS_ALGO_ONESHOT, DPS_ALGO_RSAG };
 
+/*
+ * How a member writes a large message into its slots: with ordinary stores (the data stays in
+ * its cache, where a reader on a nearby core finds it fastest) or streamed to memory
+ * (shm/copy.h; faster for a reader far away, for whom the writer's cache is slower than
+ * memory). Which is faster depends on where the cores are, which a virtual machine's host may
+ * change while we run: AUTO measures both on the communicator's own calls and keeps the
+ * faster (see coll.c, "write mode"). Messages under DPS_COLL_STREAM_MIN always use ordinary
+ * stores. The mode never changes a result, only how bytes travel.
+ */
+enum dps_copy_mode { DPS_COPY_AUTO, DPS_COPY_CACHED, DPS_COPY_STREAM };
+
+#define DPS_COLL_STREAM_MIN (64u << 10)
+
 #define DPS_COLL_SLOT_DEFAULT (256u << 10)
 #define DPS_COLL_ONESHOT_DEFAULT (64u << 10)
 #define DPS_COLL_ONESHOT_OVERSUB (8u << 10)
@@ -66,6 +79,14 @@ struct dps_comm {
 	unsigned next_slot;
 	size_t oneshot_max;        /* all-reduce: one-shot up to this many bytes */
 	enum dps_coll_algo algo;   /* forced algorithm for tests and benchmarks */
+	enum dps_copy_mode copy;   /* write mode for large messages; AUTO by default */
+	int stream_now;            /* this call writes its slots streamed */
+	struct dps_copy_pick {     /* AUTO, per size class (64 KiB, 128 KiB, ..., 8 MiB and up) */
+		uint64_t calls;
+		double ns[2];      /* recent ns per KiB, cached / streamed (0: none yet) */
+	} pick[8];
+	struct dps_copy_pick *pick_now; /* this call's class when it is timed, else NULL */
+	int pick_trial;            /* this call tries the mode that is not the faster */
 	const _Atomic uint32_t *abort_word;
 	int timing;                /* also measure the time spent in each kind of call */
 	const void **src;          /* (n) scratch: reduction sources */
@@ -148,6 +169,10 @@ size_t dps_coll_oneshot_default(unsigned ranks, unsigned cpus);
 
 /* The algorithm dps_coll_allreduce uses for a message of `bytes`. */
 enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t bytes);
+
+/* "auto", "cached", "stream"; and the parser (0 or -EINVAL). */
+const char *dps_copy_mode_name(enum dps_copy_mode m);
+int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out);
 
 const char *dps_coll_kind_name(enum dps_coll_kind k);
 const char *dps_coll_algo_name(enum dps_coll_algo a);

@@ -43,6 +43,7 @@ struct bench {
 	int repeats;
 	size_t oneshot_max;
 	enum dps_coll_algo algo;
+	enum dps_copy_mode copy;  /* --copy */
 	int json;
 	int world;
 	int osu;                  /* --method osu */
@@ -269,6 +270,7 @@ static int bench_rank(struct dps_world *w, void *arg)
 	}
 	/* --oneshot-max 0: the limit the supervisor chose for these ranks on these cores */
 	dps_world_set_algo(w, b->oneshot_max ? b->oneshot_max : c->oneshot_max, b->algo);
+	c->copy = b->copy;
 	send = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	recv = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	scratch = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
@@ -425,7 +427,7 @@ int dps_bench_coll(int argc, char **argv)
 			   .oneshot_max = 0 };
 	struct dps_sup_opts so = { .par = DPS_PAR_CFG_DEFAULT };
 	const char *op = "allreduce", *dtype = "f32", *algo = "auto", *cpu_bind = "auto";
-	const char *method = "batch";
+	const char *method = "batch", *copy = "auto";
 	size_t slot = DPS_COLL_SLOT_DEFAULT;
 	struct dps_sup_result res;
 	int ranks = 2, npos, rc, i;
@@ -443,6 +445,10 @@ int dps_bench_coll(int argc, char **argv)
 		{ "max-bytes", DPS_FLAG_SIZE, &b.max_bytes, "BYTES",
 		  "largest message (sizes double from min)", 0, 0 },
 		{ "repeats", DPS_FLAG_INT, &b.repeats, "N", "timed batches per size (median)", 1, 1000 },
+		{ "copy", DPS_FLAG_STR, &copy, "MODE",
+		  "how ranks write messages of 64 KiB and more into shared memory: auto (time both "
+		  "on the calls themselves, keep the faster), cached (ordinary stores) or stream "
+		  "(non-temporal stores, to memory)", 0, 0 },
 		{ "algo", DPS_FLAG_STR, &algo, "A",
 		  "all-reduce algorithm: auto, oneshot or rsag", 0, 0 },
 		{ "oneshot-max", DPS_FLAG_SIZE, &b.oneshot_max, "BYTES",
@@ -499,6 +505,11 @@ int dps_bench_coll(int argc, char **argv)
 		fprintf(stderr, "dpshard bench coll: --algo %s is not one of auto, oneshot, rsag\n", algo);
 		return 2;
 	}
+	if (dps_copy_mode_parse(copy, &b.copy)) {
+		fprintf(stderr, "dpshard bench coll: --copy %s is not one of auto, cached, stream\n",
+			copy);
+		return 2;
+	}
 	if (b.min_bytes < 1 || b.min_bytes > b.max_bytes || b.max_bytes > (1ull << 32)) {
 		fprintf(stderr, "dpshard bench coll: need 1 <= --min-bytes <= --max-bytes <= 4G\n");
 		return 2;
@@ -526,14 +537,16 @@ int dps_bench_coll(int argc, char **argv)
 			       "the median round trip of %d batches\n", b.repeats);
 		else if (b.osu)
 			printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot "
-			       "all-reduce up to %zu bytes, method osu: each call alone after a "
-			       "barrier, the slowest rank's time, median over the calls (iters)\n",
-			       op_names[b.op], dps_dtype_name(b.dt), ranks, slot, b.oneshot_max);
+			       "all-reduce up to %zu bytes, copy %s, method osu: each call alone "
+			       "after a barrier, the slowest rank's time, median over the calls "
+			       "(iters)\n", op_names[b.op], dps_dtype_name(b.dt), ranks, slot,
+			       b.oneshot_max, dps_copy_mode_name(b.copy));
 		else
 			printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot "
-			       "all-reduce up to %zu bytes, method batch: %d batches of back-to-back "
-			       "calls per size, median\n", op_names[b.op], dps_dtype_name(b.dt), ranks,
-			       slot, b.oneshot_max, b.repeats);
+			       "all-reduce up to %zu bytes, copy %s, method batch: %d batches of "
+			       "back-to-back calls per size, median\n", op_names[b.op],
+			       dps_dtype_name(b.dt), ranks, slot, b.oneshot_max,
+			       dps_copy_mode_name(b.copy), b.repeats);
 		printf("# %10s %10s  %-9s %11s %12s %12s %7s  %s\n", "bytes", "count", "algo",
 		       "median_us", "busbw_GB/s", "memcpy_GB/s", "ratio", "check");
 		fflush(stdout);
