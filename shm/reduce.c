@@ -11,6 +11,16 @@
 #include "common/dps.h"
 #include "shm/reduce.h"
 
+/*
+ * GCC 12 at -O2 vectorises only loops its "very cheap" model accepts, which left these sums
+ * scalar (vaddss: 379 ns for 1024 f32 of 2 members, against 42 ns for their memcpy). Element-
+ * wise sums vectorise without changing any result (each element's additions keep their order;
+ * nothing here multiplies, so no contraction into FMA either).
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize")
+#endif
+
 #define BLOCK 1024 /* elements per block: 4 KiB of fp32 accumulators */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
@@ -43,8 +53,10 @@ int dps_dtype_parse(const char *s, enum dps_dtype *out)
 }
 
 /*
- * Assumptions: src[i] and out are arrays of count elements, any alignment; blocks are
- * independent, so out may alias any src.
+ * Assumptions: src[i] and out are arrays of count elements, any alignment; each element is
+ * read from every source before it is written, so out may be any src (the same array, not a
+ * shifted one). Every loop is element-wise: out[j] = ((s0[j] + s1[j]) + ...) + s[n-1][j],
+ * the first two and the last member folded into the passes over the accumulators.
  */
 DPS_CLONES
 static void sum_f32(float *out, const void *const *src, int n, size_t count)
@@ -53,17 +65,30 @@ static void sum_f32(float *out, const void *const *src, int n, size_t count)
 
 	for (size_t b = 0; b < count; b += BLOCK) {
 		const size_t m = count - b < BLOCK ? count - b : BLOCK;
-		const float *s0 = (const float *)src[0] + b;
+		const float *s0 = (const float *)src[0] + b, *s1, *sl;
+		float *o = out + b;
 
+		if (n == 1) {
+			memmove(o, s0, m * sizeof(float));
+			continue;
+		}
+		s1 = (const float *)src[1] + b;
+		if (n == 2) {
+			for (size_t j = 0; j < m; j++)
+				o[j] = s0[j] + s1[j];
+			continue;
+		}
 		for (size_t j = 0; j < m; j++)
-			acc[j] = s0[j];
-		for (int i = 1; i < n; i++) {
+			acc[j] = s0[j] + s1[j];
+		for (int i = 2; i < n - 1; i++) {
 			const float *si = (const float *)src[i] + b;
 
 			for (size_t j = 0; j < m; j++)
 				acc[j] += si[j];
 		}
-		memcpy(out + b, acc, m * sizeof(float));
+		sl = (const float *)src[n - 1] + b;
+		for (size_t j = 0; j < m; j++)
+			o[j] = acc[j] + sl[j];
 	}
 }
 
