@@ -8,13 +8,15 @@
 
 #include "common/dps.h"
 #include "shm/coll.h"
+#include "shm/coll_int.h"
 #include "shm/copy.h"
 
 struct comm_hdr {
 	uint32_t n;
 	uint32_t pad0;
 	uint64_t slot_bytes;
-	char pad[DPS_CACHELINE - 16];
+	uint64_t window_bytes;
+	char pad[DPS_CACHELINE - 24];
 };
 
 static size_t hdr_bytes(int n)
@@ -23,19 +25,27 @@ static size_t hdr_bytes(int n)
 	return sizeof(struct comm_hdr) + ((size_t)n + 1) * sizeof(struct dps_wword);
 }
 
-size_t dps_comm_shm_size(int n, size_t slot_bytes)
+/* Offset of the windows in the area: after the header and the slots, on a page. */
+static size_t windows_off(int n, size_t slot_bytes)
 {
-	size_t slots, total;
+	return dps_align_up(dps_align_up(hdr_bytes(n), 4096) + (size_t)n * 2 * slot_bytes, 4096);
+}
+
+size_t dps_comm_shm_size(int n, size_t slot_bytes, size_t window_bytes)
+{
+	size_t slots, total, win;
 
 	if (n <= 1)
 		return 0;
-	if (dps_size_mul((size_t)n * 2, slot_bytes, &slots) ||
-	    dps_size_add(dps_align_up(hdr_bytes(n), 4096), slots, &total))
+	if (window_bytes % 4096 || dps_size_mul((size_t)n * 2, slot_bytes, &slots) ||
+	    dps_size_add(dps_align_up(hdr_bytes(n), 4096), slots, &total) ||
+	    dps_size_mul((size_t)n, window_bytes, &win) ||
+	    dps_size_add(dps_align_up(total, 4096), win, &total))
 		return 0;
 	return total;
 }
 
-void dps_comm_shm_init(void *mem, int n, size_t slot_bytes)
+void dps_comm_shm_init(void *mem, int n, size_t slot_bytes, size_t window_bytes)
 {
 	struct comm_hdr *h = mem;
 
@@ -44,6 +54,7 @@ void dps_comm_shm_init(void *mem, int n, size_t slot_bytes)
 	memset(mem, 0, hdr_bytes(n));
 	h->n = (uint32_t)n;
 	h->slot_bytes = slot_bytes;
+	h->window_bytes = window_bytes;
 	/* Step flags must start below every step, also when the memory is reused. */
 	for (size_t i = 0; i < (size_t)n * 2; i++)
 		memset((char *)mem + dps_align_up(hdr_bytes(n), 4096) + i * slot_bytes, 0,
@@ -75,11 +86,15 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 	/* Scratch for the calls, allocated here so that no call can fail on one member only. */
 	c->src = calloc((size_t)n, sizeof(*c->src));
 	c->counts = calloc((size_t)n, sizeof(*c->counts));
-	if (!c->src || !c->counts) {
+	c->offs = calloc((size_t)n, sizeof(*c->offs));
+	if (!c->src || !c->counts || !c->offs) {
 		dps_comm_detach(c);
 		return -ENOMEM;
 	}
 	c->slots = (unsigned char *)mem + dps_align_up(hdr_bytes(n), 4096);
+	c->window_bytes = h->window_bytes;
+	if (c->window_bytes)
+		c->windows = (unsigned char *)mem + windows_off(n, slot_bytes);
 	return 0;
 }
 
@@ -87,6 +102,8 @@ void dps_comm_detach(struct dps_comm *c)
 {
 	free(c->src);
 	free(c->counts);
+	free(c->offs);
+	c->offs = NULL;
 	c->src = NULL;
 	c->counts = NULL;
 }
@@ -191,195 +208,15 @@ static inline void slot_write(const struct dps_comm *c, void *dst, const void *s
 		memcpy(dst, src, len);
 }
 
-/* ---- steps ------------------------------------------------------------------------------ */
-
-static inline unsigned char *slot_of(const struct dps_comm *c, int member, unsigned k)
-{
-	return c->slots + ((size_t)member * 2 + k) * c->slot_bytes;
-}
-
-/*
- * A slot's first line holds its step flag: the step whose data the slot now holds, stored
- * (release) after the data. Readers wait on the flag rather than on the writer's posted-step
- * word, and a message of at most TINY bytes sits in the flag's own line, so a small
- * all-reduce costs one cache-line transfer per peer instead of two. Larger data starts at the
- * next line. The flag's bytes never hold data, so a stale flag is always an older step.
- */
-#define SLOT_HDR DPS_CACHELINE
-#define TINY (DPS_CACHELINE - sizeof(uint64_t))
-
-static inline _Atomic uint64_t *slot_flag(const struct dps_comm *c, int member, unsigned k)
-{
-	return (_Atomic uint64_t *)(void *)slot_of(c, member, k);
-}
-
-static inline unsigned char *slot_data(const struct dps_comm *c, int member, unsigned k, int tiny)
-{
-	return slot_of(c, member, k) + (tiny ? sizeof(uint64_t) : SLOT_HDR);
-}
-
-/* Data bytes one slot carries. */
-static inline size_t slot_cap(const struct dps_comm *c)
-{
-	return c->slot_bytes - SLOT_HDR;
-}
-
-static inline int all_posted(const struct dps_comm *c, uint64_t s)
-{
-	for (int i = 0; i < c->n; i++)
-		if (atomic_load_explicit(&c->post[i].val, memory_order_acquire) < s)
-			return 0;
-	return 1;
-}
-
-/* Publishes step s of this member (see the header comment for what that promises). */
-static inline void step_post(struct dps_comm *c, uint64_t s)
-{
-	c->seq = s;
-	atomic_store_explicit(&c->post[c->me].val, s, memory_order_release);
-}
-
-/*
- * Waiters sleep on the group's bell, so whoever completes step s rings it: called by every
- * member once its own wait for step s is over (or right after posting, when it waits for
- * nobody), it rings when someone sleeps and every member has posted s. The last member to
- * post never blocks before getting here, so every sleeper is woken; doing it after the wait
- * rather than right after the post keeps the fence (which drains our stores) off the path
- * on which the peers wait for our data. The fence pairs with the one in dps_wait_pred after
- * a sleeper registers (store-buffering: one of the two sees the other).
- */
-static inline void step_ring(struct dps_comm *c, uint64_t s)
-{
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&c->bell->sleepers, memory_order_relaxed) && all_posted(c, s))
-		dps_bell_ring(c->bell);
-}
-
-/*
- * Publishes this member's data of step s in slot k: flag first (release, so the data is
- * visible to whoever sees it), then the posted-step word that slot reuse and the bell use.
- */
-static inline void step_publish(struct dps_comm *c, unsigned k, uint64_t s)
-{
-	atomic_store_explicit(slot_flag(c, c->me, k), s, memory_order_release);
-	step_post(c, s);
-}
-
-struct wait_arg {
-	const struct dps_comm *c;
-	int member;  /* -1: every member */
-	int flags;   /* 1: slot k's step flags, 0: posted-step words */
-	unsigned k;
-	uint64_t s;
-};
-
-static inline int ready(const struct dps_comm *c, int i, int flags, unsigned k, uint64_t s)
-{
-	const _Atomic uint64_t *w = flags ? slot_flag(c, i, k) : &c->post[i].val;
-
-	return atomic_load_explicit(w, memory_order_acquire) >= s;
-}
-
-static int wait_pred(void *p)
-{
-	const struct wait_arg *a = p;
-
-	if (a->member >= 0)
-		return ready(a->c, a->member, a->flags, a->k, a->s);
-	for (int i = 0; i < a->c->n; i++)
-		if (!ready(a->c, i, a->flags, a->k, a->s))
-			return 0;
-	return 1;
-}
-
-/*
- * Waits until member j (every member for j = -1) has reached step s: posted it (flags = 0)
- * or published step-s data in slot k (flags = 1). A member that published data for step s
- * has finished reading every earlier step, exactly as if it had posted s, and the bell is
- * rung only once every member posted, after their flags, so sleeping works for both.
- */
-static inline int wait_step(struct dps_comm *c, int j, int flags, unsigned k, uint64_t s)
-{
-	struct wait_arg a = { c, j, flags, k, s };
-	int rc = 0;
-
-	if (j < 0 && c->min_posted >= s)
-		return 0;
-	if (!wait_pred(&a))
-		rc = dps_wait_pred(wait_pred, &a, c->bell, c->abort_word);
-	if (!rc && j < 0)
-		c->min_posted = s;
-	return rc;
-}
-
-/* Waits until every member has posted step s. */
-static inline int wait_all(struct dps_comm *c, uint64_t s)
-{
-	return wait_step(c, -1, 0, 0, s);
-}
-
-/* Waits until every member has published step s's data in slot k. */
-static inline int wait_data(struct dps_comm *c, unsigned k, uint64_t s)
-{
-	return wait_step(c, -1, 1, k, s);
-}
-
-/* One exchange step: publish our data of step s in slot k, wait for everyone's, ring. */
-static inline int step_sync(struct dps_comm *c, unsigned k, uint64_t s)
-{
-	int rc;
-
-	step_publish(c, k, s);
-	rc = wait_data(c, k, s);
-	if (!rc)
-		step_ring(c, s);
-	return rc;
-}
-
-/* Picks the next slot and waits until every reader of its last use has moved on. */
-static inline int slot_acquire(struct dps_comm *c, unsigned *k)
-{
-	*k = c->next_slot;
-	c->next_slot ^= 1;
-	if (c->slot_last[*k] == 0)
-		return 0;
-	return wait_all(c, c->slot_last[*k] + 1);
-}
-
-struct timer {
-	uint64_t t0;
-	enum dps_coll_kind kind;
-};
-
-/* Calls and bytes are always counted; time only when c->timing is set (two clock reads cost
- * about a tenth of a small all-reduce). */
-#define stat_begin(c, k) ((struct timer){ (c)->timing ? dps_now_ns() : 0, (k) })
-
-static inline int stat_end(struct dps_comm *c, struct timer t, size_t bytes, int rc)
-{
-	c->stats.calls[t.kind]++;
-	c->stats.bytes[t.kind] += bytes;
-	if (c->timing)
-		c->stats.ns[t.kind] += dps_now_ns() - t.t0;
-	return rc;
-}
-
 /* ---- barrier and broadcast ---------------------------------------------------------------- */
 
 int dps_coll_barrier(struct dps_comm *c)
 {
 	struct timer t = stat_begin(c, DPS_COLL_BARRIER);
-	uint64_t s;
-	int rc;
 
 	if (c->n == 1)
 		return stat_end(c, t, 0, 0);
-	s = c->seq + 1;
-	step_post(c, s);
-	rc = wait_all(c, s);
-	if (!rc)
-		step_ring(c, s);
-	return stat_end(c, t, 0, rc);
+	return stat_end(c, t, 0, sync_all(c));
 }
 
 int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root)
@@ -443,6 +280,9 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		memmove((char *)recv + (displs ? displs[0] * esz : 0), send, counts[0] * esz);
 		return stat_end(c, tm, total, 0);
 	}
+	if (in_window(c, send, counts[c->me] * esz))
+		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
+									 displs, esz));
 	pk = pick_begin(c, total);
 	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;
@@ -459,6 +299,8 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off,
 				   b - off < cap ? b - off : cap);
 		rc = step_sync(c, k, s);
+		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s))
+			rc = -EINVAL; /* a member called in place (coll.h) */
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
@@ -506,25 +348,6 @@ enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t byte
 	return bytes <= c->oneshot_max ? DPS_ALGO_ONESHOT : DPS_ALGO_RSAG;
 }
 
-/*
- * Part q of a chunk of m elements, in 64-byte units so that members writing neighbouring
- * parts of one slot never share a cache line.
- */
-static inline void part_range(size_t m, size_t esz, int n, int q, size_t *lo, size_t *len)
-{
-	const size_t unit = DPS_CACHELINE / esz;
-	const size_t units = (m + unit - 1) / unit;
-	size_t a = units * (size_t)q / (size_t)n * unit;
-	size_t b = units * (size_t)(q + 1) / (size_t)n * unit;
-
-	if (a > m)
-		a = m;
-	if (b > m)
-		b = m;
-	*lo = a;
-	*len = b - a;
-}
-
 int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t count,
 		       enum dps_dtype t)
 {
@@ -545,6 +368,8 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		return stat_end(c, tm, bytes, 0);
 	}
 	algo = dps_coll_allreduce_algo(c, bytes);
+	if (algo == DPS_ALGO_RSAG && in_window(c, send, bytes))
+		return stat_end(c, tm, bytes, dps_coll_allreduce_window(c, send, recv, count, t));
 	pk = pick_begin(c, bytes);
 	for (off = 0; off < count; off += chunk) {
 		const size_t m = count - off < chunk ? count - off : chunk;
@@ -571,6 +396,8 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 			}
 		}
 		rc = step_sync(c, k, s);
+		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s))
+			rc = -EINVAL; /* a member called in place (coll.h) */
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
@@ -635,6 +462,8 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 			memmove(recv, send, total);
 		return stat_end(c, tm, total, 0);
 	}
+	if (in_window(c, send, total))
+		return stat_end(c, tm, total, dps_coll_reducescatterv_window(c, send, recv, counts, t));
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
 	pk = pick_begin(c, total);
@@ -655,6 +484,8 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 			pos += counts[q];
 		}
 		rc = step_sync(c, k, s);
+		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s))
+			rc = -EINVAL; /* a member called in place (coll.h) */
 		if (rc)
 			break;
 		if (counts[c->me] > off) {

@@ -16,7 +16,17 @@
  * matching arguments (as with MPI). Calls are not thread-safe on one communicator.
  *
  * Algorithms: all-reduce is one-shot (every member sums every chunk) up to oneshot_max bytes
- * and reduce-scatter + all-gather above. Both sum each element in group-rank order in fp32 and
+ * and reduce-scatter + all-gather above.
+ *
+ * Windows. A group's area may also hold one window per member (window_bytes each, 0 = none): a
+ * region of shared memory its owner writes and every member can read. A caller that builds a
+ * collective's input in its window (an activation computed straight into it) saves the copy
+ * into the slots and back out: the all-reduce above the one-shot limit, the all-gather and the
+ * reduce-scatter then read every member's input where it lies ("in place"). Every member must
+ * call in place or none (the input of each in its own window, at any offset); a member that
+ * does not is detected and the call fails with -EINVAL on the members in place. An in-place
+ * call returns once no member reads any window any more, so each may write its own again; it
+ * leaves the input as it was (unless recv is the input: an all-reduce with recv == send). Both sum each element in group-rank order in fp32 and
  * round once (reduce.h), so the results are bit-identical on every rank and on both sides of
  * the switch. Errors: -DPS_EABORT when the abort word is raised (a peer died), -EINVAL for
  * inconsistent arguments.
@@ -91,14 +101,21 @@ struct dps_comm {
 	int timing;                /* also measure the time spent in each kind of call */
 	const void **src;          /* (n) scratch: reduction sources */
 	size_t *counts;            /* (n) scratch: all-gather counts */
+	size_t *offs;              /* (n) scratch: where each member's input lies in its window */
+	unsigned char *windows;    /* (n, window_bytes), or NULL */
+	size_t window_bytes;
 	struct dps_coll_stats stats;
 };
 
-/* Bytes of shared memory a communicator of n members needs (0 on overflow). */
-size_t dps_comm_shm_size(int n, size_t slot_bytes);
+/* Bytes of shared memory a communicator of n members needs, with a window of window_bytes (a
+ * multiple of 4096, 0 = none) per member (0 on overflow or a bad window size). */
+size_t dps_comm_shm_size(int n, size_t slot_bytes, size_t window_bytes);
 
 /* Initialises the shared area (zeroed memory, 64-byte aligned) before the members attach. */
-void dps_comm_shm_init(void *mem, int n, size_t slot_bytes);
+void dps_comm_shm_init(void *mem, int n, size_t slot_bytes, size_t window_bytes);
+
+/* This member's window (its size into *bytes), or NULL when the group has none. */
+void *dps_comm_window(const struct dps_comm *c, size_t *bytes);
 
 /*
  * Binds member `me` of an n-member group to its shared area (mem may be NULL when n == 1).
@@ -118,7 +135,8 @@ int dps_coll_barrier(struct dps_comm *c);
 /* buf (count elements) of member root is copied into buf of every member. */
 int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root);
 
-/* recv (n * count) = concatenation of every member's send (count), in group order. */
+/* recv (n * count) = concatenation of every member's send (count), in group order. In place
+ * when send lies in the caller's window (recv must not overlap a window then). */
 int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t count,
 		       enum dps_dtype t);
 
@@ -129,13 +147,16 @@ int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t 
 int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
 			const size_t *displs, enum dps_dtype t);
 
-/* recv[j] = sum over members of send[j], j < count. send == recv is allowed. */
+/* recv[j] = sum over members of send[j], j < count. send == recv is allowed. In place above
+ * the one-shot limit when send lies in the caller's window (recv == send, or recv outside
+ * every window). */
 int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t count,
 		       enum dps_dtype t);
 
 /*
  * send holds n blocks of count elements (block q is for member q); recv (count) of member q =
- * sum over members of their block q.
+ * sum over members of their block q. In place when send lies in the caller's window (recv
+ * outside every window).
  */
 int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
 			   enum dps_dtype t);

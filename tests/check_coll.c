@@ -4,7 +4,9 @@
  * talking through the real shared segment) against a serial oracle (tests/oracle.h): group
  * sizes 1 to 8, sub-groups of a larger world (TP, DP, component TP groups and DP columns),
  * element counts 0, 1, 63, 4097 and just over 1 MiB, fp32, bf16 and int32, both all-reduce
- * algorithms, the large messages in each write mode (auto, streamed, cached), chunking through small slots. Results must match the oracle bit for bit on every
+ * algorithms, the large messages in each write mode (auto, streamed, cached), the in-place
+ * calls whose inputs lie in the TP groups' windows (and a group whose members do not all
+ * call in place, which must fail on every member and stay usable), chunking through small slots. Results must match the oracle bit for bit on every
  * rank; all-reduce results are also hashed and the hashes compared across the members of each
  * group in the supervisor. A deliberate fault proves the checker fails when it should.
  */
@@ -38,6 +40,7 @@ struct suite {
 	int fault_rank;     /* this world rank perturbs one all-reduce input element */
 	int ops;
 	int big;            /* include the just-over-1-MiB count */
+	size_t window_bytes; /* TP groups' windows: the in-place calls too */
 };
 
 struct report {
@@ -127,8 +130,19 @@ struct ctx {
 	struct dps_comm *c;
 	const struct suite *s;
 	unsigned char *a, *b, *want;
+	unsigned char *win; /* this member's window in x->c, or NULL */
+	size_t wb;
 	int fails;
 };
+
+/* The window holding a copy of `bytes` of src when the group has one that large, else NULL. */
+static void *in_window(struct ctx *x, const void *src, size_t bytes)
+{
+	if (!x->win || bytes > x->wb)
+		return NULL;
+	memcpy(x->win, src, bytes);
+	return x->win;
+}
 
 static void mismatch(struct ctx *x, const char *op, enum dps_dtype t, size_t count, size_t at)
 {
@@ -161,29 +175,40 @@ static int run_allreduce(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	struct dps_comm *c = x->c;
 	const size_t esz = dps_dtype_size(t);
 	const uint32_t n = (uint32_t)c->n;
-	uint64_t hashes[4];
+	const int nv = x->win && count * esz <= x->wb ? 6 : 4;
+	uint64_t hashes[6];
 	int rc;
 
 	for (size_t j = 0; j < count; j++)
 		oracle_sum(t, x->want + j * esz, n, (uint32_t)j, salt);
-	/* Both algorithms, each in place and out of place. */
-	for (int v = 0; v < 4; v++) {
-		const int rsag = v & 1, inplace = v >> 1;
-		void *out = inplace ? x->a : x->b;
+	/* Both algorithms, each with recv == send and apart; then from the window (reduce-
+	 * scatter + all-gather read in place), the sum left in the window and apart. */
+	for (int v = 0; v < nv; v++) {
+		const int rsag = v & 1 || v >= 4, inplace = v >= 4 ? v == 4 : v >> 1;
+		void *send = x->a, *out;
 
 		c->algo = rsag ? DPS_ALGO_RSAG : DPS_ALGO_ONESHOT;
 		gen(t, x->a, count, (uint32_t)c->me, 0, salt);
 		if (x->w->rank == x->s->fault_rank && count > 0)
 			((unsigned char *)x->a)[0] ^= 0x40;
+		if (v >= 4)
+			send = in_window(x, x->a, count * esz);
+		out = inplace ? send : x->b;
 		memset(x->b, 0xAB, count * esz);
-		rc = dps_coll_allreduce(c, x->a, out, count, t);
+		rc = dps_coll_allreduce(c, send, out, count, t);
 		if (rc)
 			return rc;
-		check(x, rsag ? "all-reduce rs+ag" : "all-reduce one-shot", t, count, out, x->want,
-		      count);
+		check(x, v >= 4 ? "all-reduce from the window" : rsag ? "all-reduce rs+ag" :
+		      "all-reduce one-shot", t, count, out, x->want, count);
 		hashes[v] = fnv(out, count * esz);
+		/* from the window and apart: the window still holds the input */
+		if (v == 5 && memcmp(send, x->a, count * esz))
+			check(x, "all-reduce's window after the call", t, count, send, x->a, count);
 	}
 	c->algo = DPS_ALGO_AUTO;
+	for (int v = 4; v < nv; v++)
+		if (hashes[v] != hashes[0])
+			hashes[1] = ~hashes[0];
 	if (hashes[0] != hashes[1] || hashes[0] != hashes[2] || hashes[0] != hashes[3]) {
 		x->fails++;
 		dps_error("all-reduce %s count %zu: algorithms disagree", dps_dtype_name(t), count);
@@ -213,6 +238,14 @@ static int run_allgather(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	if (rc)
 		return rc;
 	check(x, var ? "all-gather-v" : "all-gather", t, count, x->b, x->want, total);
+	if (x->win && counts[c->me] * esz <= x->wb && !var) {
+		/* every member's part read from its window */
+		memset(x->b, 0xCD, total * esz);
+		rc = dps_coll_allgather(c, in_window(x, x->a, count * esz), x->b, count, t);
+		if (rc)
+			return rc;
+		check(x, "all-gather from the window", t, count, x->b, x->want, total);
+	}
 	return 0;
 }
 
@@ -235,8 +268,11 @@ static int run_reducescatter(struct ctx *x, enum dps_dtype t, size_t count, uint
 	for (size_t j = 0; j < mine; j++)
 		oracle_sum(t, x->want + j * esz, (uint32_t)c->n, (uint32_t)(first + j), salt);
 	memset(x->b, 0xEF, (mine + 1) * esz);
-	rc = var ? dps_coll_reducescatterv(c, x->a, x->b, counts, t)
-		 : dps_coll_reducescatter(c, x->a, x->b, count, t);
+	if (x->win && total * esz <= x->wb && var) /* the blocks read from the windows */
+		rc = dps_coll_reducescatterv(c, in_window(x, x->a, total * esz), x->b, counts, t);
+	else
+		rc = var ? dps_coll_reducescatterv(c, x->a, x->b, counts, t)
+			 : dps_coll_reducescatter(c, x->a, x->b, count, t);
 	if (rc)
 		return rc;
 	/* One element past the block must be untouched. */
@@ -327,6 +363,7 @@ static int suite_rank(struct dps_world *w, void *arg)
 		return -ENOMEM;
 	for (int wi = 0; wi < s->n_which && !rc; wi++) {
 		x.c = pick(w, s->which[wi], s->comp[wi]);
+		x.win = dps_comm_window(x.c, &x.wb);
 		for (int t = 0; t < DPS_DTYPE_COUNT && !rc; t++) {
 			const enum dps_dtype dt = (enum dps_dtype)t;
 			const size_t big = ((size_t)1 << 20) / dps_dtype_size(dt) + 1;
@@ -373,6 +410,7 @@ static int suite_rank(struct dps_world *w, void *arg)
 static int run_suite(const struct suite *s, int *hash_groups)
 {
 	struct dps_sup_opts o = { .par = s->par, .cpu_bind = "auto", .slot_bytes = s->slot_bytes,
+				  .window_bytes = s->window_bytes,
 				  .rank_fn = suite_rank, .rank_arg = (void *)s, .msg_fn = collect };
 	struct dps_sup_result res;
 	char err[512];
@@ -402,7 +440,7 @@ START_TEST(test_group_sizes)
 {
 	/* _i = group size 1..8, one TP group spanning the world */
 	struct suite s = { .par = DPS_PAR_CFG_DEFAULT, .n_which = 1, .which = { W_WORLD },
-			   .fault_rank = -1, .ops = OP_ALL, .big = 1 };
+			   .fault_rank = -1, .ops = OP_ALL, .big = 1, .window_bytes = 9 << 20 };
 	int groups;
 
 	s.par.tp = _i;
@@ -417,7 +455,7 @@ START_TEST(test_subgroups)
 	struct suite s = { .par = { 2, 4, 2, 1, 4, 1, 1 }, .n_which = 4,
 			   .which = { W_DP, W_COL, W_COMP, W_TP },
 			   .comp = { 0, DPS_COMP_ATTN, DPS_COMP_ATTN, 0 },
-			   .fault_rank = -1, .ops = OP_ALL, .big = 0 };
+			   .fault_rank = -1, .ops = OP_ALL, .big = 0, .window_bytes = 1 << 20 };
 
 	ck_assert_int_eq(run_suite(&s, NULL), 0);
 }
@@ -437,9 +475,57 @@ START_TEST(test_small_slots)
 {
 	/* 4 KiB slots: every size above a few hundred elements is chunked. */
 	struct suite s = { .par = { 5, 1, 1, 1, 1, 1, 1 }, .n_which = 1, .which = { W_WORLD },
-			   .slot_bytes = 4096, .fault_rank = -1, .ops = OP_ALL, .big = 0 };
+			   .slot_bytes = 4096, .fault_rank = -1, .ops = OP_ALL, .big = 0,
+			   .window_bytes = 64 << 10 };
 
 	ck_assert_int_eq(run_suite(&s, NULL), 0);
+}
+END_TEST
+
+/* Member 1 of 3 calls from its window, the others from private memory: every member fails
+ * with -EINVAL after the same single step (nobody hangs), and the group works on after. */
+static int mixed_rank(struct dps_world *w, void *arg)
+{
+	struct dps_comm *c = w->world_c;
+	const size_t count = 3000;
+	float *buf = calloc(3 * count, sizeof(float)), *out = calloc(3 * count, sizeof(float));
+	size_t wb;
+	float *win = dps_comm_window(c, &wb);
+	int bad = !buf || !out || !win;
+
+	for (int op = 0; op < 3 && !bad; op++) {
+		const void *send = c->me == 1 ? (const void *)win : buf;
+		int rc;
+
+		c->algo = DPS_ALGO_RSAG;
+		rc = op == 0 ? dps_coll_allreduce(c, send, out, count, DPS_F32) :
+		     op == 1 ? dps_coll_allgather(c, send, out, count, DPS_F32) :
+			       dps_coll_reducescatter(c, send, out, count, DPS_F32);
+		if (rc != -EINVAL) {
+			dps_error("mixed call %d: member %d got %d, not -EINVAL", op, c->me, rc);
+			bad = 1;
+		}
+	}
+	/* Afterwards, in step: a plain all-reduce of the member ids (0 + 1 + 2 everywhere). */
+	for (size_t j = 0; j < count && !bad; j++)
+		buf[j] = (float)c->me;
+	if (!bad && dps_coll_allreduce(c, buf, out, count, DPS_F32))
+		bad = 1;
+	for (size_t j = 0; j < count && !bad; j++)
+		bad = out[j] != 3.0f;
+	free(buf);
+	free(out);
+	return bad ? -DPS_EPROTO : 0;
+}
+
+START_TEST(test_in_place_mixed)
+{
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .cpu_bind = "auto",
+				  .window_bytes = 1 << 20, .rank_fn = mixed_rank };
+	struct dps_sup_result res;
+	char err[512];
+
+	ck_assert_msg(dps_sup_run(&o, &res, err, sizeof(err)) == 0, "%s", err);
 }
 END_TEST
 
@@ -582,6 +668,7 @@ static Suite *coll_suite(void)
 	tcase_add_test(tc, test_fault_detected);
 	tcase_add_test(tc, test_alltoallv_bad_counts);
 	tcase_add_test(tc, test_copy_stream);
+	tcase_add_test(tc, test_in_place_mixed);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -45,6 +45,7 @@ struct bench {
 	enum dps_coll_algo algo;
 	enum dps_copy_mode copy;  /* --copy */
 	int json;
+	int in_place;             /* --in-place: send buffers in the group's windows */
 	int world;
 	int osu;                  /* --method osu */
 	_Atomic uint64_t *line;   /* pingpong: two words on their own cache line, shared */
@@ -259,7 +260,7 @@ static int bench_rank(struct dps_world *w, void *arg)
 	const int cap = b->repeats > OSU_CALLS ? b->repeats : OSU_CALLS;
 	double *t = calloc((size_t)cap, sizeof(double));
 	float *all = calloc((size_t)w->world, sizeof(float));
-	void *send = NULL, *recv = NULL, *scratch = NULL;
+	void *send = NULL, *recv = NULL, *scratch = NULL, *own = NULL;
 	size_t bytes;
 	int rc = 0;
 
@@ -271,7 +272,17 @@ static int bench_rank(struct dps_world *w, void *arg)
 	/* --oneshot-max 0: the limit the supervisor chose for these ranks on these cores */
 	dps_world_set_algo(w, b->oneshot_max ? b->oneshot_max : c->oneshot_max, b->algo);
 	c->copy = b->copy;
-	send = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
+	send = own = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
+	if (b->in_place && b->op != OP_BCAST && b->op != OP_ALLTOALL) {
+		size_t wb;
+
+		send = dps_comm_window(c, &wb);
+		if (!send || wb < b->max_bytes) {
+			dps_error("no window of %zu bytes in the group's shared area", b->max_bytes);
+			rc = -EINVAL;
+			goto out;
+		}
+	}
 	recv = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	scratch = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	if (!t || !all || !send || !recv || !scratch) {
@@ -367,7 +378,7 @@ static int bench_rank(struct dps_world *w, void *arg)
 out:
 	free(t);
 	free(all);
-	free(send);
+	free(own);
 	free(recv);
 	free(scratch);
 	return rc;
@@ -457,6 +468,10 @@ int dps_bench_coll(int argc, char **argv)
 		{ "slot-bytes", DPS_FLAG_SIZE, &slot, "BYTES", "shared-memory slot per rank", 0, 0 },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 },
+		{ "in-place", DPS_FLAG_BOOL, &b.in_place, NULL,
+		  "each rank's input in its window of the group's shared memory (as the engine's "
+		  "activations are), read there by its peers instead of copied into the slots: "
+		  "allreduce (above the one-shot limit), allgather, reducescatter", 0, 0 },
 		{ "json", DPS_FLAG_BOOL, &b.json, NULL, "one JSON object per size instead of a table", 0, 0 },
 		DPS_FLAGS_END
 	};
@@ -518,6 +533,8 @@ int dps_bench_coll(int argc, char **argv)
 	so.par.tp = ranks;
 	so.cpu_bind = cpu_bind;
 	so.slot_bytes = slot;
+	if (b.in_place)
+		so.window_bytes = dps_align_up(b.max_bytes * 2 + 64, 4096);
 	so.rank_fn = bench_rank;
 	so.rank_arg = &b;
 	so.msg_fn = print_row;

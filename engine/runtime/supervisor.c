@@ -614,7 +614,7 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 		return -DPS_ECONFIG;
 	}
 	rc = dps_layout_build(&s->lay, &o->par, o->slot_bytes ? o->slot_bytes : DPS_COLL_SLOT_DEFAULT,
-			      err, errlen);
+			      o->window_bytes, err, errlen);
 	if (rc)
 		return rc;
 	rc = dps_topo_discover(&s->topo);

@@ -50,6 +50,7 @@ struct dps_sup_opts {
 	struct dps_par_cfg par;
 	const char *cpu_bind;      /* "auto" (NULL), "off" or explicit lists, see placement.h */
 	size_t slot_bytes;         /* collective slot size (0 = default) */
+	size_t window_bytes;       /* each TP group member's window (shm/coll.h; 0 = none) */
 	dps_rank_fn rank_fn;
 	void *rank_arg;
 	dps_sup_msg_fn msg_fn;     /* may be NULL */

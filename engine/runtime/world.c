@@ -77,13 +77,17 @@ static void collect_set(const struct dps_groupset *gs, void *arg)
 			nc[idx].n = gs->group_size;
 			nc[idx].ranks = ranks;
 			nc[idx].off = 0;
+			nc[idx].window = 0;
 		}
+		/* TP groups (either part) carry the windows, also where another set aliases them */
+		if (gs == &l->groups.tp || (l->groups.prefill && gs == &l->groups.prefill->tp))
+			l->comms[idx].window = l->window_bytes;
 		map[g] = idx;
 	}
 }
 
 int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t slot_bytes,
-		     char *err, size_t errlen)
+		     size_t window_bytes, char *err, size_t errlen)
 {
 	struct collect col = { l, 0, 0 };
 	const struct dps_groups *pg;
@@ -99,6 +103,7 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	if (slot_bytes < (size_t)DPS_CACHELINE * ((size_t)l->world + 1))
 		slot_bytes = (size_t)DPS_CACHELINE * ((size_t)l->world + 1);
 	l->slot_bytes = dps_align_up(slot_bytes, 4096);
+	l->window_bytes = dps_align_up(window_bytes, 4096);
 	l->ring_slots = RING_SLOTS;
 	l->ring_slot_bytes = RING_SLOT_BYTES;
 	dps_groups_foreach_set(&l->groups, collect_set, &col);
@@ -112,7 +117,7 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	}
 	off = dps_align_up(sizeof(struct dps_ctl) + sizeof(struct dps_beat) * (size_t)l->world, 4096);
 	for (i = 0; i < l->n_comms; i++) {
-		sz = dps_comm_shm_size(l->comms[i].n, l->slot_bytes);
+		sz = dps_comm_shm_size(l->comms[i].n, l->slot_bytes, l->comms[i].window);
 		if (l->comms[i].n > 1 && sz == 0)
 			goto toobig;
 		l->comms[i].off = off;
@@ -187,7 +192,8 @@ void dps_layout_init_shm(const struct dps_layout *l, void *base)
 {
 	memset(base, 0, sizeof(struct dps_ctl) + sizeof(struct dps_beat) * (size_t)l->world);
 	for (int i = 0; i < l->n_comms; i++)
-		dps_comm_shm_init((char *)base + l->comms[i].off, l->comms[i].n, l->slot_bytes);
+		dps_comm_shm_init((char *)base + l->comms[i].off, l->comms[i].n, l->slot_bytes,
+				  l->comms[i].window);
 	for (int r = 0; r < l->world; r++) {
 		dps_ring_init(dps_layout_ring_to_sup(l, base, r), l->ring_slots, 1,
 			      l->ring_slot_bytes);

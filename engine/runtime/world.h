@@ -57,12 +57,14 @@ struct dps_layout_comm {
 	int n;
 	const int *ranks;  /* (n), borrowed from the group set that first produced it */
 	size_t off;        /* offset of its area in the segment (unused when n == 1) */
+	size_t window;     /* bytes of each member's window (coll.h): TP groups only, else 0 */
 };
 
 struct dps_layout {
 	struct dps_groups groups; /* the decode part's, and groups.prefill the prefill part's */
 	int world;                /* every rank of the instance (both parts) */
 	size_t slot_bytes;        /* collective slot size */
+	size_t window_bytes;      /* each TP group member's window (0: none) */
 	unsigned ring_slots;
 	size_t ring_slot_bytes;
 	int n_sets;
@@ -88,10 +90,12 @@ struct dps_layout {
 
 /*
  * Builds the layout for cfg. Returns 0, -DPS_ECONFIG (message in err) or -ENOMEM.
- * slot_bytes is rounded up to a multiple of 4096 and to at least 64 * (world + 1).
+ * slot_bytes is rounded up to a multiple of 4096 and to at least 64 * (world + 1);
+ * window_bytes (0: none) to a multiple of 4096, and every member of a TP group gets a window
+ * of that size in its group's area.
  */
 int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t slot_bytes,
-		     char *err, size_t errlen);
+		     size_t window_bytes, char *err, size_t errlen);
 void dps_layout_free(struct dps_layout *l);
 
 /* Initialises a zeroed segment of l->total bytes (control block, every area and ring). */

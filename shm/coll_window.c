@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm/coll_window.c - the windows of coll.h and the collectives that read their inputs there
+ * (in place). Called by coll.c when a caller's input lies in its window: the engine's prefill
+ * activations at TP > 1.
+ */
+#include <string.h>
+
+#include "common/dps.h"
+#include "shm/coll.h"
+#include "shm/coll_int.h"
+
+void *dps_comm_window(const struct dps_comm *c, size_t *bytes)
+{
+	if (bytes)
+		*bytes = c->windows ? c->window_bytes : 0;
+	return c->windows ? window_of(c, c->me) : NULL;
+}
+
+/* ---- in place: inputs read where they lie, in the members' windows ------------------------
+ *
+ * A call whose input lies in the caller's window (coll.h) starts with a ready step (every
+ * member publishes where its input lies in its window and how many elements it holds, in the
+ * tiny part of a slot); then come the reads and sums straight from the windows, and a last
+ * step after which no member reads a window any more, so that on return each may write its
+ * own again.
+ */
+#define WIN_MAGIC 0x776f646e6977ull /* "window" */
+
+struct win_hdr {
+	uint64_t magic, step, off, count;
+};
+
+_Static_assert(sizeof(struct win_hdr) <= TINY, "the window header fits a slot's flag line");
+
+/*
+ * The ready step: this member's input is `count` elements at byte `off` of its window; every
+ * member's offset lands in c->offs. want (NULL: every member holds count) are the counts the
+ * caller expects of each member. Returns 0, -DPS_EABORT, or -EINVAL once the step is complete
+ * when some member is not in place or holds another count (every member sees the same
+ * headers, so all fail alike; see coll.h on calling in place on every member or none).
+ */
+static int window_ready(struct dps_comm *c, size_t off, size_t count, const size_t *want,
+			size_t esz)
+{
+	const uint64_t s = c->seq + 1;
+	struct win_hdr *h;
+	unsigned k;
+	int rc, bad = 0;
+
+	rc = slot_acquire(c, &k);
+	if (rc)
+		return rc;
+	h = (struct win_hdr *)(void *)slot_data(c, c->me, k, 1);
+	*h = (struct win_hdr){ WIN_MAGIC, s, off, count };
+	rc = step_sync(c, k, s);
+	if (rc)
+		return rc;
+	for (int i = 0; i < c->n; i++) {
+		const struct win_hdr *p = (const struct win_hdr *)(const void *)slot_data(c, i, k, 1);
+		const size_t need = want ? want[i] : count;
+
+		if (p->magic != WIN_MAGIC || p->step != s || p->count != need ||
+		    p->off > c->window_bytes || need > (c->window_bytes - p->off) / esz)
+			bad = 1;
+		else
+			c->offs[i] = p->off;
+	}
+	c->slot_last[k] = s;
+	if (bad)
+		dps_error("in-place collective: a member's input is not in its window, or the "
+			  "members disagree on its size");
+	return bad ? -EINVAL : 0;
+}
+
+int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s)
+{
+	for (int i = 0; i < c->n; i++) {
+		const struct win_hdr *p = (const struct win_hdr *)(const void *)slot_data(c, i, k, 1);
+
+		if (p->magic == WIN_MAGIC && p->step == s)
+			return 1;
+	}
+	return 0;
+}
+
+static inline const unsigned char *win_in(const struct dps_comm *c, int member)
+{
+	return window_of(c, member) + c->offs[member];
+}
+
+/*
+ * All-reduce in place: chunk by chunk, each member sums its part of the chunk from every
+ * member's window, in member order, into its own slot (the inputs stay as they are), and after
+ * the step copies every member's reduced part from the slots. A chunk holds n slots' worth,
+ * so the parts stay in cache between the two halves. Once the last chunk's step is over no
+ * member reads a window any more: no closing step is needed.
+ */
+int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, size_t count,
+			      enum dps_dtype t)
+{
+	const size_t esz = dps_dtype_size(t), unit = DPS_CACHELINE / esz;
+	const size_t chunk = (size_t)c->n * (slot_cap(c) / DPS_CACHELINE) * unit;
+	int rc;
+
+	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)), count,
+			  NULL, esz);
+	for (size_t off = 0; off < count && !rc; off += chunk) {
+		const size_t m = count - off < chunk ? count - off : chunk;
+		const uint64_t s = c->seq + 1;
+		size_t lo, len;
+		unsigned k;
+
+		rc = slot_acquire(c, &k);
+		if (rc)
+			break;
+		part_range(m, esz, c->n, c->me, &lo, &len);
+		for (int i = 0; i < c->n; i++)
+			c->src[i] = win_in(c, i) + (off + lo) * esz;
+		dps_reduce_sum(t, slot_data(c, c->me, k, 0), c->src, c->n, len);
+		rc = step_sync(c, k, s);
+		if (rc)
+			break;
+		for (int i = 0; i < c->n; i++) {
+			part_range(m, esz, c->n, i, &lo, &len);
+			memcpy((char *)recv + (off + lo) * esz, slot_data(c, i, k, 0), len * esz);
+		}
+		c->slot_last[k] = s;
+	}
+	return rc;
+}
+
+
+int dps_coll_allgatherv_window(struct dps_comm *c, const void *send, void *recv,
+			       const size_t *counts, const size_t *displs, size_t esz)
+{
+	size_t off = 0;
+	int rc;
+
+	/* Every member's part copied straight from its window, then a step after which nobody
+	 * reads the windows. */
+	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)),
+			  counts[c->me], counts, esz);
+	for (int i = 0; i < c->n && !rc; off += counts[i++] * esz)
+		memcpy((char *)recv + (displs ? displs[i] * esz : off), win_in(c, i),
+		       counts[i] * esz);
+	return rc ? rc : sync_all(c);
+}
+
+int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *recv,
+				   const size_t *counts, enum dps_dtype t)
+{
+	const size_t esz = dps_dtype_size(t);
+	size_t first = 0, total = 0;
+	int rc;
+
+	/* Our block of every member's input, summed in member order from the windows. */
+	for (int q = 0; q < c->n; q++) {
+		if (q < c->me)
+			first += counts[q];
+		total += counts[q];
+	}
+	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)), total,
+			  NULL, esz);
+	if (rc)
+		return rc;
+	for (int i = 0; i < c->n; i++)
+		c->src[i] = win_in(c, i) + first * esz;
+	dps_reduce_sum(t, recv, c->src, c->n, counts[c->me]);
+	return sync_all(c);
+}
