@@ -14,7 +14,8 @@
  * all sizes 4 (on a model with 32 query heads) and with mixed sizes (32 ranks on 2 cores).
  * Every rank of a replica must also produce bit-identical logits (a hash per step, compared
  * across ranks). Also: the exact collective counts of the graphs, weight bytes falling by
- * each component's factor, and a perturbed oracle being caught. _dp_transition on
+ * each component's factor, a perturbed oracle being caught, and layouts whose sublayer
+ * outputs live in the TP groups' windows with every all-reduce read in place. _dp_transition on
  * hand-built rows, the shard rows against the full tensors and dummy batches are in
  * tests/check_shard_units.c.
  */
@@ -56,9 +57,11 @@ struct shared {
 	uint64_t calls[DPS_COLL_KINDS][DPS_SG_COUNT]; /* rank 0's, after its run */
 	uint64_t layers;
 	size_t bytes[DPS_PART_COUNT];                 /* rank 0's */
+	_Atomic int o_window;                         /* ranks whose o lives in a window */
 };
 
 static struct shared *sh;
+static int window_runs; /* run_config: TP windows, all-reduces in place (test_in_place) */
 static struct model_oracle orc;
 static float perturb; /* added to one oracle logit, to show a mismatch is caught */
 
@@ -128,6 +131,8 @@ static int rank_main(struct dps_world *w, void *argp)
 	int n = 0, rc;
 
 	dps_gemm_setup("auto", 1, msg, sizeof(msg));
+	if (window_runs) /* every all-reduce above 0 bytes as reduce-scatter + all-gather */
+		dps_world_set_algo(w, 0, DPS_ALGO_AUTO);
 	rc = dps_shard_load(&s, w, &w->lay->groups.cfg, a->model,
 			    &(struct dps_shard_opts){ .max_pos = MAXPOS, .max_seqs = NPROMPT,
 						      .max_rows = 16, .decode_only = a->decode_only },
@@ -137,6 +142,7 @@ static int rank_main(struct dps_world *w, void *argp)
 		return rc;
 	}
 	loop_decode_only = a->decode_only;
+	sh->o_window += s.o_window;
 	for (int k = w->dp_rank; k < NPROMPT; k += w->dp) {
 		reqs[n].prompt = prompts[k];
 		reqs[n].n_prompt = prompt_len[k];
@@ -165,7 +171,7 @@ static int run_config(const char *model, struct dps_par_cfg par, char *err, size
 {
 	struct run_arg a = { model, 0, decode_only_runs };
 	struct dps_sup_opts o = { .par = par, .rank_fn = rank_main, .rank_arg = &a,
-				  .cpu_bind = "off" };
+				  .cpu_bind = "off", .window_bytes = window_runs ? 1 << 20 : 0 };
 	struct dps_sup_result res;
 
 	memset(sh, 0, sizeof(*sh));
@@ -261,6 +267,21 @@ START_TEST(test_32_ranks)
 
 	build_oracle(model_path("wide"));
 	expect_equal(model_path("wide"), par_of(big[_i]));
+}
+END_TEST
+
+START_TEST(test_in_place)
+{
+	/* The sublayer outputs in the TP groups' windows, every all-reduce read in place. */
+	static const int cfgs[][6] = { { 2, 1, 1, 1, 1, 1 }, { 3, 2, 2, 1, 2, 1 },
+				       { 2, 4, 2, 4, 1, 2 } };
+	const struct dps_par_cfg par = par_of(cfgs[_i]);
+
+	build_oracle(model_path("gqa"));
+	window_runs = 1;
+	expect_equal(model_path("gqa"), par);
+	window_runs = 0;
+	ck_assert_int_eq(sh->o_window, par.tp * par.dp);
 }
 END_TEST
 
@@ -623,6 +644,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_mha_configs, 0, NCONFIGS);
 	tcase_add_loop_test(tc, test_32_ranks, 0, 2);
 	tcase_add_loop_test(tc, test_stories260k, 0, 4);
+	tcase_add_loop_test(tc, test_in_place, 0, 3);
 	tcase_add_test(tc, test_draft_mlp_size_changes_nothing);
 	tcase_add_test(tc, test_mismatch_caught);
 	tcase_add_test(tc, test_collective_counts);

@@ -563,6 +563,9 @@ int dps_bench_decode(int argc, char **argv)
 					   .rank_timeout_ms = 30000 };
 		struct dps_sup_result sr;
 
+		/* rank_main's rows: the longest prompt or the largest batch */
+		so.window_bytes = dps_shard_window_bytes(&b.cfg, &par,
+							 b.max_p > b.max_b ? b.max_p : b.max_b);
 		b.t0 = dps_now_ns();
 		rc = dps_sup_run(&so, &sr, err, sizeof(err));
 	}

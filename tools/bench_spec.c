@@ -160,6 +160,8 @@ static int run_one(const struct dps_bench_spec_opts *o, int K, int B, int G,
 				   .msg_fn = on_msg, .tick_fn = tick, .msg_arg = NULL };
 	struct dps_sup_result sr;
 	double v[MAX_WAVES];
+
+	so.window_bytes = dps_engine_window_bytes(&eo, &o->par);
 	int rc;
 
 	memset(r, 0, sizeof(*r));

@@ -607,6 +607,7 @@ int dps_cmd_serve(int argc, char **argv)
 		int was_ready;
 
 		cb.arg = s.fe;
+		so.window_bytes = dps_engine_window_bytes(&eo, &par);
 		rc = dps_engine_client_new(&s.client, par.dp, par.tp, &cb);
 		if (!rc && par.prefill_dp) { /* disaggregated: both parts, the prefill KV shared */
 			so.roles = 1;

@@ -119,6 +119,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		return -ENOMEM;
 	}
 	so.msg_arg = client;
+	so.window_bytes = dps_engine_window_bytes(&eo, &o->par);
 	if (o->par.prefill_dp) { /* disaggregated: both parts' ranks, the prefill KV shared */
 		so.roles = 1;
 		so.kv_share_bytes = dps_engine_kv_share_bytes(&eo, &o->par);

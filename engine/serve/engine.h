@@ -53,6 +53,14 @@ struct dps_engine_opts {
 /* The rank side: run with dps_sup_run, arg a struct dps_engine_opts. */
 int dps_engine_rank_main(struct dps_world *w, void *arg);
 
+/* Rows a replica's forward pass takes at once under o: a prefill chunk
+ * (--max-num-batched-tokens) and every sequence's decode rows with a draft's proposals. */
+int dps_engine_max_rows(const struct dps_engine_opts *o);
+
+/* For dps_sup_opts.window_bytes: the TP groups' windows in which the ranks compute the
+ * sublayer outputs they all-reduce, read there in place (shm/coll.h); 0 without TP > 1. */
+size_t dps_engine_window_bytes(const struct dps_engine_opts *o, const struct dps_par_cfg *par);
+
 /*
  * For dps_sup_opts.kv_share_bytes: what a prefill rank of par keeps in the instance's KV
  * share under o's budget (0 without prefill replicas). The ranks of a disaggregated layout

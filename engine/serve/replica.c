@@ -514,7 +514,7 @@ static int replica_init(struct replica *R, struct dps_world *w, const struct dps
 		dkv = (size_t)dc.head_dim * (size_t)((dc.num_key_value_heads + w->tp - 1) / w->tp);
 		budget = dps_kv_budget_share(budget, tkv, dkv);
 	}
-	rows = sc.max_batched_tokens + sc.max_num_seqs * (1 + R->spec_k);
+	rows = dps_engine_max_rows(o); /* as dps_engine_window_bytes sized the windows */
 	rc = dps_shard_load(&R->m, w, &w->part->cfg, o->model,
 			    &(struct dps_shard_opts){ .max_pos = max_len, .max_seqs = 1,
 						      .max_rows = rows, .block_size = sc.block_size,

@@ -509,7 +509,24 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	s->h = calloc(g * (size_t)s->qkv_in, sizeof(float));
 	if (s->draft)
 		s->fcin = calloc((size_t)s->max_rows * (size_t)s->fc_w, sizeof(float));
-	s->o = calloc(g * (size_t)c->hidden_size, sizeof(float));
+	/*
+	 * The sublayer outputs that TP all-reduces: in this rank's window of its TP group when
+	 * the layout gave one large enough (dps_shard_window_bytes), so that a prefill's large
+	 * all-reduces read them in place (shm/coll.h). Every member decides alike: same window,
+	 * same size. Not for a draft, which shares the TP group with its target.
+	 */
+	if (!s->draft && s->tp_c && s->tp_c->n > 1) {
+		size_t wb;
+		float *win = dps_comm_window(s->tp_c, &wb);
+
+		if (win && wb / sizeof(float) / (size_t)c->hidden_size >= g) {
+			memset(win, 0, g * (size_t)c->hidden_size * sizeof(float));
+			s->o = win;
+			s->o_window = 1;
+		}
+	}
+	if (!s->o_window)
+		s->o = calloc(g * (size_t)c->hidden_size, sizeof(float));
 	s->qkv = calloc(2 * g * wide, sizeof(float));
 	/* att and att2 also hold a replica's K/V projections and the all-to-all blocks. */
 	s->att = calloc(g * (size_t)(s->hq_t + 2 * s->nkv_t + s->hq_e + 2 * s->nkv_e) *
@@ -674,7 +691,8 @@ void dps_shard_free(struct dps_shard *s)
 	}
 	free(s->x);
 	free(s->h);
-	free(s->o);
+	if (!s->o_window)
+		free(s->o);
 	free(s->qkv);
 	free(s->att);
 	free(s->att2);
@@ -711,3 +729,17 @@ void dps_shard_free(struct dps_shard *s)
 	memset(s, 0, sizeof(*s));
 }
 
+
+size_t dps_shard_window_bytes(const struct dps_model_config *c, const struct dps_par_cfg *par,
+			      int max_rows)
+{
+	size_t maxc = 1, rows = max_rows > 0 ? (size_t)max_rows : 1;
+
+	if (par->tp == 1 && (!par->prefill_dp || dps_par_cfg_prefill_tp(par) == 1))
+		return 0;
+	for (int k = 0; k < DPS_COMP_COUNT; k++)
+		if ((size_t)dps_par_cfg_comp_size(par, (enum dps_comp)k) > maxc)
+			maxc = (size_t)dps_par_cfg_comp_size(par, (enum dps_comp)k);
+	/* as load: max_gather = max_rows * the largest component size, rows of hidden floats */
+	return dps_align_up(rows * maxc * (size_t)c->hidden_size * sizeof(float), 4096);
+}

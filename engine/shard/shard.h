@@ -261,6 +261,7 @@ struct dps_shard {
 	int cur_layer, cur_prefill;    /* where the current step is, for the trace */
 	int decode_only;               /* dps_shard_opts.decode_only: no prefill layouts */
 	int cache_shared;              /* the cache is in dps_shard_opts.cache_mem */
+	int o_window;                  /* o lives in this rank's window of its TP group */
 };
 
 /*
@@ -283,6 +284,14 @@ int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int
  */
 int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_par_cfg *par,
 		   const char *dir, const struct dps_shard_opts *opts, char *err, size_t errlen);
+
+/*
+ * The window (shm/coll.h, dps_sup_opts.window_bytes) each TP group member needs so that the
+ * ranks of this layout (both parts of a disaggregated one) compute their sublayer outputs for
+ * up to max_rows rows in it and all-reduce them in place; 0 when no part has TP > 1.
+ */
+size_t dps_shard_window_bytes(const struct dps_model_config *c, const struct dps_par_cfg *par,
+			      int max_rows);
 void dps_shard_free(struct dps_shard *s);
 
 /*
