@@ -153,7 +153,7 @@ int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out)
  */
 #define PICK_EXPLORE 32
 
-static uint64_t pick_begin(struct dps_comm *c, size_t bytes)
+uint64_t dps_coll_pick_begin(struct dps_comm *c, size_t bytes)
 {
 	struct dps_copy_pick *p;
 	int cls = 0, best;
@@ -187,7 +187,7 @@ static uint64_t pick_begin(struct dps_comm *c, size_t bytes)
  * A trial's time replaces what was known of its mode (the placement may have changed since);
  * the chosen mode's calls are averaged, the latest weighing a quarter.
  */
-static void pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
+void dps_coll_pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
 {
 	double ns, *avg;
 
@@ -199,14 +199,6 @@ static void pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
 	c->pick_now = NULL;
 }
 
-/* Writes len bytes of this member's data into its slot, in this call's write mode. */
-static inline void slot_write(const struct dps_comm *c, void *dst, const void *src, size_t len)
-{
-	if (c->stream_now)
-		dps_copy_stream(dst, src, len);
-	else
-		memcpy(dst, src, len);
-}
 
 /* ---- barrier and broadcast ---------------------------------------------------------------- */
 
@@ -231,7 +223,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		return -EINVAL;
 	if (c->n == 1)
 		return stat_end(c, tm, bytes, 0);
-	pk = pick_begin(c, bytes);
+	pk = dps_coll_pick_begin(c, bytes);
 	for (off = 0; off < bytes; off += slot_cap(c)) {
 		const size_t len = bytes - off < slot_cap(c) ? bytes - off : slot_cap(c);
 		const uint64_t s = c->seq + 1;
@@ -255,7 +247,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		}
 		c->slot_last[k] = s;
 	}
-	pick_end(c, bytes, pk, rc);
+	dps_coll_pick_end(c, bytes, pk, rc);
 	return stat_end(c, tm, bytes, rc);
 }
 
@@ -283,7 +275,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 	if (in_window(c, send, counts[c->me] * esz))
 		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
 									 displs, esz));
-	pk = pick_begin(c, total);
+	pk = dps_coll_pick_begin(c, total);
 	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;
 		const size_t cap = slot_cap(c);
@@ -317,7 +309,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		}
 		c->slot_last[k] = s;
 	}
-	pick_end(c, total, pk, rc);
+	dps_coll_pick_end(c, total, pk, rc);
 	return stat_end(c, tm, total, rc);
 }
 
@@ -370,7 +362,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 	algo = dps_coll_allreduce_algo(c, bytes);
 	if (algo == DPS_ALGO_RSAG && in_window(c, send, bytes))
 		return stat_end(c, tm, bytes, dps_coll_allreduce_window(c, send, recv, count, t));
-	pk = pick_begin(c, bytes);
+	pk = dps_coll_pick_begin(c, bytes);
 	for (off = 0; off < count; off += chunk) {
 		const size_t m = count - off < chunk ? count - off : chunk;
 		const uint64_t s = c->seq + 1;
@@ -435,7 +427,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		}
 		c->slot_last[k] = s + 1;
 	}
-	pick_end(c, bytes, pk, rc);
+	dps_coll_pick_end(c, bytes, pk, rc);
 	return stat_end(c, tm, bytes, rc);
 }
 
@@ -466,7 +458,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 		return stat_end(c, tm, total, dps_coll_reducescatterv_window(c, send, recv, counts, t));
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
-	pk = pick_begin(c, total);
+	pk = dps_coll_pick_begin(c, total);
 	for (off = 0; off < maxc; off += w) {
 		const uint64_t s = c->seq + 1;
 		size_t pos = 0, m;
@@ -496,7 +488,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 		}
 		c->slot_last[k] = s;
 	}
-	pick_end(c, total, pk, rc);
+	dps_coll_pick_end(c, total, pk, rc);
 	return stat_end(c, tm, total, rc);
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/dps.h"
 #include "shm/coll.h"
+#include "shm/copy.h"
 
 /* ---- windows (coll.h) ---------------------------------------------------------------------- */
 
@@ -233,6 +234,20 @@ static inline void part_range(size_t m, size_t esz, int n, int q, size_t *lo, si
 		b = m;
 	*lo = a;
 	*len = b - a;
+}
+
+/* ---- write mode (coll.c): whether this call writes its slots streamed (c->stream_now), chosen
+ * for a message of `bytes`; pick_end times the call (t0: pick_begin's value). */
+uint64_t dps_coll_pick_begin(struct dps_comm *c, size_t bytes);
+void dps_coll_pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc);
+
+/* Writes len bytes of this member's data into its slot, in this call's write mode. */
+static inline void slot_write(const struct dps_comm *c, void *dst, const void *src, size_t len)
+{
+	if (c->stream_now)
+		dps_copy_stream(dst, src, len);
+	else
+		memcpy(dst, src, len);
 }
 
 /* ---- in place (coll_window.c): called by coll.c's entry points when the input lies in the

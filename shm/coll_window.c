@@ -90,6 +90,29 @@ static inline const unsigned char *win_in(const struct dps_comm *c, int member)
 }
 
 /*
+ * The ordered sum of elements [at, at + len) of every member's input, a block at a time in
+ * the stack, into this member's slot (streamed when the call streams: coll.c, "write mode")
+ * for the peers and into its own output, so that it need not read its slot back.
+ */
+static void reduce_part(struct dps_comm *c, enum dps_dtype t, unsigned char *slot,
+			unsigned char *out, size_t at, size_t len)
+{
+	const size_t esz = dps_dtype_size(t);
+	_Alignas(64) unsigned char tmp[16384];
+	const size_t blk = sizeof(tmp) / esz;
+
+	for (size_t b = 0; b < len; b += blk) {
+		const size_t m = len - b < blk ? len - b : blk;
+
+		for (int i = 0; i < c->n; i++)
+			c->src[i] = win_in(c, i) + (at + b) * esz;
+		dps_reduce_sum(t, tmp, c->src, c->n, m);
+		slot_write(c, slot + b * esz, tmp, m * esz);
+		memcpy(out + b * esz, tmp, m * esz);
+	}
+}
+
+/*
  * All-reduce in place: chunk by chunk, each member sums its part of the chunk from every
  * member's window, in member order, into its own slot (the inputs stay as they are), and after
  * the step copies every member's reduced part from the slots. A chunk holds n slots' worth,
@@ -101,6 +124,7 @@ int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, 
 {
 	const size_t esz = dps_dtype_size(t), unit = DPS_CACHELINE / esz;
 	const size_t chunk = (size_t)c->n * (slot_cap(c) / DPS_CACHELINE) * unit;
+	const uint64_t pk = dps_coll_pick_begin(c, count * esz);
 	int rc;
 
 	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)), count,
@@ -115,18 +139,21 @@ int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, 
 		if (rc)
 			break;
 		part_range(m, esz, c->n, c->me, &lo, &len);
-		for (int i = 0; i < c->n; i++)
-			c->src[i] = win_in(c, i) + (off + lo) * esz;
-		dps_reduce_sum(t, slot_data(c, c->me, k, 0), c->src, c->n, len);
+		/* recv may be our window: nobody reads our part of it but us */
+		reduce_part(c, t, slot_data(c, c->me, k, 0), (unsigned char *)recv + (off + lo) * esz,
+			    off + lo, len);
 		rc = step_sync(c, k, s);
 		if (rc)
 			break;
 		for (int i = 0; i < c->n; i++) {
+			if (i == c->me)
+				continue;
 			part_range(m, esz, c->n, i, &lo, &len);
 			memcpy((char *)recv + (off + lo) * esz, slot_data(c, i, k, 0), len * esz);
 		}
 		c->slot_last[k] = s;
 	}
+	dps_coll_pick_end(c, count * esz, pk, rc);
 	return rc;
 }
 
