@@ -272,7 +272,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		memmove((char *)recv + (displs ? displs[0] * esz : 0), send, counts[0] * esz);
 		return stat_end(c, tm, total, 0);
 	}
-	if (in_window(c, send, counts[c->me] * esz))
+	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, counts[c->me] * esz))
 		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
 									 displs, esz));
 	pk = dps_coll_pick_begin(c, total);
@@ -454,7 +454,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 			memmove(recv, send, total);
 		return stat_end(c, tm, total, 0);
 	}
-	if (in_window(c, send, total))
+	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, total))
 		return stat_end(c, tm, total, dps_coll_reducescatterv_window(c, send, recv, counts, t));
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);

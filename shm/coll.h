@@ -65,6 +65,10 @@ enum dps_copy_mode { DPS_COPY_AUTO, DPS_COPY_CACHED, DPS_COPY_STREAM };
 
 #define DPS_COLL_STREAM_MIN (64u << 10)
 
+/* All-gathers and reduce-scatters of fewer bytes (the whole output, the whole input) copy even
+ * from a window: below, the in-place call's extra step costs more than the copy it saves. */
+#define DPS_COLL_INPLACE_MIN (64u << 10)
+
 #define DPS_COLL_SLOT_DEFAULT (256u << 10)
 #define DPS_COLL_ONESHOT_DEFAULT (64u << 10)
 #define DPS_COLL_ONESHOT_OVERSUB (8u << 10)
@@ -136,7 +140,8 @@ int dps_coll_barrier(struct dps_comm *c);
 int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t, int root);
 
 /* recv (n * count) = concatenation of every member's send (count), in group order. In place
- * when send lies in the caller's window (recv must not overlap a window then). */
+ * from DPS_COLL_INPLACE_MIN bytes of recv when send lies in the caller's window (recv must not
+ * overlap a window then). */
 int dps_coll_allgather(struct dps_comm *c, const void *send, void *recv, size_t count,
 		       enum dps_dtype t);
 
@@ -155,8 +160,8 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 
 /*
  * send holds n blocks of count elements (block q is for member q); recv (count) of member q =
- * sum over members of their block q. In place when send lies in the caller's window (recv
- * outside every window).
+ * sum over members of their block q. In place from DPS_COLL_INPLACE_MIN bytes of send when
+ * send lies in the caller's window (recv outside every window).
  */
 int dps_coll_reducescatter(struct dps_comm *c, const void *send, void *recv, size_t count,
 			   enum dps_dtype t);

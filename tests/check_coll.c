@@ -487,7 +487,7 @@ END_TEST
 static int mixed_rank(struct dps_world *w, void *arg)
 {
 	struct dps_comm *c = w->world_c;
-	const size_t count = 3000;
+	const size_t count = 30000; /* every call above the in-place limits */
 	float *buf = calloc(3 * count, sizeof(float)), *out = calloc(3 * count, sizeof(float));
 	size_t wb;
 	float *win = dps_comm_window(c, &wb);
