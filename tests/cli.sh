@@ -155,6 +155,22 @@ if expect_rc 2; then
 		{ fail "$desc: stderr does not say what is missing"; show stderr "$tmp/err"; }
 fi
 
+# ---- several nodes: which groups would cross machines --------------------------------------
+
+run groups --tensor-parallel-size 8 --data-parallel-size 4 --nodes 4
+if expect_rc 0; then
+	for line in 'nodes: 4, 8 ranks each; instance rank r runs on node r / 8 (node-major)' \
+		'TP: every group inside one node' \
+		'  group 0 [0,8,16,24] spans nodes 0,1,2,3' '  8 of 8 groups of DP cross nodes'; do
+		grep -qxF -- "$line" "$tmp/out" || fail "$desc: no line '$line'"
+	done
+fi
+run groups --tensor-parallel-size 8 --data-parallel-size 4 --nodes 3
+if expect_rc 2; then
+	grep -qF -- '--nodes 3 does not divide this layout'"'"'s 32 ranks' "$tmp/err" ||
+		{ fail "$desc: stderr does not say why"; show stderr "$tmp/err"; }
+fi
+
 # ---- rejected layouts and flags --------------------------------------------------------
 
 run groups --mlp-dp-size 3 --data-parallel-size 4
