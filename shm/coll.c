@@ -153,7 +153,7 @@ int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out)
  */
 #define PICK_EXPLORE 32
 
-uint64_t dps_coll_pick_begin(struct dps_comm *c, size_t bytes)
+uint64_t dps_coll_pick_begin(struct dps_comm *c, enum dps_coll_kind kind, size_t bytes)
 {
 	struct dps_copy_pick *p;
 	int cls = 0, best;
@@ -168,7 +168,7 @@ uint64_t dps_coll_pick_begin(struct dps_comm *c, size_t bytes)
 	}
 	while (cls < 7 && bytes >= (size_t)DPS_COLL_STREAM_MIN << (cls + 1))
 		cls++;
-	p = &c->pick[cls];
+	p = &c->pick[kind][cls];
 	if (++p->calls == 1) /* the first call of a class faults its pages in: not a sample */
 		return 0;
 	if (p->ns[0] == 0 || p->ns[1] == 0) { /* one sample of each first */
@@ -223,7 +223,7 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		return -EINVAL;
 	if (c->n == 1)
 		return stat_end(c, tm, bytes, 0);
-	pk = dps_coll_pick_begin(c, bytes);
+	pk = dps_coll_pick_begin(c, DPS_COLL_BCAST, c->me == root ? bytes : 0);
 	for (off = 0; off < bytes; off += slot_cap(c)) {
 		const size_t len = bytes - off < slot_cap(c) ? bytes - off : slot_cap(c);
 		const uint64_t s = c->seq + 1;
@@ -275,7 +275,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, counts[c->me] * esz))
 		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
 									 displs, esz));
-	pk = dps_coll_pick_begin(c, total);
+	pk = dps_coll_pick_begin(c, DPS_COLL_ALLGATHER, total);
 	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;
 		const size_t cap = slot_cap(c);
@@ -291,20 +291,23 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off,
 				   b - off < cap ? b - off : cap);
 		rc = step_sync(c, k, s);
-		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s))
-			rc = -EINVAL; /* a member called in place (coll.h) */
+		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s)) {
+			c->slot_last[k] = s; /* the step is complete: its slot was read */
+			rc = -EINVAL;        /* a member called in place (coll.h) */
+		}
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
 			const size_t bi = counts[i] * esz;
 			const size_t dst = displs ? displs[i] * esz : pos;
 
-			/* our own part from send: it is in our cache, the slot may not be */
+			/* our own part from send: it is in our cache, the slot may not be (send
+			 * may be that very part of recv, as MPI_IN_PLACE callers pass it) */
 			if (bi > off)
-				memcpy((char *)recv + dst + off,
-				       i == c->me ? (const char *)send + off
-						  : (const char *)slot_data(c, i, k, tiny),
-				       bi - off < cap ? bi - off : cap);
+				memmove((char *)recv + dst + off,
+					i == c->me ? (const char *)send + off
+						   : (const char *)slot_data(c, i, k, tiny),
+					bi - off < cap ? bi - off : cap);
 			pos += bi;
 		}
 		c->slot_last[k] = s;
@@ -360,9 +363,9 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 		return stat_end(c, tm, bytes, 0);
 	}
 	algo = dps_coll_allreduce_algo(c, bytes);
-	if (algo == DPS_ALGO_RSAG && in_window(c, send, bytes))
+	if (algo == DPS_ALGO_RSAG && bytes && in_window(c, send, bytes))
 		return stat_end(c, tm, bytes, dps_coll_allreduce_window(c, send, recv, count, t));
-	pk = dps_coll_pick_begin(c, bytes);
+	pk = dps_coll_pick_begin(c, DPS_COLL_ALLREDUCE, bytes);
 	for (off = 0; off < count; off += chunk) {
 		const size_t m = count - off < chunk ? count - off : chunk;
 		const uint64_t s = c->seq + 1;
@@ -388,8 +391,10 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 			}
 		}
 		rc = step_sync(c, k, s);
-		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s))
-			rc = -EINVAL; /* a member called in place (coll.h) */
+		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s)) {
+			c->slot_last[k] = s; /* the step is complete: its slot was read */
+			rc = -EINVAL;        /* a member called in place (coll.h) */
+		}
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
@@ -458,7 +463,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 		return stat_end(c, tm, total, dps_coll_reducescatterv_window(c, send, recv, counts, t));
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
 	w = slot_cap(c) / ((size_t)c->n * DPS_CACHELINE) * (DPS_CACHELINE / esz);
-	pk = dps_coll_pick_begin(c, total);
+	pk = dps_coll_pick_begin(c, DPS_COLL_REDUCESCATTER, total);
 	for (off = 0; off < maxc; off += w) {
 		const uint64_t s = c->seq + 1;
 		size_t pos = 0, m;
@@ -476,8 +481,10 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 			pos += counts[q];
 		}
 		rc = step_sync(c, k, s);
-		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s))
-			rc = -EINVAL; /* a member called in place (coll.h) */
+		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s)) {
+			c->slot_last[k] = s; /* the step is complete: its slot was read */
+			rc = -EINVAL;        /* a member called in place (coll.h) */
+		}
 		if (rc)
 			break;
 		if (counts[c->me] > off) {

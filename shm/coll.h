@@ -23,10 +23,12 @@
  * collective's input in its window (an activation computed straight into it) saves the copy
  * into the slots and back out: the all-reduce above the one-shot limit, the all-gather and the
  * reduce-scatter then read every member's input where it lies ("in place"). Every member must
- * call in place or none (the input of each in its own window, at any offset); a member that
- * does not is detected and the call fails with -EINVAL on the members in place. An in-place
- * call returns once no member reads any window any more, so each may write its own again; it
- * leaves the input as it was (unless recv is the input: an all-reduce with recv == send). Both sum each element in group-rank order in fp32 and
+ * call in place or none (the input of each in its own window, at any offset that is a multiple
+ * of the element size; a member with nothing to give still passes a pointer into its window),
+ * and an output may lie in the caller's window only as an all-reduce's recv == send. A call
+ * that breaks these rules fails with -EINVAL on every member after one step and leaves the
+ * group usable. An in-place call returns once no member reads any window any more, so each
+ * may write its own again; it leaves the input as it was (unless recv == send). Both sum each element in group-rank order in fp32 and
  * round once (reduce.h), so the results are bit-identical on every rank and on both sides of
  * the switch. Errors: -DPS_EABORT when the abort word is raised (a peer died), -EINVAL for
  * inconsistent arguments.
@@ -77,6 +79,7 @@ struct dps_coll_stats {
 	uint64_t calls[DPS_COLL_KINDS];
 	uint64_t bytes[DPS_COLL_KINDS]; /* payload bytes this member contributed or received */
 	uint64_t ns[DPS_COLL_KINDS];    /* wall time inside the calls, when timing is on */
+	uint64_t in_place[DPS_COLL_KINDS]; /* calls that read their inputs in the windows */
 };
 
 struct dps_comm {
@@ -95,10 +98,10 @@ struct dps_comm {
 	enum dps_coll_algo algo;   /* forced algorithm for tests and benchmarks */
 	enum dps_copy_mode copy;   /* write mode for large messages; AUTO by default */
 	int stream_now;            /* this call writes its slots streamed */
-	struct dps_copy_pick {     /* AUTO, per size class (64 KiB, 128 KiB, ..., 8 MiB and up) */
+	struct dps_copy_pick {     /* AUTO, per kind and size class (64 KiB, ..., 8 MiB and up) */
 		uint64_t calls;
 		double ns[2];      /* recent ns per KiB, cached / streamed (0: none yet) */
-	} pick[8];
+	} pick[DPS_COLL_KINDS][8];
 	struct dps_copy_pick *pick_now; /* this call's class when it is timed, else NULL */
 	int pick_trial;            /* this call tries the mode that is not the faster */
 	const _Atomic uint32_t *abort_word;

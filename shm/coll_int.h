@@ -236,9 +236,10 @@ static inline void part_range(size_t m, size_t esz, int n, int q, size_t *lo, si
 	*len = b - a;
 }
 
-/* ---- write mode (coll.c): whether this call writes its slots streamed (c->stream_now), chosen
- * for a message of `bytes`; pick_end times the call (t0: pick_begin's value). */
-uint64_t dps_coll_pick_begin(struct dps_comm *c, size_t bytes);
+/* ---- write mode (coll.c): whether this call of `kind` writes its slots streamed
+ * (c->stream_now), chosen for a message of `bytes` it writes (0: it writes none); pick_end
+ * times the call (t0: pick_begin's value). */
+uint64_t dps_coll_pick_begin(struct dps_comm *c, enum dps_coll_kind kind, size_t bytes);
 void dps_coll_pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc);
 
 /* Writes len bytes of this member's data into its slot, in this call's write mode. */

@@ -29,21 +29,32 @@ void *dps_comm_window(const struct dps_comm *c, size_t *bytes)
 
 struct win_hdr {
 	uint64_t magic, step, off, count;
+	uint64_t bad; /* this member's arguments break the rules of coll.h */
 };
 
 _Static_assert(sizeof(struct win_hdr) <= TINY, "the window header fits a slot's flag line");
 
+/* Whether [p, p + len) overlaps this member's window. */
+static int overlaps_window(const struct dps_comm *c, const void *p, size_t len)
+{
+	const unsigned char *w = window_of(c, c->me), *q = p;
+
+	return len && q < w + c->window_bytes && q + len > w;
+}
+
 /*
- * The ready step: this member's input is `count` elements at byte `off` of its window; every
+ * The ready step: this member's input is `count` elements at `send` in its window; every
  * member's offset lands in c->offs. want (NULL: every member holds count) are the counts the
- * caller expects of each member. Returns 0, -DPS_EABORT, or -EINVAL once the step is complete
- * when some member is not in place or holds another count (every member sees the same
- * headers, so all fail alike; see coll.h on calling in place on every member or none).
+ * caller expects of each member; recv_bad says this member's output overlaps its window where
+ * coll.h forbids it. Returns 0, -DPS_EABORT, or -EINVAL once the step is complete when some
+ * member is not in place, holds another count, or broke a rule (a misaligned input, an output
+ * in its window): every member sees the same headers, so all fail alike.
  */
-static int window_ready(struct dps_comm *c, size_t off, size_t count, const size_t *want,
-			size_t esz)
+static int window_ready(struct dps_comm *c, const void *send, int recv_bad, size_t count,
+			const size_t *want, size_t esz)
 {
 	const uint64_t s = c->seq + 1;
+	const size_t off = (size_t)((const unsigned char *)send - window_of(c, c->me));
 	struct win_hdr *h;
 	unsigned k;
 	int rc, bad = 0;
@@ -52,7 +63,7 @@ static int window_ready(struct dps_comm *c, size_t off, size_t count, const size
 	if (rc)
 		return rc;
 	h = (struct win_hdr *)(void *)slot_data(c, c->me, k, 1);
-	*h = (struct win_hdr){ WIN_MAGIC, s, off, count };
+	*h = (struct win_hdr){ WIN_MAGIC, s, off, count, (uint64_t)(recv_bad || off % esz) };
 	rc = step_sync(c, k, s);
 	if (rc)
 		return rc;
@@ -62,14 +73,19 @@ static int window_ready(struct dps_comm *c, size_t off, size_t count, const size
 
 		if (p->magic != WIN_MAGIC || p->step != s || p->count != need ||
 		    p->off > c->window_bytes || need > (c->window_bytes - p->off) / esz)
-			bad = 1;
+			bad |= 1;
+		else if (p->bad)
+			bad |= 2;
 		else
 			c->offs[i] = p->off;
 	}
 	c->slot_last[k] = s;
-	if (bad)
+	if (bad & 1)
 		dps_error("in-place collective: a member's input is not in its window, or the "
 			  "members disagree on its size");
+	if (bad & 2)
+		dps_error("in-place collective: a member's input is not aligned to its elements, "
+			  "or its output overlaps its window (shm/coll.h)");
 	return bad ? -EINVAL : 0;
 }
 
@@ -124,10 +140,10 @@ int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, 
 {
 	const size_t esz = dps_dtype_size(t), unit = DPS_CACHELINE / esz;
 	const size_t chunk = (size_t)c->n * (slot_cap(c) / DPS_CACHELINE) * unit;
-	const uint64_t pk = dps_coll_pick_begin(c, count * esz);
+	const uint64_t pk = dps_coll_pick_begin(c, DPS_COLL_ALLREDUCE, count * esz);
 	int rc;
 
-	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)), count,
+	rc = window_ready(c, send, recv != send && overlaps_window(c, recv, count * esz), count,
 			  NULL, esz);
 	for (size_t off = 0; off < count && !rc; off += chunk) {
 		const size_t m = count - off < chunk ? count - off : chunk;
@@ -154,6 +170,7 @@ int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, 
 		c->slot_last[k] = s;
 	}
 	dps_coll_pick_end(c, count * esz, pk, rc);
+	c->stats.in_place[DPS_COLL_ALLREDUCE] += !rc;
 	return rc;
 }
 
@@ -161,17 +178,26 @@ int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, 
 int dps_coll_allgatherv_window(struct dps_comm *c, const void *send, void *recv,
 			       const size_t *counts, const size_t *displs, size_t esz)
 {
-	size_t off = 0;
+	size_t off = 0, end = 0;
 	int rc;
 
 	/* Every member's part copied straight from its window, then a step after which nobody
-	 * reads the windows. */
-	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)),
-			  counts[c->me], counts, esz);
+	 * reads the windows. recv's extent: the end of its last part. */
+	for (int i = 0; i < c->n; i++) {
+		const size_t e = ((displs ? displs[i] : off / esz) + counts[i]) * esz;
+
+		end = e > end ? e : end;
+		off += counts[i] * esz;
+	}
+	rc = window_ready(c, send, overlaps_window(c, recv, end), counts[c->me], counts, esz);
+	off = 0;
 	for (int i = 0; i < c->n && !rc; off += counts[i++] * esz)
 		memcpy((char *)recv + (displs ? displs[i] * esz : off), win_in(c, i),
 		       counts[i] * esz);
-	return rc ? rc : sync_all(c);
+	if (!rc)
+		rc = sync_all(c);
+	c->stats.in_place[DPS_COLL_ALLGATHER] += !rc;
+	return rc;
 }
 
 int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *recv,
@@ -187,12 +213,14 @@ int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *r
 			first += counts[q];
 		total += counts[q];
 	}
-	rc = window_ready(c, (size_t)((const unsigned char *)send - window_of(c, c->me)), total,
-			  NULL, esz);
+	rc = window_ready(c, send, overlaps_window(c, recv, counts[c->me] * esz), total, NULL,
+			  esz);
 	if (rc)
 		return rc;
 	for (int i = 0; i < c->n; i++)
 		c->src[i] = win_in(c, i) + first * esz;
 	dps_reduce_sum(t, recv, c->src, c->n, counts[c->me]);
-	return sync_all(c);
+	rc = sync_all(c);
+	c->stats.in_place[DPS_COLL_REDUCESCATTER] += !rc;
+	return rc;
 }

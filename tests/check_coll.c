@@ -135,13 +135,34 @@ struct ctx {
 	int fails;
 };
 
-/* The window holding a copy of `bytes` of src when the group has one that large, else NULL. */
+/* Where in_window puts a member's input: an offset of its own, a multiple of every element
+ * size but not of a cache line, so that members' offsets differ. */
+#define WIN_OFF(me) ((size_t)12 * (size_t)((me) + 1))
+
+/* Whether `bytes` fit every member's window at its offset (all members decide alike). */
+static int fits_window(const struct ctx *x, size_t bytes)
+{
+	return x->win && bytes + WIN_OFF(x->c->n - 1) <= x->wb;
+}
+
+/* A copy of `bytes` of src in this member's window (fits_window), returned. */
 static void *in_window(struct ctx *x, const void *src, size_t bytes)
 {
-	if (!x->win || bytes > x->wb)
-		return NULL;
-	memcpy(x->win, src, bytes);
-	return x->win;
+	unsigned char *w = x->win + WIN_OFF(x->c->me);
+
+	memcpy(w, src, bytes);
+	return w;
+}
+
+/* Counts a failure unless `kind` ran in place `want` times since its count was `before`. */
+static void expect_in_place(struct ctx *x, enum dps_coll_kind kind, uint64_t before, int want,
+			    size_t count)
+{
+	if (x->c->stats.in_place[kind] - before != (uint64_t)want) {
+		x->fails++;
+		dps_error("%s count %zu (group of %d): %s in place", dps_coll_kind_name(kind), count,
+			  x->c->n, want ? "not" : "unexpectedly");
+	}
 }
 
 static void mismatch(struct ctx *x, const char *op, enum dps_dtype t, size_t count, size_t at)
@@ -175,7 +196,7 @@ static int run_allreduce(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	struct dps_comm *c = x->c;
 	const size_t esz = dps_dtype_size(t);
 	const uint32_t n = (uint32_t)c->n;
-	const int nv = x->win && count * esz <= x->wb ? 6 : 4;
+	const int nv = fits_window(x, count * esz) ? 6 : 4;
 	uint64_t hashes[6];
 	int rc;
 
@@ -195,9 +216,12 @@ static int run_allreduce(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 			send = in_window(x, x->a, count * esz);
 		out = inplace ? send : x->b;
 		memset(x->b, 0xAB, count * esz);
+		const uint64_t before = c->stats.in_place[DPS_COLL_ALLREDUCE];
+
 		rc = dps_coll_allreduce(c, send, out, count, t);
 		if (rc)
 			return rc;
+		expect_in_place(x, DPS_COLL_ALLREDUCE, before, v >= 4 && count > 0, count);
 		check(x, v >= 4 ? "all-reduce from the window" : rsag ? "all-reduce rs+ag" :
 		      "all-reduce one-shot", t, count, out, x->want, count);
 		hashes[v] = fnv(out, count * esz);
@@ -238,13 +262,19 @@ static int run_allgather(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	if (rc)
 		return rc;
 	check(x, var ? "all-gather-v" : "all-gather", t, count, x->b, x->want, total);
-	if (x->win && counts[c->me] * esz <= x->wb && !var) {
-		/* every member's part read from its window */
+	if (fits_window(x, count * esz)) { /* every member's input fits: all from the windows */
+		const uint64_t before = c->stats.in_place[DPS_COLL_ALLGATHER];
+		void *w = in_window(x, x->a, counts[c->me] * esz);
+
 		memset(x->b, 0xCD, total * esz);
-		rc = dps_coll_allgather(c, in_window(x, x->a, count * esz), x->b, count, t);
+		rc = var ? dps_coll_allgatherv(c, w, x->b, counts, NULL, t)
+			 : dps_coll_allgather(c, w, x->b, count, t);
 		if (rc)
 			return rc;
-		check(x, "all-gather from the window", t, count, x->b, x->want, total);
+		check(x, var ? "all-gather-v from the window" : "all-gather from the window", t,
+		      count, x->b, x->want, total);
+		expect_in_place(x, DPS_COLL_ALLGATHER, before,
+				total * esz >= DPS_COLL_INPLACE_MIN, count);
 	}
 	return 0;
 }
@@ -267,19 +297,25 @@ static int run_reducescatter(struct ctx *x, enum dps_dtype t, size_t count, uint
 	gen(t, x->a, total, (uint32_t)c->me, 0, salt);
 	for (size_t j = 0; j < mine; j++)
 		oracle_sum(t, x->want + j * esz, (uint32_t)c->n, (uint32_t)(first + j), salt);
-	memset(x->b, 0xEF, (mine + 1) * esz);
-	if (x->win && total * esz <= x->wb && var) /* the blocks read from the windows */
-		rc = dps_coll_reducescatterv(c, in_window(x, x->a, total * esz), x->b, counts, t);
-	else
-		rc = var ? dps_coll_reducescatterv(c, x->a, x->b, counts, t)
-			 : dps_coll_reducescatter(c, x->a, x->b, count, t);
-	if (rc)
-		return rc;
-	/* One element past the block must be untouched. */
-	for (size_t b = 0; b < esz; b++)
-		if (((unsigned char *)x->b)[mine * esz + b] != 0xEF)
-			x->fails++;
-	check(x, var ? "reduce-scatter-v" : "reduce-scatter", t, count, x->b, x->want, mine);
+	/* Copied, then (when every member's input fits) read from the windows. */
+	for (int from_win = 0; from_win < 1 + fits_window(x, total * esz); from_win++) {
+		const uint64_t before = c->stats.in_place[DPS_COLL_REDUCESCATTER];
+		const void *send = from_win ? in_window(x, x->a, total * esz) : x->a;
+
+		memset(x->b, 0xEF, (mine + 1) * esz);
+		rc = var ? dps_coll_reducescatterv(c, send, x->b, counts, t)
+			 : dps_coll_reducescatter(c, send, x->b, count, t);
+		if (rc)
+			return rc;
+		/* One element past the block must be untouched. */
+		for (size_t b = 0; b < esz; b++)
+			if (((unsigned char *)x->b)[mine * esz + b] != 0xEF)
+				x->fails++;
+		check(x, from_win ? "reduce-scatter from the window" :
+		      var ? "reduce-scatter-v" : "reduce-scatter", t, count, x->b, x->want, mine);
+		expect_in_place(x, DPS_COLL_REDUCESCATTER, before,
+				from_win && total * esz >= DPS_COLL_INPLACE_MIN, count);
+	}
 	return 0;
 }
 
@@ -483,7 +519,8 @@ START_TEST(test_small_slots)
 END_TEST
 
 /* Member 1 of 3 calls from its window, the others from private memory: every member fails
- * with -EINVAL after the same single step (nobody hangs), and the group works on after. */
+ * with -EINVAL after the same single step (nobody hangs), and the group works on after. Then
+ * all call in place but member 0 gives an output inside its window: all fail alike. */
 static int mixed_rank(struct dps_world *w, void *arg)
 {
 	struct dps_comm *c = w->world_c;
@@ -493,12 +530,15 @@ static int mixed_rank(struct dps_world *w, void *arg)
 	float *win = dps_comm_window(c, &wb);
 	int bad = !buf || !out || !win;
 
-	for (int op = 0; op < 3 && !bad; op++) {
-		const void *send = c->me == 1 ? (const void *)win : buf;
+	for (int op = 0; op < 4 && !bad; op++) {
+		/* op 3: all in place, but member 0's output overlaps its window (coll.h) */
+		const void *send = c->me == 1 || op == 3 ? (const void *)win : buf;
 		int rc;
 
 		c->algo = DPS_ALGO_RSAG;
 		rc = op == 0 ? dps_coll_allreduce(c, send, out, count, DPS_F32) :
+		     op == 3 ? dps_coll_allreduce(c, send, c->me == 0 ? win + 4 : out, count,
+						  DPS_F32) :
 		     op == 1 ? dps_coll_allgather(c, send, out, count, DPS_F32) :
 			       dps_coll_reducescatter(c, send, out, count, DPS_F32);
 		if (rc != -EINVAL) {
