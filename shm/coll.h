@@ -111,6 +111,7 @@ struct dps_comm {
 	size_t *offs;              /* (n) scratch: where each member's input lies in its window */
 	unsigned char *windows;    /* (n, window_bytes), or NULL */
 	size_t window_bytes;
+	int window_used;           /* this process has lent its window to a buffer (the engine's) */
 	struct dps_coll_stats stats;
 };
 

@@ -513,9 +513,11 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 	 * The sublayer outputs that TP all-reduces: in this rank's window of its TP group when
 	 * the layout gave one large enough (dps_shard_window_bytes), so that a prefill's large
 	 * all-reduces read them in place (shm/coll.h). Every member decides alike: same window,
-	 * same size. Not for a draft, which shares the TP group with its target.
+	 * same size, the same shards loaded in the same order. One shard at a time holds it: not
+	 * a draft, which shares the TP group with its target, nor a second model loaded beside
+	 * the first.
 	 */
-	if (!s->draft && s->tp_c && s->tp_c->n > 1) {
+	if (!s->draft && s->tp_c && s->tp_c->n > 1 && !s->tp_c->window_used) {
 		size_t wb;
 		float *win = dps_comm_window(s->tp_c, &wb);
 
@@ -523,6 +525,7 @@ int dps_shard_load(struct dps_shard *s, struct dps_world *w, const struct dps_pa
 			memset(win, 0, g * (size_t)c->hidden_size * sizeof(float));
 			s->o = win;
 			s->o_window = 1;
+			s->tp_c->window_used = 1;
 		}
 	}
 	if (!s->o_window)
@@ -693,6 +696,8 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->h);
 	if (!s->o_window)
 		free(s->o);
+	else
+		s->tp_c->window_used = 0;
 	free(s->qkv);
 	free(s->att);
 	free(s->att2);
