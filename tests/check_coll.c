@@ -73,47 +73,6 @@ static int cmp_report(const void *a, const void *b)
 
 /* ---- rank side ------------------------------------------------------------------------------ */
 
-static void gen(enum dps_dtype t, void *buf, size_t count, uint32_t member, uint32_t base,
-		uint32_t salt)
-{
-	for (size_t j = 0; j < count; j++) {
-		const uint32_t idx = base + (uint32_t)j;
-
-		if (t == DPS_F32)
-			((float *)buf)[j] = oracle_f32(member, idx, salt);
-		else if (t == DPS_BF16)
-			((uint16_t *)buf)[j] = oracle_f32_to_bf16(oracle_f32(member, idx, salt));
-		else
-			((int32_t *)buf)[j] = (int32_t)oracle_hash(member, idx, salt);
-	}
-}
-
-/* Serial in-order sum over members 0..n-1 of element idx: the contract of docs/DESIGN.md
- * section 2. */
-static void oracle_sum(enum dps_dtype t, void *out, uint32_t n, uint32_t idx, uint32_t salt)
-{
-	if (t == DPS_F32) {
-		float a = oracle_f32(0, idx, salt);
-
-		for (uint32_t i = 1; i < n; i++)
-			a += oracle_f32(i, idx, salt);
-		memcpy(out, &a, 4);
-	} else if (t == DPS_BF16) {
-		float a = oracle_bf16_to_f32(oracle_f32_to_bf16(oracle_f32(0, idx, salt)));
-		uint16_t h;
-
-		for (uint32_t i = 1; i < n; i++)
-			a += oracle_bf16_to_f32(oracle_f32_to_bf16(oracle_f32(i, idx, salt)));
-		h = oracle_f32_to_bf16(a);
-		memcpy(out, &h, 2);
-	} else {
-		uint32_t a = 0;
-
-		for (uint32_t i = 0; i < n; i++)
-			a += oracle_hash(i, idx, salt);
-		memcpy(out, &a, 4);
-	}
-}
 
 static uint64_t fnv(const void *p, size_t n)
 {
