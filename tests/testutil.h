@@ -2,6 +2,10 @@
 /*
  * tests/testutil.h - what the Check suites share: running a suite to an exit status, a
  * scratch directory per test, and counting an instance's segments left in /dev/shm.
+ *
+ * Scratch directories live under one directory per run of a suite, which test_run_suite makes
+ * before the tests and removes after them: a test that fails never reaches its teardown (Check
+ * ends the forked test with _exit), and its directory goes with the run's.
  */
 #ifndef DPS_TESTS_TESTUTIL_H
 #define DPS_TESTS_TESTUTIL_H
@@ -13,15 +17,26 @@
 #include <string.h>
 #include <sys/types.h>
 
+static char test_tmp_base[24]; /* this run's directory of scratch directories, or "" */
+
 /* Runs every test of s (forked, Check's default) and returns the process exit status. */
 static inline int test_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);
+	char cmd[96];
 	int failed;
 
+	snprintf(test_tmp_base, sizeof(test_tmp_base), "/tmp/dps-run-XXXXXX");
+	if (!mkdtemp(test_tmp_base))
+		test_tmp_base[0] = '\0'; /* scratch directories straight in /tmp then */
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	if (test_tmp_base[0]) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", test_tmp_base);
+		if (system(cmd))
+			fprintf(stderr, "could not remove %s\n", test_tmp_base);
+	}
 	return failed ? 1 : 0;
 }
 
@@ -43,10 +58,14 @@ static inline int test_shm_entries_of(pid_t pid)
 	return n;
 }
 
-/* Creates a fresh directory /tmp/dps-TAG-XXXXXX into buf (at least 64 bytes). */
+/* Creates a fresh directory TAG-XXXXXX in the run's directory (or /tmp/dps-TAG-XXXXXX) into
+ * buf (at least 64 bytes). */
 static inline void test_tmpdir_make(char *buf, size_t len, const char *tag)
 {
-	snprintf(buf, len, "/tmp/dps-%s-XXXXXX", tag);
+	if (test_tmp_base[0])
+		snprintf(buf, len, "%s/%s-XXXXXX", test_tmp_base, tag);
+	else
+		snprintf(buf, len, "/tmp/dps-%s-XXXXXX", tag);
 	ck_assert_ptr_nonnull(mkdtemp(buf));
 }
 
