@@ -13,6 +13,7 @@
 #include "common/dps.h"
 #include "engine/runtime/groups.h"
 #include "engine/runtime/nodes.h"
+#include "tests/testutil.h"
 
 /* Runs dps_nodes_print into a string (freed by the caller); *crossing gets its result. */
 static char *report(const struct dps_par_cfg *cfg, int nodes, int *crossing)
@@ -151,11 +152,5 @@ static Suite *nodes_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(nodes_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return test_run_suite(nodes_suite());
 }
