@@ -143,7 +143,7 @@ int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out)
 /* ---- write mode ----------------------------------------------------------------------------
  *
  * On this project's 2-core virtual machine the two vCPUs sit, from one minute to the next,
- * either on one physical core (a cache line passes in 16-30 ns) or on two far apart (160 ns).
+ * either close together (a cache line passes in 16-35 ns) or far apart (160 ns).
  * A 1 MiB all-gather on 2 ranks took 43 us with ordinary stores and 71 us streamed in the
  * first state, 306 us and 91 us in the second (bench coll --method osu --copy, 2026-12-06).
  * So in AUTO each member times its own large calls (ns per KiB, an average that weighs the
@@ -199,6 +199,21 @@ void dps_coll_pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
 	c->pick_now = NULL;
 }
 
+/*
+ * step_sync for a copying call; `first` says this is its first step and its size is one at
+ * which a member could have called in place (coll.h's limits, alike on every member). Then a
+ * member that did makes the call fail on every member, the step complete and its slot read.
+ */
+static int step_sync_copying(struct dps_comm *c, unsigned k, uint64_t s, int first)
+{
+	int rc = step_sync(c, k, s);
+
+	if (!rc && first && dps_coll_peer_in_place(c, k, s)) {
+		c->slot_last[k] = s;
+		rc = -EINVAL;
+	}
+	return rc;
+}
 
 /* ---- barrier and broadcast ---------------------------------------------------------------- */
 
@@ -290,11 +305,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		if (b > off)
 			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off,
 				   b - off < cap ? b - off : cap);
-		rc = step_sync(c, k, s);
-		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s)) {
-			c->slot_last[k] = s; /* the step is complete: its slot was read */
-			rc = -EINVAL;        /* a member called in place (coll.h) */
-		}
+		rc = step_sync_copying(c, k, s, off == 0 && total >= DPS_COLL_INPLACE_MIN);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
@@ -390,11 +401,7 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 					   (const char *)send + (off + lo) * esz, len * esz);
 			}
 		}
-		rc = step_sync(c, k, s);
-		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s)) {
-			c->slot_last[k] = s; /* the step is complete: its slot was read */
-			rc = -EINVAL;        /* a member called in place (coll.h) */
-		}
+		rc = step_sync_copying(c, k, s, off == 0 && algo == DPS_ALGO_RSAG);
 		if (rc)
 			break;
 		if (algo == DPS_ALGO_ONESHOT) {
@@ -480,11 +487,7 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 			}
 			pos += counts[q];
 		}
-		rc = step_sync(c, k, s);
-		if (!rc && off == 0 && dps_coll_peer_in_place(c, k, s)) {
-			c->slot_last[k] = s; /* the step is complete: its slot was read */
-			rc = -EINVAL;        /* a member called in place (coll.h) */
-		}
+		rc = step_sync_copying(c, k, s, off == 0 && total >= DPS_COLL_INPLACE_MIN);
 		if (rc)
 			break;
 		if (counts[c->me] > off) {

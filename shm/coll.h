@@ -16,7 +16,10 @@
  * matching arguments (as with MPI). Calls are not thread-safe on one communicator.
  *
  * Algorithms: all-reduce is one-shot (every member sums every chunk) up to oneshot_max bytes
- * and reduce-scatter + all-gather above.
+ * and reduce-scatter + all-gather above. Both sum each element in group-rank order in fp32 and
+ * round once (reduce.h), so the results are bit-identical on every rank and on both sides of
+ * the switch (and in place or not, below). Errors: -DPS_EABORT when the abort word is raised
+ * (a peer died), -EINVAL for inconsistent arguments.
  *
  * Windows. A group's area may also hold one window per member (window_bytes each, 0 = none): a
  * region of shared memory its owner writes and every member can read. A caller that builds a
@@ -28,10 +31,7 @@
  * and an output may lie in the caller's window only as an all-reduce's recv == send. A call
  * that breaks these rules fails with -EINVAL on every member after one step and leaves the
  * group usable. An in-place call returns once no member reads any window any more, so each
- * may write its own again; it leaves the input as it was (unless recv == send). Both sum each element in group-rank order in fp32 and
- * round once (reduce.h), so the results are bit-identical on every rank and on both sides of
- * the switch. Errors: -DPS_EABORT when the abort word is raised (a peer died), -EINVAL for
- * inconsistent arguments.
+ * may write its own again; it leaves the input as it was (unless recv == send).
  */
 #ifndef DPS_SHM_COLL_H
 #define DPS_SHM_COLL_H

@@ -202,7 +202,6 @@ static inline int stat_end(struct dps_comm *c, struct timer t, size_t bytes, int
 	return rc;
 }
 
-
 /* A step without data: every member posts it and waits until all have. */
 static inline int sync_all(struct dps_comm *c)
 {
@@ -215,7 +214,6 @@ static inline int sync_all(struct dps_comm *c)
 		step_ring(c, s);
 	return rc;
 }
-
 
 /*
  * Part q of a chunk of m elements, in 64-byte units so that members writing neighbouring

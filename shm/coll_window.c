@@ -174,7 +174,6 @@ int dps_coll_allreduce_window(struct dps_comm *c, const void *send, void *recv, 
 	return rc;
 }
 
-
 int dps_coll_allgatherv_window(struct dps_comm *c, const void *send, void *recv,
 			       const size_t *counts, const size_t *displs, size_t esz)
 {

@@ -160,10 +160,9 @@ static int run_one(const struct dps_bench_spec_opts *o, int K, int B, int G,
 				   .msg_fn = on_msg, .tick_fn = tick, .msg_arg = NULL };
 	struct dps_sup_result sr;
 	double v[MAX_WAVES];
-
-	so.window_bytes = dps_engine_window_bytes(&eo, &o->par);
 	int rc;
 
+	so.window_bytes = dps_engine_window_bytes(&eo, &o->par);
 	memset(r, 0, sizeof(*r));
 	w.got = calloc((size_t)w.B, sizeof(int));
 	if (!w.got || dps_engine_client_new(&w.client, o->par.dp, o->par.tp, &cb)) {

@@ -70,7 +70,6 @@ int dps_shard_check(const struct dps_model_config *cfg, const struct dps_par_cfg
 	return 0;
 }
 
-
 float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part, size_t floats)
 {
 	float *p;
@@ -733,7 +732,6 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->d2t);
 	memset(s, 0, sizeof(*s));
 }
-
 
 size_t dps_shard_window_bytes(const struct dps_model_config *c, const struct dps_par_cfg *par,
 			      int max_rows)
