@@ -223,6 +223,8 @@ int dps_coll_barrier(struct dps_comm *c)
 
 	if (c->n == 1)
 		return stat_end(c, t, 0, 0);
+	if (c->x)
+		return dps_xcoll_barrier(c);
 	return stat_end(c, t, 0, sync_all(c));
 }
 
@@ -238,6 +240,8 @@ int dps_coll_bcast(struct dps_comm *c, void *buf, size_t count, enum dps_dtype t
 		return -EINVAL;
 	if (c->n == 1)
 		return stat_end(c, tm, bytes, 0);
+	if (c->x)
+		return dps_xcoll_bcast(c, buf, bytes, root);
 	pk = dps_coll_pick_begin(c, DPS_COLL_BCAST, c->me == root ? bytes : 0);
 	for (off = 0; off < bytes; off += slot_cap(c)) {
 		const size_t len = bytes - off < slot_cap(c) ? bytes - off : slot_cap(c);
@@ -287,6 +291,8 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		memmove((char *)recv + (displs ? displs[0] * esz : 0), send, counts[0] * esz);
 		return stat_end(c, tm, total, 0);
 	}
+	if (c->x)
+		return dps_xcoll_allgatherv(c, send, recv, counts, displs, esz, total);
 	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, counts[c->me] * esz))
 		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
 									 displs, esz));
@@ -373,6 +379,8 @@ int dps_coll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t 
 			memmove(recv, send, bytes);
 		return stat_end(c, tm, bytes, 0);
 	}
+	if (c->x)
+		return dps_xcoll_allreduce(c, send, recv, count, t);
 	algo = dps_coll_allreduce_algo(c, bytes);
 	if (algo == DPS_ALGO_RSAG && bytes && in_window(c, send, bytes))
 		return stat_end(c, tm, bytes, dps_coll_allreduce_window(c, send, recv, count, t));
@@ -466,6 +474,8 @@ int dps_coll_reducescatterv(struct dps_comm *c, const void *send, void *recv, co
 			memmove(recv, send, total);
 		return stat_end(c, tm, total, 0);
 	}
+	if (c->x)
+		return dps_xcoll_reducescatterv(c, send, recv, counts, t);
 	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, total))
 		return stat_end(c, tm, total, dps_coll_reducescatterv_window(c, send, recv, counts, t));
 	/* Window of w elements of every block per step, w a multiple of 64 bytes. */
@@ -536,6 +546,8 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 			(const char *)send + (sdispls ? sdispls[0] * esz : 0), scounts[0] * esz);
 		return stat_end(c, tm, scounts[0] * esz, 0);
 	}
+	if (c->x)
+		return dps_xcoll_alltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, t);
 	/*
 	 * Bad counts must not make one member leave early: a member whose own counts are bad
 	 * still takes part (its header shows its send counts to everyone) but copies nothing.

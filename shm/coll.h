@@ -113,6 +113,11 @@ struct dps_comm {
 	size_t window_bytes;
 	int window_used;           /* this process has lent its window to a buffer (the engine's) */
 	struct dps_coll_stats stats;
+	/* A group that crosses nodes (shm/coll_x.h): its area and the node's proxy bell; NULL
+	 * for a group inside one node. Every call then goes through the proxy. */
+	struct dps_xarea *x;
+	struct dps_wword *xbell;
+	uint64_t xseq;             /* last round this member posted */
 };
 
 /* Bytes of shared memory a communicator of n members needs, with a window of window_bytes (a
@@ -133,6 +138,14 @@ void *dps_comm_window(const struct dps_comm *c, size_t *bytes);
  */
 int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
 		    size_t slot_bytes, const _Atomic uint32_t *abort_word);
+
+/*
+ * Binds member `me` of a group that crosses nodes to its area on this node (shm/coll_x.h,
+ * dps_xarea_init); bell is the node's proxy bell. Same returns; every call of coll.h then
+ * exchanges through the proxy.
+ */
+int dps_comm_attach_x(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
+		      const _Atomic uint32_t *abort_word, struct dps_wword *bell);
 
 /* Frees what dps_comm_attach allocated. */
 void dps_comm_detach(struct dps_comm *c);

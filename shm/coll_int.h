@@ -264,4 +264,18 @@ int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *r
  * all call in place fails on every member (-EINVAL) after the same single step. */
 int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s);
 
+/* ---- groups that cross nodes (coll_x.c) ------------------------------------------------- */
+
+int dps_xcoll_barrier(struct dps_comm *c);
+int dps_xcoll_bcast(struct dps_comm *c, void *buf, size_t bytes, int root);
+int dps_xcoll_allgatherv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
+			 const size_t *displs, size_t esz, size_t total);
+int dps_xcoll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t count,
+			enum dps_dtype t);
+int dps_xcoll_reducescatterv(struct dps_comm *c, const void *send, void *recv,
+			     const size_t *counts, enum dps_dtype t);
+int dps_xcoll_alltoallv(struct dps_comm *c, const void *send, const size_t *scounts,
+			const size_t *sdispls, void *recv, const size_t *rcounts,
+			const size_t *rdispls, enum dps_dtype t);
+
 #endif

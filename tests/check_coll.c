@@ -406,7 +406,8 @@ static int run_suite(const struct suite *s, int *hash_groups)
 {
 	struct dps_sup_opts o = { .par = s->par, .cpu_bind = "auto", .slot_bytes = s->slot_bytes,
 				  .window_bytes = s->window_bytes,
-				  .rank_fn = suite_rank, .rank_arg = (void *)s, .msg_fn = collect };
+				  .rank_fn = suite_rank, .rank_arg = (void *)s, .msg_fn = collect,
+				  .nodes_ok = 1 };
 	struct dps_sup_result res;
 	char err[512];
 	int rc, i, j, groups = 0;
@@ -538,6 +539,45 @@ START_TEST(test_fault_detected)
 }
 END_TEST
 
+/*
+ * Groups that cross nodes (--nodes without mpirun: one supervisor hosting every node, each
+ * with its own segment; shm/coll_x.h): every operation, size and type against the same
+ * oracle, on groups whose members on one node are not contiguous in group order (DP groups
+ * and columns stride across nodes). _i: 0 DP=8 on 2 nodes, 1 on 4 nodes, 2 the subgroups of
+ * TP=2 x DP=4 on 2 nodes (TP groups inside a node, the rest across), 3 the same on 4 nodes.
+ */
+START_TEST(test_nodes)
+{
+	struct suite s = { .par = DPS_PAR_CFG_DEFAULT, .fault_rank = -1, .ops = OP_ALL,
+			   .big = 1, .slot_bytes = _i & 1 ? 4096 : 0 };
+
+	if (_i < 2) {
+		s.par.dp = 8;
+		s.n_which = 1;
+		s.which[0] = W_DP;
+	} else {
+		const struct dps_par_cfg sub = { 2, 4, 2, 1, 4, 1, 1 };
+
+		s.par = sub;
+		s.n_which = 4;
+		s.which[0] = W_DP;
+		s.which[1] = W_COL;
+		s.comp[1] = DPS_COMP_ATTN;
+		s.which[2] = W_COMP;
+		s.comp[2] = DPS_COMP_MLP;
+		s.which[3] = W_TP;
+		s.big = 0;
+	}
+	s.par.nodes = _i & 1 ? 4 : 2;
+	ck_assert_int_eq(run_suite(&s, NULL), 0);
+	/* and the comparison can fail: one member's input perturbed is caught across nodes */
+	s.fault_rank = 5;
+	s.ops = OP_ALLREDUCE;
+	s.big = 0;
+	ck_assert_int_eq(run_suite(&s, NULL), -DPS_ERANK);
+}
+END_TEST
+
 START_TEST(test_reduce_kernels)
 {
 	/* The vectorised ordered sum equals the one-at-a-time reference, bit for bit. */
@@ -645,10 +685,17 @@ END_TEST
 
 START_TEST(test_alltoallv_bad_counts)
 {
-	struct dps_sup_opts o = { .par = { 4, 1, 1, 1, 1, 1, 1 }, .rank_fn = bad_a2a_rank };
+	/* _i 0: inside one node; 1: the group across 2 nodes (4 DP ranks, shm/coll_x.c) */
+	struct dps_sup_opts o = { .par = { 4, 1, 1, 1, 1, 1, 1 }, .rank_fn = bad_a2a_rank,
+				  .nodes_ok = 1 };
 	struct dps_sup_result res;
 	char err[256];
 
+	if (_i) {
+		o.par.tp = 1;
+		o.par.dp = 4;
+		o.par.nodes = 2;
+	}
 	ck_assert_msg(dps_sup_run(&o, &res, err, sizeof(err)) == 0, "%s", err);
 }
 END_TEST
@@ -665,7 +712,8 @@ static Suite *coll_suite(void)
 	tcase_add_test(tc, test_subgroups_big);
 	tcase_add_test(tc, test_small_slots);
 	tcase_add_test(tc, test_fault_detected);
-	tcase_add_test(tc, test_alltoallv_bad_counts);
+	tcase_add_loop_test(tc, test_alltoallv_bad_counts, 0, 2);
+	tcase_add_loop_test(tc, test_nodes, 0, 4);
 	tcase_add_test(tc, test_copy_stream);
 	tcase_add_test(tc, test_in_place_mixed);
 	suite_add_tcase(s, tc);

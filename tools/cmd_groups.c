@@ -24,10 +24,10 @@
 int dps_cmd_groups(int argc, char **argv)
 {
 	struct dps_par_cfg cfg = DPS_PAR_CFG_DEFAULT;
-	struct dps_flag flags[DPS_PAR_FLAGS + 4];
+	struct dps_flag flags[DPS_PAR_FLAGS + 3];
 	const struct dps_flag end = DPS_FLAGS_END;
 	const char *cpu_bind = "auto";
-	int show_place = 0, nodes = 1;
+	int show_place = 0, nodes;
 	struct dps_groups g;
 	char err[256] = "";
 	char *pos[1];
@@ -38,10 +38,7 @@ int dps_cmd_groups(int argc, char **argv)
 		"also print where each rank would run on this machine", 0, 0 };
 	flags[DPS_PAR_FLAGS + 1] = (struct dps_flag){ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		"with --placement: auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 };
-	flags[DPS_PAR_FLAGS + 2] = (struct dps_flag){ "nodes", DPS_FLAG_INT, &nodes, "N",
-		"also print which groups would cross machines if the instance ran on N nodes, its "
-		"ranks numbered node-major (a plan: no transport crosses nodes yet)", 1, DPS_MAX_WORLD };
-	flags[DPS_PAR_FLAGS + 3] = end;
+	flags[DPS_PAR_FLAGS + 2] = end;
 	rc = dps_flags_parse(flags, argc, argv, "groups", GROUPS_SYNOPSIS, pos, 0, &npos);
 	if (rc == 1)
 		return 0; /* --help */
@@ -54,6 +51,7 @@ int dps_cmd_groups(int argc, char **argv)
 		return rc == -DPS_ECONFIG ? 2 : 1;
 	}
 	dps_groups_print(&g, stdout);
+	nodes = cfg.nodes > 1 ? cfg.nodes : 1;
 	if (nodes > 1) {
 		rc = dps_nodes_check(dps_groups_total(&g), nodes, err, sizeof(err));
 		if (rc) {

@@ -43,6 +43,10 @@ void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out)
 		  DPS_MAX_WORLD },
 		{ "prefill-tensor-parallel-size", DPS_FLAG_INT, &cfg->prefill_tp, "T",
 		  "ranks per prefill replica (default: --tensor-parallel-size)", 1, DPS_MAX_WORLD },
+		{ "nodes", DPS_FLAG_INT, &cfg->nodes, "N",
+		  "spread the ranks over N machines, numbered node-major: start one dpshard per "
+		  "node with `mpirun -np N --map-by node dpshard ... --nodes N` (default 1)", 1,
+		  DPS_MAX_WORLD },
 	};
 	memcpy(out, f, sizeof(f));
 }

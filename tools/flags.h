@@ -50,7 +50,7 @@ struct dps_par_cfg;
  * component sizes, --enable-expert-parallel, --all2all-backend and the two prefill sizes)
  * into out[0..DPS_PAR_FLAGS-1], pointing at cfg's fields.
  */
-#define DPS_PAR_FLAGS 11
+#define DPS_PAR_FLAGS 12
 void dps_flags_parallel(struct dps_par_cfg *cfg, struct dps_flag *out);
 
 /*

@@ -96,7 +96,7 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 				   .pending_fn = dps_engine_rank_pending,
 				   .coupled_fn = dps_engine_coupled,
 				   .rank_timeout_ms = (unsigned)o->rank_timeout * 1000u,
-				   .verbose = o->verbose };
+				   .verbose = o->verbose, .nodes_ok = 1 };
 	struct dps_sup_result res;
 	char err[512];
 	int rc;
@@ -174,6 +174,8 @@ int dps_generate_ranks(const struct dps_gen_ranks_opts *o)
 		fprintf(stderr, "dpshard generate: %s\n", err);
 		goto out;
 	}
+	if (dps_sup_node() > 0)
+		goto out; /* node 0 has every completion and prints them */
 	for (int k = 0; k < o->n_prompts && o->jsonl; k++) {
 		/* One JSON object per request, in input order. */
 		printf("{\"index\": %d, \"finish_reason\": \"%s\", \"prompt_tokens\": %d, "

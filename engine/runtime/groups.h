@@ -45,6 +45,11 @@ struct dps_par_cfg {
 	 */
 	int prefill_dp;
 	int prefill_tp;
+	/*
+	 * --nodes: the machines the instance spans (0 or 1: this one), ranks numbered node-major
+	 * (engine/runtime/nodes.h). Groups never change with it; only where ranks run does.
+	 */
+	int nodes;
 };
 
 /*

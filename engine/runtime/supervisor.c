@@ -23,48 +23,27 @@
 #include "engine/runtime/hang.h"
 #include "engine/runtime/placement.h"
 #include "engine/runtime/supervisor.h"
+#include "engine/runtime/sup_int.h"
 #include "engine/runtime/topo.h"
 #include "shm/seg.h"
 
-struct sup {
-	const struct dps_sup_opts *o;
-	struct dps_sup_result *res;
-	struct dps_layout lay;
-	struct dps_placement place;
-	struct dps_topo topo;
-	struct dps_seg seg;
-	char *kv_share;          /* opts.kv_share_bytes for each prefill rank, or NULL */
-	size_t kv_share_len;
-	struct dps_ctl *ctl;
-	struct dps_ring *to_sup; /* (world) supervisor's reader handles */
-	struct dps_ring *from_sup; /* (world) supervisor's writer handles */
-	pid_t *pids;             /* (world), 0 once reaped */
-	int *pidfds;             /* (world) */
-	int evfd, sigfd;
-	sigset_t oldmask;
-	int alive;
-	uint64_t abort_deadline; /* 0 until the abort is raised */
-	uint64_t early_deadline; /* a rank exited 0 while others ran: they must follow by then */
-	int early_rank;          /* that rank */
-	int kill_sent;
-	unsigned ncpus;
-	struct io_uring own, *ring;  /* the loop's ring: the caller's or own */
-	unsigned char *armed;        /* (world + 2): a poll is in flight for evfd, sigfd, pidfd r */
-	int n_armed;
-	uint64_t gen;                /* this run's number, in the user_data of its polls */
-	struct dps_hang_watch *hang; /* (world) each rank's work word */
-	struct dps_hang_watch *beats; /* (world) each rank's alive word */
-	unsigned char *stalled;      /* (world) at the last check: 0 not expected to progress, 1
-				      * progressing, 2 stalled (work stopped for the timeout), 3
-				      * stalled and deadlocked */
-	uint64_t *ran_ns;            /* (world) a silent rank's CPU time when its silence was
-				      * first long enough to judge, plus one (0: not sampled) */
-	uint64_t hang_checked;       /* when the heartbeats were last checked (0: never) */
-	int hung_rank;               /* the rank killed for hanging, or -1 */
-};
-
 /* The instance this process supervises, for dps_sup_send (one at a time per process). */
 static struct sup *active;
+/* The node this process was in its last run (0 on one node or hosting them all). */
+static int last_node;
+
+int dps_sup_node(void)
+{
+	return last_node;
+}
+
+/* Raises the abort word of every node this process hosts. */
+static void sup_abort_hosted(struct sup *s)
+{
+	for (int k = 0; k < s->lay.nodes; k++)
+		if (s->ctls && s->ctls[k])
+			dps_abort_raise(&s->ctls[k]->abort);
+}
 
 int dps_sup_send(int rank, const void *msg, size_t len)
 {
@@ -72,6 +51,8 @@ int dps_sup_send(int rank, const void *msg, size_t len)
 
 	if (!active || rank < 0 || rank >= active->lay.world)
 		return -ESRCH;
+	if (!sup_hosts(active, rank))
+		return active->link ? active->xops->down(active->link, rank, msg, len) : -ESRCH;
 	rc = dps_ring_push(&active->from_sup[rank], msg, len, 1);
 	return rc == -ETIMEDOUT ? -EAGAIN : rc;
 }
@@ -96,7 +77,7 @@ void dps_sup_stop(int signo)
 	if (!active->abort_deadline) {
 		unsigned grace = active->o->grace_ms ? active->o->grace_ms : 3000;
 
-		dps_abort_raise(&active->ctl->abort);
+		sup_abort_hosted(active);
 		active->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
 	}
 }
@@ -104,41 +85,6 @@ void dps_sup_stop(int signo)
 static int pidfd_open_compat(pid_t pid)
 {
 	return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
-static void describe_rank(const struct sup *s, int r, char *buf, size_t len)
-{
-	const struct dps_groups *g = &s->lay.groups;
-
-	if (r >= g->world) {
-		const int q = r - g->world, ptp = g->prefill->cfg.tp;
-
-		snprintf(buf, len, "rank %d (prefill replica %d, TP %d)", r, q / ptp, q % ptp);
-		return;
-	}
-	snprintf(buf, len, "rank %d (DP %d, TP %d)", r, r / g->cfg.tp, r % g->cfg.tp);
-}
-
-/*
- * The ranks a stalled rank r may wait for, [*lo, *hi): its replica's, or every decode rank's
- * when the decode replicas step together (a prefill replica never waits for another).
- */
-static void rank_domain(const struct sup *s, int r, int all, int *lo, int *hi)
-{
-	const struct dps_groups *g = &s->lay.groups;
-
-	if (r >= g->world) {
-		const int ptp = g->prefill->cfg.tp;
-
-		*lo = g->world + (r - g->world) / ptp * ptp;
-		*hi = *lo + ptp;
-	} else if (all) {
-		*lo = 0;
-		*hi = g->world;
-	} else {
-		*lo = r / g->cfg.tp * g->cfg.tp;
-		*hi = *lo + g->cfg.tp;
-	}
 }
 
 /* ---- the rank side ------------------------------------------------------------------------ */
@@ -184,11 +130,17 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 	dps_wait_policy_for((unsigned)s->lay.world, s->ncpus, &pol);
 	dps_wait_set_policy(&pol);
 
-	rc = dps_world_attach(&w, &s->lay, s->seg.base, r, s->evfd);
+	rc = dps_world_attach(&w, &s->lay, s->segs[dps_layout_node_of(&s->lay, r)].base, r,
+			      s->evfd);
 	if (rc) {
 		dps_error("cannot attach to the instance: %s", dps_strerror(rc));
 		_exit(1);
 	}
+	if (s->node < 0 && s->lay.nodes > 1)
+		/* one supervisor for every node: it sleeps on node 0's bell alone */
+		for (int i = 0; i < s->lay.n_comms; i++)
+			if (w.comms[i].x)
+				w.comms[i].xbell = &s->ctls[0]->xbell;
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
 	/* Where all-reduce leaves one-shot depends on whether the ranks share cores. */
 	dps_world_set_algo(&w, dps_coll_oneshot_default((unsigned)s->lay.world, s->ncpus),
@@ -215,7 +167,7 @@ static void sup_raise_abort(struct sup *s)
 
 	if (s->abort_deadline)
 		return;
-	dps_abort_raise(&s->ctl->abort);
+	sup_abort_hosted(s);
 	s->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
 }
 
@@ -223,14 +175,40 @@ static void sup_raise_abort(struct sup *s)
  * Rank r failed as err says (the first failure of the run): recorded, logged, the others
  * aborted, the caller told. Every kind of failure (death, early exit, hang) goes through here.
  */
-static void sup_fail(struct sup *s, int r, const char *err)
+void dps_sup_fail(struct sup *s, int r, const char *err)
 {
 	s->res->failed_rank = r;
 	s->res->failed_ns = dps_now_ns();
 	dps_error("%s; stopping the other ranks", err);
 	sup_raise_abort(s);
-	if (s->o->fail_fn)
+	if (s->link && sup_hosts(s, r))
+		s->xops->fail(s->link, r, err); /* every other node stops too */
+	if (s->o->fail_fn && s->node <= 0)
 		s->o->fail_fn(err, s->o->msg_arg);
+}
+
+/* What the other nodes said: their ranks' messages (node 0), failures, ends. */
+static void sup_link_events(struct sup *s)
+{
+	struct dps_xevent ev;
+
+	while (s->xops->next(s->link, &ev) == 0) {
+		if (ev.kind == DPS_XEV_MSG && s->o->msg_fn)
+			s->o->msg_fn(ev.rank, ev.data, ev.len, s->o->msg_arg);
+		if (ev.kind == DPS_XEV_FAIL && s->res->failed_rank < 0 && !s->res->stop_signal)
+			dps_sup_fail(s, ev.rank, (const char *)ev.data);
+		if (ev.kind == DPS_XEV_DONE) {
+			s->remote_alive--;
+			if (ev.status && s->res->failed_rank < 0 && !s->res->stop_signal) {
+				char why[96];
+
+				snprintf(why, sizeof(why), "the ranks of node %d did not all exit "
+					 "cleanly", ev.node);
+				dps_sup_fail(s, ev.node * (s->lay.world / s->lay.nodes), why);
+			}
+		}
+		free(ev.data);
+	}
 }
 
 static void sup_drain(struct sup *s)
@@ -242,7 +220,7 @@ static void sup_drain(struct sup *s)
 	if (read(s->evfd, &cnt, sizeof(cnt)) < 0) {
 		/* EAGAIN: nothing signalled; the rings are drained anyway */
 	}
-	for (int r = 0; r < s->lay.world; r++) {
+	for (int r = s->lo; r < s->hi; r++) {
 		int rc;
 
 		while ((rc = dps_ring_trypop(&s->to_sup[r], 0, buf, sizeof(buf), &len)) != -EAGAIN) {
@@ -250,10 +228,16 @@ static void sup_drain(struct sup *s)
 				dps_warn("dropped a message from rank %d: %s", r, dps_strerror(rc));
 				continue;
 			}
-			if (s->o->msg_fn)
+			if (s->node > 0) /* the caller runs on node 0 */
+				rc = s->xops->up(s->link, r, buf, len);
+			else if (s->o->msg_fn)
 				s->o->msg_fn(r, buf, len, s->o->msg_arg);
+			if (rc)
+				dps_warn("dropped a message from rank %d: %s", r, dps_strerror(rc));
 		}
 	}
+	if (s->link)
+		sup_link_events(s);
 }
 
 static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
@@ -284,7 +268,7 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 		return; /* stopped because we asked it to */
 	if (r == s->hung_rank)
 		return; /* killed by us for hanging: already reported */
-	describe_rank(s, r, who, sizeof(who));
+	dps_sup_describe_rank(s, r, who, sizeof(who));
 	if (s->res->failed_rank < 0 && !s->res->stop_signal) {
 		if (WIFSIGNALED(st)) {
 			s->res->failed_signal = WTERMSIG(st);
@@ -294,7 +278,7 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 			s->res->failed_status = WEXITSTATUS(st);
 			snprintf(err, errlen, "%s exited with status %d", who, WEXITSTATUS(st));
 		}
-		sup_fail(s, r, err);
+		dps_sup_fail(s, r, err);
 	} else if (WIFSIGNALED(st)) {
 		dps_warn("%s was killed by signal %d (%s)", who, WTERMSIG(st), strsignal(WTERMSIG(st)));
 	}
@@ -319,120 +303,10 @@ static void sup_check_early(struct sup *s, char *err, size_t errlen)
 
 	if (!s->early_deadline || s->abort_deadline || dps_now_ns() < s->early_deadline)
 		return;
-	describe_rank(s, s->early_rank, who, sizeof(who));
+	dps_sup_describe_rank(s, s->early_rank, who, sizeof(who));
 	s->res->failed_status = 0;
 	snprintf(err, errlen, "%s exited while %d other rank(s) kept running", who, s->alive);
-	sup_fail(s, s->early_rank, err);
-}
-
-/*
- * The progress check (on the loop's timer), over two words per rank (struct dps_beat). A rank
- * expected to progress whose work word has not moved for rank_timeout_ms is stalled. Among
- * the stalled, one whose alive word stopped too (for a quarter of the timeout, at least 4 wait
- * slices: a waiting rank beats every slice) is stopped or stuck: it fails like a dead rank,
- * killed at once (SIGKILL also ends a stopped process; a spinning one would never notice the
- * abort). When every stalled rank is still alive they all wait, for each other or for
- * something that never comes (a lost wake-up, mismatched collectives): a deadlock, named with
- * every stalled rank, and failed the same way (the abort word ends their waits). Returns the
- * ms until the next check.
- */
-static int sup_check_hung(struct sup *s, char *err, size_t errlen)
-{
-	const uint64_t limit = (uint64_t)s->o->rank_timeout_ms * 1000000ull;
-	const uint64_t slices = 4ull * DPS_WAIT_SLICE_MS * 1000000ull;
-	const uint64_t alive_limit = limit / 4 > slices ? limit / 4 : slices;
-	const uint64_t now = dps_now_ns();
-	unsigned period = s->o->rank_timeout_ms / 8;
-	int first = -1, n_stalled = 0;
-	uint64_t stalled_for = 0;
-	size_t len;
-
-	period = period < 20 ? 20 : period > 1000 ? 1000 : period;
-	/*
-	 * Only time the supervisor watched counts: after a gap in its own loop (it was stopped,
-	 * or starved of CPU) every clock starts again rather than blaming the ranks for it.
-	 */
-	if (s->hang_checked && now - s->hang_checked > limit / 2)
-		for (int r = 0; r < s->lay.world; r++)
-			s->hang[r].since_ns = s->beats[r].since_ns = 0;
-	s->hang_checked = now;
-	for (int r = 0; r < s->lay.world; r++) {
-		const struct dps_beat *b = &s->ctl->beat[r];
-		const uint64_t work = atomic_load_explicit(&b->work, memory_order_relaxed);
-		const uint64_t alive = atomic_load_explicit(&b->count, memory_order_relaxed);
-		const int expected = s->pids[r] > 0 &&
-				     (atomic_load_explicit(&b->busy, memory_order_relaxed) ||
-				      (s->o->pending_fn && s->o->pending_fn(r, s->o->msg_arg)));
-		const uint64_t stuck = dps_hang_watch_check(&s->hang[r], work, expected, now);
-		const uint64_t silent = dps_hang_watch_check(&s->beats[r], alive, expected, now);
-		char who[64];
-
-		s->stalled[r] = !expected ? 0 : stuck < limit ? 1 : 2;
-		if (s->stalled[r] != 2 || silent < alive_limit) {
-			s->ran_ns[r] = 0;
-			continue;
-		}
-		if (!dps_rank_silence_is_its_own(s->pids[r], &s->ran_ns[r])) {
-			/* Starved of CPU (or not yet known): judged again at the next check,
-			 * and until then counted as working, which no one waiting for it is
-			 * blamed for. */
-			s->stalled[r] = 1;
-			continue;
-		}
-		describe_rank(s, r, who, sizeof(who));
-		snprintf(err, errlen, "%s, pid %ld, made no progress for %.1f s with work pending "
-			 "(the rank timeout is %.1f s): it is hung", who, (long)s->pids[r],
-			 (double)stuck / 1e9, (double)s->o->rank_timeout_ms / 1e3);
-		s->res->hung_ms = stuck / 1000000ull;
-		s->hung_rank = r;
-		kill(s->pids[r], SIGKILL);
-		sup_fail(s, r, err);
-		return (int)period;
-	}
-	/*
-	 * Every stalled rank still beats: they wait. For a working peer they may (a replica in
-	 * lockstep behind another one's long prefill): a stalled rank whose domain (every rank
-	 * when the replicas step together, else its replica) holds a rank that works is left
-	 * alone. The rest wait for each other, or for something that never comes.
-	 */
-	for (int r = 0; r < s->lay.world; r++) {
-		const int all = !s->o->coupled_fn || s->o->coupled_fn(s->o->msg_arg);
-		const uint64_t stuck = s->hang[r].since_ns ? now - s->hang[r].since_ns : 0;
-		int working = 0, lo, hi;
-
-		rank_domain(s, r, all, &lo, &hi);
-		if (s->stalled[r] != 2)
-			continue;
-		for (int q = lo; q < hi && !working; q++)
-			working = s->stalled[q] == 1;
-		if (working)
-			continue;
-		s->stalled[r] = 3; /* one of the deadlocked */
-		if (first < 0)
-			first = r;
-		n_stalled++;
-		stalled_for = stuck > stalled_for ? stuck : stalled_for;
-	}
-	if (first < 0)
-		return (int)period;
-	len = (size_t)snprintf(err, errlen, "rank%s", n_stalled > 1 ? "s" : "");
-	for (int r = first, k = 0; r < s->lay.world && len < errlen; r++) {
-		char who[64];
-
-		if (s->stalled[r] != 3)
-			continue;
-		describe_rank(s, r, who, sizeof(who));
-		len += (size_t)snprintf(err + len, errlen - len, "%s %s", k++ ? "," : "",
-					who + strlen("rank "));
-	}
-	if (len < errlen)
-		snprintf(err + len, errlen - len, " made no progress for %.1f s while waiting, with "
-			 "work pending (the rank timeout is %.1f s): deadlock",
-			 (double)stalled_for / 1e9, (double)s->o->rank_timeout_ms / 1e3);
-	s->res->hung_ms = stalled_for / 1000000ull;
-	s->res->deadlock = n_stalled;
-	sup_fail(s, first, err);
-	return (int)period;
+	dps_sup_fail(s, s->early_rank, err);
 }
 
 /* The descriptor of poll slot i: 0 the eventfd, 1 the signalfd, 2 + r rank r's pidfd. */
@@ -543,16 +417,22 @@ static int sup_loop(struct sup *s, char *err, size_t errlen)
 	const int world = s->lay.world;
 	int i, timeout, rc;
 
-	while (s->alive > 0) {
+	while (s->alive > 0 || s->remote_alive > 0) {
 		timeout = -1;
-		if (s->o->tick_fn && !s->abort_deadline)
+		if (s->alive == 0 && s->abort_deadline &&
+		    dps_now_ns() > s->abort_deadline + 10000000000ull) {
+			dps_warn("%d other node(s) did not report the end of their ranks; not waiting "
+				 "for them any longer", s->remote_alive);
+			break;
+		}
+		if (s->o->tick_fn && !s->abort_deadline && s->node <= 0)
 			timeout = s->o->tick_fn(s->o->msg_arg);
 		sup_check_early(s, err, errlen);
 		/* Once a rank has exited cleanly the run winds down, and the others must follow
 		 * by early_deadline: the progress rule no longer applies to them. */
 		if (s->o->rank_timeout_ms && !s->abort_deadline && !s->early_deadline &&
 		    s->res->failed_rank < 0) {
-			const int t = sup_check_hung(s, err, errlen);
+			const int t = dps_sup_check_hung(s, err, errlen);
 
 			if (!s->abort_deadline)
 				timeout = timeout < 0 || t < timeout ? t : timeout;
@@ -637,11 +517,40 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	if (o->verbose)
 		dps_placement_print_parts(&s->place, o->par.tp, s->lay.groups.world,
 					  dps_par_cfg_prefill_tp(&o->par), stderr);
-	rc = dps_seg_create(&s->seg, "inst", s->lay.total, err, errlen);
-	if (rc)
-		return rc;
-	dps_layout_init_shm(&s->lay, s->seg.base);
-	s->ctl = s->seg.base;
+	/* Nodes: which this process is, and so which ranks it forks and which segments it
+	 * makes (one per node it hosts: all of them without mpirun). */
+	s->lo = 0;
+	s->hi = s->lay.world;
+	if (s->lay.nodes > 1) {
+		const int per = s->lay.world / s->lay.nodes;
+
+		if (!o->nodes_ok) {
+			snprintf(err, errlen, "--nodes %d: this command does not run across nodes "
+				 "yet", s->lay.nodes);
+			return -DPS_ECONFIG;
+		}
+		rc = dps_xlink_identity(s->lay.nodes, &s->node, &s->xops, err, errlen);
+		if (rc)
+			return rc;
+		if (s->node >= 0) {
+			s->lo = s->node * per;
+			s->hi = s->lo + per;
+		}
+		s->remote_alive = s->node == 0 ? s->lay.nodes - 1 : 0;
+	}
+	s->segs = calloc((size_t)s->lay.nodes, sizeof(*s->segs));
+	s->ctls = calloc((size_t)s->lay.nodes, sizeof(*s->ctls));
+	if (!s->segs || !s->ctls)
+		return -ENOMEM;
+	for (int k = 0; k < s->lay.nodes; k++) {
+		if (s->node >= 0 && k != s->node)
+			continue;
+		rc = dps_seg_create(&s->segs[k], "inst", s->lay.total, err, errlen);
+		if (rc)
+			return rc;
+		dps_layout_init_shm(&s->lay, s->segs[k].base);
+		s->ctls[k] = s->segs[k].base;
+	}
 	if (o->kv_share_bytes && s->lay.groups.prefill) {
 		const size_t n = (size_t)s->lay.groups.prefill->world;
 
@@ -670,11 +579,15 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 	if (!s->to_sup || !s->from_sup || !s->pids || !s->pidfds)
 		return -ENOMEM;
 	for (int r = 0; r < s->lay.world; r++) {
+		void *base = s->segs[dps_layout_node_of(&s->lay, r)].base;
+
 		s->pidfds[r] = -1;
-		dps_ring_attach(&s->to_sup[r], dps_layout_ring_to_sup(&s->lay, s->seg.base, r),
-				&s->ctl->abort, -1);
-		dps_ring_attach(&s->from_sup[r], dps_layout_ring_from_sup(&s->lay, s->seg.base, r),
-				&s->ctl->abort, -1);
+		if (!sup_hosts(s, r))
+			continue;
+		dps_ring_attach(&s->to_sup[r], dps_layout_ring_to_sup(&s->lay, base, r),
+				&sup_ctl(s, r)->abort, -1);
+		dps_ring_attach(&s->from_sup[r], dps_layout_ring_from_sup(&s->lay, base, r),
+				&sup_ctl(s, r)->abort, -1);
 	}
 	s->armed = calloc((size_t)s->lay.world + 2, 1);
 	s->hang = calloc((size_t)s->lay.world, sizeof(*s->hang));
@@ -736,7 +649,10 @@ static void sup_teardown(struct sup *s)
 	free(s->from_sup);
 	free(s->pids);
 	free(s->pidfds);
-	dps_seg_destroy(&s->seg);
+	for (int k = 0; s->segs && k < s->lay.nodes; k++)
+		dps_seg_destroy(&s->segs[k]);
+	free(s->segs);
+	free(s->ctls);
 	if (s->kv_share)
 		munmap(s->kv_share, s->kv_share_len);
 	s->kv_share = NULL;
@@ -748,7 +664,8 @@ static void sup_teardown(struct sup *s)
 int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *err,
 		size_t errlen)
 {
-	struct sup s = { .o = o, .res = res, .evfd = -1, .sigfd = -1, .hung_rank = -1 };
+	struct sup s = { .o = o, .res = res, .evfd = -1, .sigfd = -1, .hung_rank = -1,
+			 .node = -1 };
 	const pid_t me = getpid();
 	int rc, r;
 
@@ -760,7 +677,7 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
 	if (rc)
 		goto out;
 	fflush(NULL); /* children must not repeat buffered output */
-	for (r = 0; r < s.lay.world; r++) {
+	for (r = s.lo; r < s.hi; r++) {
 		pid_t pid = fork();
 
 		if (pid == 0)
@@ -774,16 +691,32 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
 			}
 			sup_raise_abort(&s);
 			sup_kill_all(&s);
-			for (int i = 0; i < r; i++)
+			for (int i = s.lo; i < r; i++)
 				waitpid(s.pids[i], NULL, 0);
 			goto out;
 		}
 		s.pids[r] = pid;
 		s.alive++;
 	}
+	last_node = s.node > 0 ? s.node : 0;
+	if (s.xops) {
+		/* After the forks: the ranks never inherit what the exchange starts (MPI). */
+		rc = s.xops->start(&s, &s.link, err, errlen);
+		if (rc) {
+			sup_raise_abort(&s);
+			sup_kill_all(&s);
+			for (int i = s.lo; i < s.hi; i++)
+				waitpid(s.pids[i], NULL, 0);
+			goto out;
+		}
+	}
 	active = &s;
 	rc = sup_loop(&s, err, errlen);
 	active = NULL;
+	if (s.link) {
+		s.xops->stop(s.link, rc || res->failed_rank >= 0 || res->stop_signal);
+		s.link = NULL;
+	}
 	if (!rc) {
 		if (res->failed_rank >= 0)
 			rc = -DPS_ERANK;

@@ -106,6 +106,13 @@ struct dps_sup_opts {
 	 * it as struct dps_world's kv_share (prefill rank q of the part at q * kv_stride).
 	 */
 	size_t kv_share_bytes;
+	/*
+	 * Whether the caller runs across nodes (par.nodes > 1; docs/DESIGN.md, "Several
+	 * nodes"): under mpirun, this process is one node's supervisor, forks that node's ranks
+	 * only, and on nodes other than 0 runs none of the caller's functions (msg_fn, tick_fn,
+	 * pending_fn, fail_fn): node 0's run them for every rank. Without it --nodes is refused.
+	 */
+	int nodes_ok;
 };
 
 struct dps_sup_result {
@@ -158,6 +165,10 @@ int dps_sup_send(int rank, const void *msg, size_t len);
  * pids (0 for a rank already reaped). Returns the ranks written, 0 outside dps_sup_run.
  */
 int dps_sup_rank_pids(int *pids, int max);
+
+/* The node this process was in its last dps_sup_run: 0 on one node, on node 0 and when it
+ * hosts every node; the caller prints results only on node 0. */
+int dps_sup_node(void);
 
 /*
  * From the supervisor, while dps_sup_run runs: stops the instance as signal signo would

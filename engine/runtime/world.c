@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "common/dps.h"
+#include "engine/runtime/nodes.h"
 #include "engine/runtime/world.h"
+#include "shm/coll_x.h"
 
 #define RING_SLOTS 16
 #define RING_SLOT_BYTES 4096
@@ -78,6 +80,7 @@ static void collect_set(const struct dps_groupset *gs, void *arg)
 			nc[idx].ranks = ranks;
 			nc[idx].off = 0;
 			nc[idx].window = 0;
+			nc[idx].cross = 0;
 		}
 		/* TP groups (either part) carry the windows, also where another set aliases them */
 		if (gs == &l->groups.tp || (l->groups.prefill && gs == &l->groups.prefill->tp))
@@ -100,6 +103,26 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 		return rc;
 	pg = l->groups.prefill;
 	l->world = dps_groups_total(&l->groups);
+	l->nodes = cfg->nodes > 1 ? cfg->nodes : 1;
+	if (l->nodes > 1) {
+		rc = dps_nodes_check(l->world, l->nodes, err, errlen);
+		if (!rc && pg) {
+			snprintf(err, errlen, "--nodes %d with --prefill-data-parallel-size: "
+				 "disaggregated prefill across nodes is not implemented yet",
+				 l->nodes);
+			rc = -DPS_ECONFIG;
+		}
+		if (!rc && (l->world / l->nodes) % cfg->tp) {
+			snprintf(err, errlen, "--nodes %d: each node runs %d ranks, which is not a whole "
+				 "number of TP groups of %d; a TP group that crosses nodes is not "
+				 "implemented yet", l->nodes, l->world / l->nodes, cfg->tp);
+			rc = -DPS_ECONFIG;
+		}
+		if (rc) {
+			dps_groups_free(&l->groups);
+			return rc;
+		}
+	}
 	if (slot_bytes < (size_t)DPS_CACHELINE * ((size_t)l->world + 1))
 		slot_bytes = (size_t)DPS_CACHELINE * ((size_t)l->world + 1);
 	l->slot_bytes = dps_align_up(slot_bytes, 4096);
@@ -117,7 +140,15 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	}
 	off = dps_align_up(sizeof(struct dps_ctl) + sizeof(struct dps_beat) * (size_t)l->world, 4096);
 	for (i = 0; i < l->n_comms; i++) {
-		sz = dps_comm_shm_size(l->comms[i].n, l->slot_bytes, l->comms[i].window);
+		struct dps_layout_comm *lc = &l->comms[i];
+
+		for (int k = 1; k < lc->n && l->nodes > 1; k++)
+			if (dps_layout_node_of(l, lc->ranks[k]) != dps_layout_node_of(l, lc->ranks[0]))
+				lc->cross = 1;
+		if (lc->cross)
+			lc->window = 0; /* the windows are one node's memory */
+		sz = lc->cross ? dps_xarea_size(lc->n, l->slot_bytes)
+			       : dps_comm_shm_size(lc->n, l->slot_bytes, lc->window);
 		if (l->comms[i].n > 1 && sz == 0)
 			goto toobig;
 		l->comms[i].off = off;
@@ -192,8 +223,11 @@ void dps_layout_init_shm(const struct dps_layout *l, void *base)
 {
 	memset(base, 0, sizeof(struct dps_ctl) + sizeof(struct dps_beat) * (size_t)l->world);
 	for (int i = 0; i < l->n_comms; i++)
-		dps_comm_shm_init((char *)base + l->comms[i].off, l->comms[i].n, l->slot_bytes,
-				  l->comms[i].window);
+		if (l->comms[i].cross)
+			dps_xarea_init((char *)base + l->comms[i].off, l->comms[i].n, l->slot_bytes);
+		else
+			dps_comm_shm_init((char *)base + l->comms[i].off, l->comms[i].n,
+					  l->slot_bytes, l->comms[i].window);
 	for (int r = 0; r < l->world; r++) {
 		dps_ring_init(dps_layout_ring_to_sup(l, base, r), l->ring_slots, 1,
 			      l->ring_slot_bytes);
@@ -251,8 +285,12 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 
 		if (me < 0)
 			continue;
-		rc = dps_comm_attach(&w->comms[i], lc->n > 1 ? (char *)base + lc->off : NULL,
-				     lc->n, me, lc->ranks, l->slot_bytes, &w->ctl->abort);
+		if (lc->cross)
+			rc = dps_comm_attach_x(&w->comms[i], (char *)base + lc->off, lc->n, me,
+					       lc->ranks, &w->ctl->abort, &w->ctl->xbell);
+		else
+			rc = dps_comm_attach(&w->comms[i], lc->n > 1 ? (char *)base + lc->off : NULL,
+					     lc->n, me, lc->ranks, l->slot_bytes, &w->ctl->abort);
 		if (rc)
 			goto err;
 	}

@@ -45,6 +45,9 @@ struct dps_beat {
 struct dps_ctl {
 	_Alignas(DPS_CACHELINE) _Atomic uint32_t abort; /* raised by the supervisor; read by every wait */
 	char pad[DPS_CACHELINE - sizeof(uint32_t)];
+	/* Rung by a member of a group that crosses nodes when it posts a round (shm/coll_x.h):
+	 * the node's proxy sleeps on it. */
+	struct dps_wword xbell;
 	struct dps_beat beat[]; /* (world) */
 };
 
@@ -58,11 +61,13 @@ struct dps_layout_comm {
 	const int *ranks;  /* (n), borrowed from the group set that first produced it */
 	size_t off;        /* offset of its area in the segment (unused when n == 1) */
 	size_t window;     /* bytes of each member's window (coll.h): TP groups only, else 0 */
+	int cross;         /* its members sit on more than one node: a shm/coll_x.h area */
 };
 
 struct dps_layout {
 	struct dps_groups groups; /* the decode part's, and groups.prefill the prefill part's */
 	int world;                /* every rank of the instance (both parts) */
+	int nodes;                /* machines (1: this one); node-major, world / nodes each */
 	size_t slot_bytes;        /* collective slot size */
 	size_t window_bytes;      /* each TP group member's window (0: none) */
 	unsigned ring_slots;
@@ -100,6 +105,12 @@ void dps_layout_free(struct dps_layout *l);
 
 /* Initialises a zeroed segment of l->total bytes (control block, every area and ring). */
 void dps_layout_init_shm(const struct dps_layout *l, void *base);
+
+/* The node of instance rank r. */
+static inline int dps_layout_node_of(const struct dps_layout *l, int r)
+{
+	return r / (l->world / l->nodes);
+}
 
 /* Rings of rank r inside the segment. */
 void *dps_layout_ring_to_sup(const struct dps_layout *l, void *base, int r);
