@@ -121,6 +121,7 @@ const char *dps_coll_algo_name(enum dps_coll_algo a)
 	switch (a) {
 	case DPS_ALGO_ONESHOT: return "one-shot";
 	case DPS_ALGO_RSAG: return "rs+ag";
+	case DPS_ALGO_NODES: return "nodes";
 	default: return "auto";
 	}
 }
@@ -355,6 +356,8 @@ size_t dps_coll_oneshot_default(unsigned ranks, unsigned cpus)
 
 enum dps_coll_algo dps_coll_allreduce_algo(const struct dps_comm *c, size_t bytes)
 {
+	if (c->x)
+		return DPS_ALGO_NODES;
 	if (c->algo != DPS_ALGO_AUTO)
 		return c->algo;
 	return bytes <= c->oneshot_max ? DPS_ALGO_ONESHOT : DPS_ALGO_RSAG;

@@ -52,7 +52,8 @@ enum dps_coll_kind {
 	DPS_COLL_KINDS
 };
 
-enum dps_coll_algo { DPS_ALGO_AUTO, DPS_ALGO_ONESHOT, DPS_ALGO_RSAG };
+/* DPS_ALGO_NODES: what a group that crosses nodes does (shm/coll_x.h); reported, never forced. */
+enum dps_coll_algo { DPS_ALGO_AUTO, DPS_ALGO_ONESHOT, DPS_ALGO_RSAG, DPS_ALGO_NODES };
 
 /*
  * How a member writes a large message into its slots: with ordinary stores (the data stays in

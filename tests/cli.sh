@@ -221,6 +221,15 @@ for op in allgather reducescatter alltoall; do
 	expect_rc 0 && check_bench_rows
 done
 
+# A group across 2 nodes (one process hosting both): every size checked, the rows say so.
+run bench coll --ranks 4 --nodes 2 --op allreduce --min-bytes 64 --max-bytes 4K --repeats 3
+if expect_rc 0; then
+	check_bench_rows
+	grep -v '^#' "$tmp/out" | grep -qv ' nodes ' && fail "$desc: a row not across nodes"
+fi
+run bench coll --ranks 4 --nodes 2 --in-place
+expect_rc 2
+
 # The MPI loop's method (each call alone after a barrier, the slowest rank's time), said in
 # the header; the ping-pong floor, one row; both refused where they do not apply.
 run bench coll --ranks 3 --method osu --op allreduce --min-bytes 64 --max-bytes 4K --repeats 3
@@ -672,6 +681,19 @@ for layout in "--tensor-parallel-size 2" \
 	cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
 		{ fail "$desc: output differs from the golden text"; show stdout "$tmp/out"; show stderr "$tmp/err"; }
 done
+# Across nodes without mpirun (one process hosting every node, each with its own shared
+# memory; groups that cross nodes exchange through the proxy's rounds): the golden text.
+for n in 2 4; do
+	run generate --model "$tmp/st260" -n 64 --tensor-parallel-size 8 --data-parallel-size 4 \
+		--embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4 --nodes "$n" "Once upon a time"
+	expect_rc 0
+	cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+		{ fail "$desc: --nodes $n: output differs from the golden text"; show stderr "$tmp/err"; }
+done
+run generate --model "$tmp/st260" -n 8 --tensor-parallel-size 2 --data-parallel-size 2 --nodes 4 "Once"
+expect_rc 1
+grep -q 'a TP group that crosses nodes is not implemented yet' "$tmp/err" ||
+	fail "$desc: a TP group across nodes is not refused by name"
 run generate --model "$tmp/st260" --tensor-parallel-size 2 --data-parallel-size 2 --mlp-dp-size 2
 expect_rc 0
 cmp -s "$tmp/out" "$golden/empty_prompt_n256.stdout.txt" ||

@@ -441,7 +441,7 @@ int dps_bench_coll(int argc, char **argv)
 	const char *method = "batch", *copy = "auto";
 	size_t slot = DPS_COLL_SLOT_DEFAULT;
 	struct dps_sup_result res;
-	int ranks = 2, npos, rc, i;
+	int ranks = 2, nodes = 1, quiet = 0, npos, rc, i;
 	char err[512], *pos[1];
 	const struct dps_flag flags[] = {
 		{ "ranks", DPS_FLAG_INT, &ranks, "N", "rank processes in the group", 1, DPS_MAX_WORLD },
@@ -473,6 +473,10 @@ int dps_bench_coll(int argc, char **argv)
 		  "activations are), read there by its peers instead of copied into the slots: "
 		  "allreduce (above the one-shot limit), allgather, reducescatter", 0, 0 },
 		{ "json", DPS_FLAG_BOOL, &b.json, NULL, "one JSON object per size instead of a table", 0, 0 },
+		{ "nodes", DPS_FLAG_INT, &nodes, "N",
+		  "the ranks spread over N nodes, the group crossing them (one DP group): under "
+		  "mpirun, one process per node; without, one process hosting every node", 1,
+		  DPS_MAX_WORLD },
 		DPS_FLAGS_END
 	};
 
@@ -531,6 +535,22 @@ int dps_bench_coll(int argc, char **argv)
 	}
 	b.world = ranks;
 	so.par.tp = ranks;
+	if (nodes > 1) {
+		const char *me = getenv("OMPI_COMM_WORLD_RANK");
+
+		if (b.in_place || b.op == OP_PINGPONG) {
+			fprintf(stderr, "dpshard bench coll: --nodes with %s: a group across nodes "
+				"has no windows and no shared line\n",
+				b.in_place ? "--in-place" : "--op pingpong");
+			return 2;
+		}
+		/* one DP group across the nodes (a TP group must stay on one) */
+		so.par.tp = 1;
+		so.par.dp = ranks;
+		so.par.nodes = nodes;
+		so.nodes_ok = 1;
+		quiet = me && strcmp(me, "0"); /* another node than 0: node 0 prints the rows */
+	}
 	so.cpu_bind = cpu_bind;
 	so.slot_bytes = slot;
 	if (b.in_place)
@@ -548,7 +568,10 @@ int dps_bench_coll(int argc, char **argv)
 			dps_topo_free(&topo);
 		}
 	}
-	if (!b.json) {
+	if (!b.json && !quiet) {
+		if (nodes > 1)
+			printf("# %d nodes: the group crosses them (docs/DESIGN.md, \"Several "
+			       "nodes\")\n", nodes);
 		if (b.op == OP_PINGPONG)
 			printf("# dpshard bench coll: pingpong, one cache line between 2 ranks, half "
 			       "the median round trip of %d batches\n", b.repeats);

@@ -45,12 +45,14 @@
 #include "engine/model/model_config.h"
 #include "engine/shard/shard.h"
 #include "engine/runtime/supervisor.h"
+#include "engine/runtime/xlink.h"
 #include "tools/cmd.h"
 #include "tools/text.h"
 #include "tools/flags.h"
 
 struct serve {
 	struct io_uring ring;
+	int remote;                   /* --nodes under mpirun, a node other than 0: no frontend */
 	struct dps_http *http;
 	struct dps_frontend *fe;
 	struct dps_engine_client *client;
@@ -103,7 +105,8 @@ static void in_child(void *arg)
 {
 	(void)arg;
 	/* The rank keeps nothing of the frontend: no sockets, not the ring. */
-	dps_http_close_fds(S->http);
+	if (S->http)
+		dps_http_close_fds(S->http);
 	io_uring_queue_exit(&S->ring);
 	if (S->sigfd >= 0)
 		close(S->sigfd);
@@ -112,6 +115,8 @@ static void in_child(void *arg)
 static int on_signal(int signo, void *arg)
 {
 	(void)arg;
+	if (S->remote) /* mpirun sends it to every node: node 0 drains and ends the ranks */
+		return 1;
 	if (signo == SIGHUP) {
 		reopen_log(S->log_file);
 		dps_info("SIGHUP: log reopened");
@@ -471,6 +476,16 @@ int dps_cmd_serve(int argc, char **argv)
 	/* Stable while the version and the checkpoint are: OpenAI's "backend configuration". */
 	snprintf(fingerprint, sizeof(fingerprint), "dpshard-%s-%012llx", PACKAGE_VERSION,
 		 (unsigned long long)(model_hash & 0xffffffffffffull));
+	if (par.nodes > 1) {
+		const struct dps_xlink_ops *xo;
+		int node;
+
+		if (dps_xlink_identity(par.nodes, &node, &xo, err, sizeof(err))) {
+			fprintf(stderr, "dpshard serve: %s\n", err);
+			return 2;
+		}
+		s.remote = node > 0;
+	}
 	signal(SIGPIPE, SIG_IGN);
 	S = &s;
 	s.sigfd = -1;
@@ -526,7 +541,7 @@ int dps_cmd_serve(int argc, char **argv)
 		fprintf(stderr, "dpshard serve: cannot set up an io_uring: %s\n", strerror(-rc));
 		return 1;
 	}
-	{
+	if (!s.remote) {
 		const struct dps_frontend_opts fo = {
 			.model_name = name, .api_key = api_key, .version = PACKAGE_VERSION,
 			.fingerprint = fingerprint,
@@ -570,7 +585,9 @@ int dps_cmd_serve(int argc, char **argv)
 		}
 	}
 	/* Logged when the ranks have loaded the model (announce): not before it is true. */
-	if (unix_path)
+	if (s.remote)
+		snprintf(s.listening, sizeof(s.listening), "node ready");
+	else if (unix_path)
 		snprintf(s.listening, sizeof(s.listening),
 			 "listening on unix:%s, model '%s' on %d rank(s)", unix_path, name,
 			 ranks);
@@ -602,12 +619,23 @@ int dps_cmd_serve(int argc, char **argv)
 					   .signal_fn = on_signal, .fail_fn = on_fail,
 					   .rank_timeout_ms = (unsigned)rank_timeout * 1000u,
 					   .pending_fn = on_pending, .coupled_fn = on_coupled,
-					   .verbose = verbose };
+					   .verbose = verbose, .nodes_ok = 1 };
 		struct dps_sup_result res;
 		int was_ready;
 
 		cb.arg = s.fe;
 		so.window_bytes = dps_engine_window_bytes(&eo, &par);
+		if (s.remote) {
+			/* Another node's supervisor: its ranks only. Node 0 runs the frontend, the
+			 * load balancer and the ranks' life; a failure anywhere ends the job. */
+			so.cqe_fn = NULL;
+			so.ring = NULL;
+			rc = dps_sup_run(&so, &res, err, sizeof(err));
+			if (rc && rc != -DPS_EABORT)
+				dps_error("%s", err);
+			status = rc ? 1 : 0;
+			break;
+		}
 		rc = dps_engine_client_new(&s.client, par.dp, par.tp, &cb);
 		if (!rc && par.prefill_dp) { /* disaggregated: both parts, the prefill KV shared */
 			so.roles = 1;
@@ -646,6 +674,17 @@ int dps_cmd_serve(int argc, char **argv)
 		if (!rc) { /* the ranks ended on their own: not expected of a service */
 			snprintf(err, sizeof(err), "the ranks stopped");
 			rc = -DPS_ERANK;
+		}
+		if (par.nodes > 1) {
+			/* Across nodes the ranks are not restarted: every node's supervisor would
+			 * have to start again together. The job ends; restart it. */
+			dps_frontend_fail_all(s.fe, "a rank or a node of the job failed", 0);
+			dps_frontend_set_client(s.fe, NULL);
+			dps_engine_client_free(s.client);
+			s.client = NULL;
+			dps_error("%s; across nodes the ranks are not restarted: restart the job", err);
+			status = 1;
+			break;
 		}
 		if (s.ever_ready || was_ready)
 			dps_frontend_set_state(s.fe, DPS_FE_RECOVERING);

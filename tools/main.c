@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
+#include "engine/runtime/xlink.h"
 #include "tools/cmd.h"
 
 static const struct {
@@ -58,6 +60,9 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+#ifdef HAVE_MPI
+	dps_xlink_mpi_register(); /* --nodes under mpirun */
+#endif
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

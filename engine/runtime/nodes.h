@@ -6,7 +6,7 @@
  * are the fastest-moving index, a TP group stays inside one node whenever the node's ranks
  * divide into whole TP groups: today's placement rule (keep TP groups on one NUMA node),
  * lifted to machines. This is the layout of the multi-node design (docs/DESIGN.md,
- * "Several nodes"); `dpshard groups --nodes N` prints it. No transport crosses nodes yet.
+ * "Several nodes"); `dpshard groups --nodes N` prints it, and --nodes N runs it.
  */
 #ifndef DPS_RUNTIME_NODES_H
 #define DPS_RUNTIME_NODES_H

@@ -77,13 +77,27 @@ int dps_sup_check_hung(struct sup *s, char *err, size_t errlen)
 		for (int r = 0; r < s->lay.world; r++)
 			s->hang[r].since_ns = s->beats[r].since_ns = 0;
 	s->hang_checked = now;
+	/* This process's ranks; on node 0 under mpirun every rank, the others' from the words
+	 * their nodes send (the caller's pending_fn, which says who must progress, is here). */
 	for (int r = 0; r < s->lay.world; r++) {
-		const struct dps_beat *b = &sup_ctl(s, r)->beat[r];
-		const uint64_t work = atomic_load_explicit(&b->work, memory_order_relaxed);
-		const uint64_t alive = atomic_load_explicit(&b->count, memory_order_relaxed);
-		const int expected = s->pids[r] > 0 &&
-				     (atomic_load_explicit(&b->busy, memory_order_relaxed) ||
-				      (s->o->pending_fn && s->node <= 0 && s->o->pending_fn(r, s->o->msg_arg)));
+		const int here = sup_hosts(s, r);
+		uint64_t work, alive;
+		uint32_t busy;
+		int expected;
+
+		if (here) {
+			const struct dps_beat *b = &sup_ctl(s, r)->beat[r];
+
+			work = atomic_load_explicit(&b->work, memory_order_relaxed);
+			alive = atomic_load_explicit(&b->count, memory_order_relaxed);
+			busy = atomic_load_explicit(&b->busy, memory_order_relaxed);
+		} else if (!s->link || s->node != 0 ||
+			   s->xops->beat(s->link, r, &work, &alive, &busy)) {
+			continue;
+		}
+		expected = (here ? s->pids[r] > 0 : 1) &&
+			   (busy || (s->o->pending_fn && s->node <= 0 &&
+				     s->o->pending_fn(r, s->o->msg_arg)));
 		const uint64_t stuck = dps_hang_watch_check(&s->hang[r], work, expected, now);
 		const uint64_t silent = dps_hang_watch_check(&s->beats[r], alive, expected, now);
 		char who[64];
@@ -93,7 +107,8 @@ int dps_sup_check_hung(struct sup *s, char *err, size_t errlen)
 			s->ran_ns[r] = 0;
 			continue;
 		}
-		if (!dps_rank_silence_is_its_own(s->pids[r], &s->ran_ns[r])) {
+		/* (a rank on another node: its CPU time is not known here) */
+		if (here && !dps_rank_silence_is_its_own(s->pids[r], &s->ran_ns[r])) {
 			/* Starved of CPU (or not yet known): judged again at the next check,
 			 * and until then counted as working, which no one waiting for it is
 			 * blamed for. */
@@ -101,12 +116,24 @@ int dps_sup_check_hung(struct sup *s, char *err, size_t errlen)
 			continue;
 		}
 		dps_sup_describe_rank(s, r, who, sizeof(who));
-		snprintf(err, errlen, "%s, pid %ld, made no progress for %.1f s with work pending "
-			 "(the rank timeout is %.1f s): it is hung", who, (long)s->pids[r],
-			 (double)stuck / 1e9, (double)s->o->rank_timeout_ms / 1e3);
+		{
+			char where[48];
+
+			if (here)
+				snprintf(where, sizeof(where), "pid %ld", (long)s->pids[r]);
+			else
+				snprintf(where, sizeof(where), "on node %d",
+					 dps_layout_node_of(&s->lay, r));
+			snprintf(err, errlen, "%s, %s, made no progress for %.1f s with work "
+				 "pending (the rank timeout is %.1f s): it is hung", who, where,
+				 (double)stuck / 1e9, (double)s->o->rank_timeout_ms / 1e3);
+		}
 		s->res->hung_ms = stuck / 1000000ull;
 		s->hung_rank = r;
-		kill(s->pids[r], SIGKILL);
+		if (here)
+			kill(s->pids[r], SIGKILL);
+		else
+			s->xops->kill(s->link, r);
 		dps_sup_fail(s, r, err);
 		return (int)period;
 	}

@@ -58,6 +58,7 @@ struct sup {
 	const struct dps_xlink_ops *xops; /* the exchange between nodes (NULL on one node) */
 	struct dps_xlink *link;      /* its state for this run */
 	int remote_alive;            /* node 0 under mpirun: other nodes whose ranks still run */
+	char why[256];               /* the first failure's sentence */
 };
 
 /* The control block that rank r's waits read (on its node). */

@@ -222,6 +222,24 @@ static int lb_next(struct dps_xlink *x, struct dps_xevent *ev)
 	return -EAGAIN;
 }
 
+static int lb_lost(struct dps_xlink *x, unsigned ms)
+{
+	(void)x, (void)ms;
+	return -1;
+}
+
+static int lb_beat(struct dps_xlink *x, int r, uint64_t *work, uint64_t *alive, uint32_t *busy)
+{
+	(void)x, (void)r, (void)work, (void)alive, (void)busy;
+	return -ENOENT;
+}
+
+static void lb_kill(struct dps_xlink *x, int r)
+{
+	(void)x, (void)r;
+}
+
 const struct dps_xlink_ops dps_xlink_loopback = {
-	"loopback", lb_start, lb_none, lb_none, lb_fail, lb_next, lb_stop
+	"loopback", lb_start, lb_none, lb_none, lb_fail, lb_next, lb_lost, lb_beat, lb_kill,
+	lb_stop
 };

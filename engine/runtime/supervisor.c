@@ -179,9 +179,11 @@ void dps_sup_fail(struct sup *s, int r, const char *err)
 {
 	s->res->failed_rank = r;
 	s->res->failed_ns = dps_now_ns();
+	if (!s->why[0])
+		snprintf(s->why, sizeof(s->why), "%s", err);
 	dps_error("%s; stopping the other ranks", err);
 	sup_raise_abort(s);
-	if (s->link && sup_hosts(s, r))
+	if (s->link && (sup_hosts(s, r) || s->node == 0))
 		s->xops->fail(s->link, r, err); /* every other node stops too */
 	if (s->o->fail_fn && s->node <= 0)
 		s->o->fail_fn(err, s->o->msg_arg);
@@ -197,6 +199,10 @@ static void sup_link_events(struct sup *s)
 			s->o->msg_fn(ev.rank, ev.data, ev.len, s->o->msg_arg);
 		if (ev.kind == DPS_XEV_FAIL && s->res->failed_rank < 0 && !s->res->stop_signal)
 			dps_sup_fail(s, ev.rank, (const char *)ev.data);
+		if (ev.kind == DPS_XEV_KILL && sup_hosts(s, ev.rank) && s->pids[ev.rank] > 0) {
+			s->hung_rank = ev.rank; /* node 0 reported it */
+			kill(s->pids[ev.rank], SIGKILL);
+		}
 		if (ev.kind == DPS_XEV_DONE) {
 			s->remote_alive--;
 			if (ev.status && s->res->failed_rank < 0 && !s->res->stop_signal) {
@@ -354,6 +360,21 @@ static void on_signal(struct sup *s)
 	while (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		const int signo = (int)si.ssi_signo;
 
+		/* Under mpirun a node that dies is followed by mpirun's SIGTERM to the others,
+		 * and its SIGKILL a second later: node 0 must see the loss first, so that its
+		 * caller answers what was in flight. */
+		if (s->link && s->node == 0 && signo != SIGHUP && s->res->failed_rank < 0) {
+			const int k = s->xops->lost(s->link, 300);
+
+			if (k > 0) {
+				char why[160];
+
+				snprintf(why, sizeof(why), "node %d stopped answering (nothing from it for "
+					 "over 0.3 s when %s came): its supervisor died or hangs", k,
+					 strsignal(signo));
+				dps_sup_fail(s, k * (s->lay.world / s->lay.nodes), why);
+			}
+		}
 		if (s->o->signal_fn && s->o->signal_fn(signo, s->o->msg_arg))
 			continue;
 		if (signo == SIGHUP)
@@ -724,6 +745,8 @@ int dps_sup_run(const struct dps_sup_opts *o, struct dps_sup_result *res, char *
 			rc = -DPS_EABORT;
 	}
 out:
+	if (rc && !err[0] && s.why[0]) /* (a failure another node reported) */
+		snprintf(err, errlen, "%s", s.why);
 	sup_teardown(&s);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #define DPS_ENGINE_XLINK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct sup;
 struct dps_xlink;
@@ -19,6 +20,7 @@ enum dps_xevent_kind {
 	DPS_XEV_MSG,  /* node 0: a message of rank `rank` (on another node) */
 	DPS_XEV_FAIL, /* rank `rank` on another node failed; data: the sentence */
 	DPS_XEV_DONE, /* node `node` has no rank left; status: 0 when they all exited 0 */
+	DPS_XEV_KILL, /* node 0 found this node's rank `rank` hung: kill it */
 };
 
 struct dps_xevent {
@@ -40,6 +42,14 @@ struct dps_xlink_ops {
 	void (*fail)(struct dps_xlink *x, int r, const char *why);
 	/* The supervisor's loop takes the next event: 0, or -EAGAIN when there is none. */
 	int (*next)(struct dps_xlink *x, struct dps_xevent *ev);
+	/* Node 0: the first other node not heard from for more than ms (its supervisor sends
+	 * every 100 ms while its ranks run), or -1. */
+	int (*lost)(struct dps_xlink *x, unsigned ms);
+	/* Node 0: the progress words (struct dps_beat) of rank r on another node as its node last
+	 * sent them (every 100 ms): 0, or -ENOENT when none came yet. */
+	int (*beat)(struct dps_xlink *x, int r, uint64_t *work, uint64_t *alive, uint32_t *busy);
+	/* Node 0: rank r on another node is hung; its node's supervisor kills it. */
+	void (*kill)(struct dps_xlink *x, int r);
 	/* This node's ranks have all exited (status 0 when cleanly): node 0 is told, and the
 	 * run's exchange ends. */
 	void (*stop)(struct dps_xlink *x, int status);
