@@ -137,13 +137,21 @@ static int xstream(struct dps_comm *c, const void *p, size_t bytes,
 	return 0;
 }
 
-static int xdone(struct dps_comm *c, enum dps_coll_kind k, size_t bytes, int rc)
+/* A call's statistics (coll.h's): t0 its start when timing, else 0. */
+static int xdone(struct dps_comm *c, enum dps_coll_kind k, size_t bytes, int rc, uint64_t t0)
 {
 	if (!rc) {
 		c->stats.calls[k]++;
 		c->stats.bytes[k] += bytes;
+		if (t0)
+			c->stats.ns[k] += dps_now_ns() - t0;
 	}
 	return rc;
+}
+
+static uint64_t xbegin(const struct dps_comm *c)
+{
+	return c->timing ? dps_now_ns() : 0;
 }
 
 static int nothing(struct dps_comm *c, size_t off, void *arg)
@@ -154,7 +162,9 @@ static int nothing(struct dps_comm *c, size_t off, void *arg)
 
 int dps_xcoll_barrier(struct dps_comm *c)
 {
-	return xdone(c, DPS_COLL_BARRIER, 0, xstream(c, NULL, 0, nothing, NULL));
+	const uint64_t t0 = xbegin(c);
+
+	return xdone(c, DPS_COLL_BARRIER, 0, xstream(c, NULL, 0, nothing, NULL), t0);
 }
 
 struct bc { char *buf; int root; };
@@ -170,10 +180,11 @@ static int bcast_fn(struct dps_comm *c, size_t off, void *arg)
 
 int dps_xcoll_bcast(struct dps_comm *c, void *buf, size_t bytes, int root)
 {
+	const uint64_t t0 = xbegin(c);
 	struct bc b = { buf, root };
 
 	return xdone(c, DPS_COLL_BCAST, bytes,
-		     xstream(c, buf, c->me == root ? bytes : 0, bcast_fn, &b));
+		     xstream(c, buf, c->me == root ? bytes : 0, bcast_fn, &b), t0);
 }
 
 struct ag { char *recv; const size_t *counts, *displs; size_t esz; };
@@ -196,6 +207,7 @@ static int ag_fn(struct dps_comm *c, size_t off, void *arg)
 int dps_xcoll_allgatherv(struct dps_comm *c, const void *send, void *recv, const size_t *counts,
 			 const size_t *displs, size_t esz, size_t total)
 {
+	const uint64_t t0 = xbegin(c);
 	struct ag a = { recv, NULL, displs, esz };
 	size_t *own = malloc(sizeof(size_t) * (size_t)c->n);
 	void *copy = NULL;
@@ -218,7 +230,7 @@ int dps_xcoll_allgatherv(struct dps_comm *c, const void *send, void *recv, const
 	rc = xstream(c, copy, counts[c->me] * esz, ag_fn, &a);
 	free(copy);
 	free(own);
-	return xdone(c, DPS_COLL_ALLGATHER, total, rc);
+	return xdone(c, DPS_COLL_ALLGATHER, total, rc, t0);
 }
 
 struct ar { char *recv; enum dps_dtype t; size_t esz; size_t lo, hi; const void **src; };
@@ -261,14 +273,16 @@ int dps_xcoll_allreduce(struct dps_comm *c, const void *send, void *recv, size_t
 			enum dps_dtype t)
 {
 	const size_t bytes = count * dps_dtype_size(t);
+	const uint64_t t0 = xbegin(c);
 
-	return xdone(c, DPS_COLL_ALLREDUCE, bytes, xsum(c, send, recv, bytes, 0, bytes, t));
+	return xdone(c, DPS_COLL_ALLREDUCE, bytes, xsum(c, send, recv, bytes, 0, bytes, t), t0);
 }
 
 int dps_xcoll_reducescatterv(struct dps_comm *c, const void *send, void *recv,
 			     const size_t *counts, enum dps_dtype t)
 {
 	const size_t esz = dps_dtype_size(t);
+	const uint64_t t0 = xbegin(c);
 	size_t lo = 0, total = 0;
 
 	for (int g = 0; g < c->n; g++) {
@@ -277,7 +291,7 @@ int dps_xcoll_reducescatterv(struct dps_comm *c, const void *send, void *recv,
 		total += counts[g];
 	}
 	return xdone(c, DPS_COLL_REDUCESCATTER, total * esz,
-		     xsum(c, send, recv, total * esz, lo, lo + counts[c->me] * esz, t));
+		     xsum(c, send, recv, total * esz, lo, lo + counts[c->me] * esz, t), t0);
 }
 
 /*
@@ -340,6 +354,7 @@ int dps_xcoll_alltoallv(struct dps_comm *c, const void *send, const size_t *scou
 	const int n = c->n;
 	const size_t esz = dps_dtype_size(t);
 	const size_t limit = SIZE_MAX / 4 / esz / (size_t)n;
+	const uint64_t t0 = xbegin(c);
 	struct a2a x = { recv, rcounts, NULL, esz, sizeof(uint64_t) * (size_t)n, NULL, NULL, 0, 0 };
 	size_t total = 0, at = 0, *rd = NULL;
 	unsigned char *pay = NULL;
@@ -380,5 +395,5 @@ out:
 	free(x.blk);
 	free(rd);
 	free(pay);
-	return xdone(c, DPS_COLL_ALLTOALL, total * esz, rc);
+	return xdone(c, DPS_COLL_ALLTOALL, total * esz, rc, t0);
 }

@@ -110,7 +110,7 @@ static uint64_t coll_ns(struct dps_world *w)
 	uint64_t ns = 0;
 
 	for (int i = 0; i < w->lay->n_comms; i++)
-		if (w->comms[i].n > 1 && w->comms[i].post)
+		if (w->comms[i].n > 1 && (w->comms[i].post || w->comms[i].x))
 			for (int k = 0; k < DPS_COLL_KINDS; k++)
 				ns += w->comms[i].stats.ns[k];
 	return ns;

@@ -452,7 +452,8 @@ int dps_cmd_generate(int argc, char **argv)
 	if (bf16 || npos > 1 || requests || spec_model || par.tp * par.dp > 1 || par.attn_dp > 1 ||
 	    par.prefill_dp ||
 	    par.emb_dp > 1 ||
-	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1 || par.ep || par.a2a) {
+	    par.mlp_dp > 1 || par.lm_head_dp > 1 || par.draft_mlp_dp > 1 || par.ep || par.a2a ||
+	    par.nodes > 1) {
 		struct dps_gen_ranks_opts o = { .par = par, .model = model_dir, .cpu_bind = cpu_bind,
 						.dtype = dtype ? (enum dps_shard_dtype)(dtype - 1)
 							       : DPS_SHARD_DTYPE_AUTO,

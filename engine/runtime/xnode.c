@@ -49,7 +49,8 @@ static void group_free(struct xgroup *g)
 	free(g->order);
 	free(g->cnt);
 	free(g->disp);
-	free(g->lens_mine);
+	free(g->head_send);
+	free(g->head_recv);
 	free(g->lens);
 	free(g->send);
 	free(g->recv);
@@ -87,11 +88,14 @@ static int group_setup(struct dps_xlink *x, struct xgroup *g, const struct dps_l
 	g->node_cnt = calloc((size_t)l->nodes, sizeof(int));
 	g->cnt = calloc((size_t)l->nodes, sizeof(int));
 	g->disp = calloc((size_t)l->nodes, sizeof(int));
-	g->lens_mine = malloc(sizeof(uint64_t) * (size_t)lc->n);
+	g->inl = XINL_MIN;
+	g->head_send = malloc((8 + XINL_MAX) * (size_t)of[node]);
+	g->head_recv = malloc((8 + XINL_MAX) * (size_t)lc->n);
 	g->lens = malloc(sizeof(uint64_t) * (size_t)lc->n);
 	g->send = malloc(piece * (size_t)of[node]);
 	g->recv = malloc(piece * (size_t)lc->n);
-	if (!g->local || !g->order || !g->node_cnt || !g->cnt || !g->disp || !g->lens_mine ||
+	if (!g->local || !g->order || !g->node_cnt || !g->cnt || !g->disp || !g->head_send ||
+	    !g->head_recv || (8 + XINL_MAX) * (size_t)lc->n > INT_MAX ||
 	    !g->lens || !g->send || !g->recv || piece * (size_t)lc->n > INT_MAX) {
 		free(of);
 		return -ENOMEM;
@@ -181,28 +185,61 @@ void dps_xmpi_run_free(struct dps_xlink *x)
 
 /* ---- rounds (MPI thread) --------------------------------------------------------------------- */
 
-/* Advances one group's round; 1 when something moved. */
+/* The round is complete: every member's piece into the area in group order, published. */
+static void group_publish(struct xgroup *g, int second)
+{
+	const size_t slot = 8 + g->inl;
+	size_t at = 0;
+
+	for (int i = 0; i < g->n; i++) {
+		const int m = g->order[i];
+		const size_t len = (size_t)(g->lens[i] & ~DPS_X_MORE);
+		const size_t head = len < g->inl ? len : g->inl;
+		unsigned char *out = dps_xarea_out(g->area, m);
+
+		memcpy(out, g->head_recv + (size_t)i * slot + 8, head);
+		if (second && len > head) {
+			memcpy(out + head, g->recv + at, len - head);
+			at += len - head;
+		}
+		g->area->m[m].out_len = g->lens[i];
+	}
+	g->done++;
+	g->phase = 0;
+	dps_wword_publish(&g->area->done, g->done);
+}
+
+/* Advances one group's round; 1 when something moved, -1 on an error. */
 static int group_step(struct dps_xlink *x, struct xgroup *g)
 {
 	const size_t piece = g->area ? g->area->piece : 0;
+	const size_t slot = 8 + g->inl;
 	int flag = 0, rc;
 
+	(void)x;
 	if (g->comm == MPI_COMM_NULL)
 		return 0;
 	if (g->phase == 0) {
 		if (!dps_xarea_ready(g->area, g->local, g->n_local, g->done + 1))
 			return 0;
-		for (int i = 0; i < g->n_local; i++)
-			g->lens_mine[i] = g->area->m[g->local[i]].len;
-		for (int k = 0, at = 0; k < g->n_nodes; k++) {
-			g->cnt[k] = g->node_cnt[k];
-			g->disp[k] = at;
-			at += g->node_cnt[k];
+		/* each member's length and the first inl bytes of its piece */
+		for (int i = 0; i < g->n_local; i++) {
+			const uint64_t l = g->area->m[g->local[i]].len;
+			const size_t len = (size_t)(l & ~DPS_X_MORE);
+			unsigned char *h = g->head_send + (size_t)i * slot;
+
+			memcpy(h, &l, 8);
+			memcpy(h + 8, dps_xarea_in(g->area, g->local[i]), len < g->inl ? len : g->inl);
 		}
-		rc = MPI_Iallgatherv(g->lens_mine, g->n_local, MPI_UINT64_T, g->lens, g->cnt,
-				     g->disp, MPI_UINT64_T, g->comm, &g->req);
+		for (int k = 0, at = 0; k < g->n_nodes; k++) {
+			g->cnt[k] = g->node_cnt[k] * (int)slot;
+			g->disp[k] = at;
+			at += g->cnt[k];
+		}
+		rc = MPI_Iallgatherv(g->head_send, g->n_local * (int)slot, MPI_BYTE, g->head_recv,
+				     g->cnt, g->disp, MPI_BYTE, g->comm, &g->req);
 		if (rc != MPI_SUCCESS)
-			return mpi_err(rc, "round lengths"), -1;
+			return mpi_err(rc, "a round between nodes"), -1;
 		g->phase = 1;
 		return 1;
 	}
@@ -212,48 +249,55 @@ static int group_step(struct dps_xlink *x, struct xgroup *g)
 	if (!flag)
 		return 0;
 	if (g->phase == 1) {
-		size_t at = 0, mine = 0;
+		size_t at = 0, mine = 0, longest = 0;
 		int i = 0;
 
+		/* the lengths, and what is left of the longer pieces, node by node */
 		for (int k = 0; k < g->n_nodes; k++) {
 			size_t b = 0;
 
 			for (int j = 0; j < g->node_cnt[k]; j++, i++) {
-				const size_t len = (size_t)(g->lens[i] & ~DPS_X_MORE);
+				size_t len;
 
+				memcpy(&g->lens[i], g->head_recv + (size_t)i * slot, 8);
+				len = (size_t)(g->lens[i] & ~DPS_X_MORE);
 				if (len > piece)
 					return dps_error("between nodes: a piece of %zu bytes", len), -1;
-				b += len;
+				longest = len > longest ? len : longest;
+				b += len > g->inl ? len - g->inl : 0;
 			}
 			g->cnt[k] = (int)b;
 			g->disp[k] = (int)at;
 			at += b;
 		}
-		for (i = 0; i < g->n_local; i++) {
-			const size_t len = (size_t)(g->lens_mine[i] & ~DPS_X_MORE);
+		if (!at) {
+			group_publish(g, 0);
+		} else {
+			for (i = 0; i < g->n_local; i++) {
+				const size_t len = (size_t)(g->area->m[g->local[i]].len & ~DPS_X_MORE);
 
-			memcpy(g->send + mine, dps_xarea_in(g->area, g->local[i]), len);
-			mine += len;
+				if (len > g->inl) {
+					memcpy(g->send + mine,
+					       dps_xarea_in(g->area, g->local[i]) + g->inl,
+					       len - g->inl);
+					mine += len - g->inl;
+				}
+			}
+			rc = MPI_Iallgatherv(g->send, (int)mine, MPI_BYTE, g->recv, g->cnt, g->disp,
+					     MPI_BYTE, g->comm, &g->req);
+			if (rc != MPI_SUCCESS)
+				return mpi_err(rc, "a round between nodes"), -1;
+			g->phase = 2;
 		}
-		rc = MPI_Iallgatherv(g->send, (int)mine, MPI_BYTE, g->recv, g->cnt, g->disp, MPI_BYTE,
-				     g->comm, &g->req);
-		if (rc != MPI_SUCCESS)
-			return mpi_err(rc, "round pieces"), -1;
-		g->phase = 2;
+		/* every node saw the same lengths: the same inl next round everywhere */
+		longest = (longest + 7) / 8 * 8;
+		g->next_inl = longest < XINL_MIN ? XINL_MIN : longest > XINL_MAX ? XINL_MAX : longest;
+		if (!g->phase)
+			g->inl = g->next_inl;
 		return 1;
 	}
-	/* pieces in: back to group order */
-	for (int i = 0, at = 0; i < g->n; i++) {
-		const int m = g->order[i];
-		const size_t len = (size_t)(g->lens[i] & ~DPS_X_MORE);
-
-		memcpy(dps_xarea_out(g->area, m), g->recv + at, len);
-		g->area->m[m].out_len = g->lens[i];
-		at += (int)len;
-	}
-	g->done++;
-	g->phase = 0;
-	dps_wword_publish(&g->area->done, g->done);
+	group_publish(g, 1);
+	g->inl = g->next_inl;
 	return 1;
 }
 
@@ -564,7 +608,7 @@ void *dps_xmpi_main(void *arg)
 		pthread_mutex_unlock(&M.mu);
 		if (moved) {
 			idle_since = dps_now_ns();
-		} else if (busy && dps_now_ns() - idle_since < 2000000) {
+		} else if (dps_now_ns() - idle_since < (busy ? 2000000u : 200000u)) {
 			sched_yield(); /* a round in flight: its end comes soon */
 		} else {
 			const uint64_t rung = atomic_load(&x->s->ctls[x->s->node]->xbell.val);

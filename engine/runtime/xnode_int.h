@@ -42,11 +42,20 @@ struct xgroup {
 	int *order;                 /* (n) members node by node, each node's in group order */
 	int *cnt, *disp;            /* (n_nodes) MPI counts and displacements */
 	uint64_t done;
-	int phase;                  /* 0 idle, 1 lengths in flight, 2 pieces in flight */
+	int phase;                  /* 0 idle, 1 heads in flight, 2 the rest in flight */
 	MPI_Request req;
-	uint64_t *lens_mine, *lens;
-	unsigned char *send, *recv;
+	/* A round's first exchange carries every member's length and its piece's first inl
+	 * bytes; a second one only the rest of longer pieces. Every node sees every length, so
+	 * every node sets the next round's inl alike: the longest piece of this round (within
+	 * [XINL_MIN, XINL_MAX]). */
+	size_t inl, next_inl;
+	uint64_t *lens;             /* (n) this round's lengths, in MPI's order */
+	unsigned char *head_send, *head_recv; /* (n_local / n, 8 + XINL_MAX) */
+	unsigned char *send, *recv; /* (n_local / n, piece) */
 };
+
+#define XINL_MIN 56
+#define XINL_MAX 65536
 
 struct dps_xlink {
 	struct sup *s;
