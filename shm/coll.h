@@ -148,6 +148,14 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 int dps_comm_attach_x(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
 		      const _Atomic uint32_t *abort_word, struct dps_wword *bell);
 
+/*
+ * A group that crosses nodes only: member root's len bytes at buf reach buf of every member,
+ * whose capacity is cap (the others need not know len); *got = the bytes received. Returns 0,
+ * -EMSGSIZE (more than cap came; every member stays in step), or the errors of a call.
+ */
+int dps_coll_bcast_bytes(struct dps_comm *c, void *buf, size_t len, size_t cap, int root,
+			 size_t *got);
+
 /* Frees what dps_comm_attach allocated. */
 void dps_comm_detach(struct dps_comm *c);
 

@@ -187,6 +187,42 @@ int dps_xcoll_bcast(struct dps_comm *c, void *buf, size_t bytes, int root)
 		     xstream(c, buf, c->me == root ? bytes : 0, bcast_fn, &b), t0);
 }
 
+struct bv { char *buf; size_t cap, got; int root, over; };
+
+static int bvar_fn(struct dps_comm *c, size_t off, void *arg)
+{
+	struct bv *b = arg;
+	const size_t n = c->counts[b->root];
+
+	if (!n)
+		return 0;
+	if (off > b->cap || n > b->cap - off) {
+		b->over = 1; /* keeps taking part; the caller is told */
+		return 0;
+	}
+	if (c->me != b->root)
+		memcpy(b->buf + off, c->src[b->root], n);
+	b->got = off + n;
+	return 0;
+}
+
+int dps_coll_bcast_bytes(struct dps_comm *c, void *buf, size_t len, size_t cap, int root,
+			 size_t *got)
+{
+	const uint64_t t0 = xbegin(c);
+	struct bv b = { buf, cap, 0, root, 0 };
+	int rc;
+
+	*got = 0;
+	if (root < 0 || root >= c->n || !c->x)
+		return -EINVAL;
+	rc = xstream(c, buf, c->me == root ? len : 0, bvar_fn, &b);
+	*got = b.got;
+	if (!rc && b.over)
+		rc = -EMSGSIZE;
+	return xdone(c, DPS_COLL_BCAST, b.got, rc, t0);
+}
+
 struct ag { char *recv; const size_t *counts, *displs; size_t esz; };
 
 static int ag_fn(struct dps_comm *c, size_t off, void *arg)

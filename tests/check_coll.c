@@ -544,7 +544,8 @@ END_TEST
  * with its own segment; shm/coll_x.h): every operation, size and type against the same
  * oracle, on groups whose members on one node are not contiguous in group order (DP groups
  * and columns stride across nodes). _i: 0 DP=8 on 2 nodes, 1 on 4 nodes, 2 the subgroups of
- * TP=2 x DP=4 on 2 nodes (TP groups inside a node, the rest across), 3 the same on 4 nodes.
+ * TP=2 x DP=4 on 2 nodes (TP groups inside a node, the rest across), 3 the same on 4 nodes,
+ * 4 TP=4 x DP=2 on 4 nodes (the TP groups across two nodes each).
  */
 START_TEST(test_nodes)
 {
@@ -555,6 +556,16 @@ START_TEST(test_nodes)
 		s.par.dp = 8;
 		s.n_which = 1;
 		s.which[0] = W_DP;
+	} else if (_i == 4) {
+		const struct dps_par_cfg tp = { 4, 2, 1, 1, 2, 1, 1 };
+
+		s.par = tp;
+		s.n_which = 3;
+		s.which[0] = W_TP;
+		s.which[1] = W_DP;
+		s.which[2] = W_COMP;
+		s.comp[2] = DPS_COMP_MLP;
+		s.big = 0;
 	} else {
 		const struct dps_par_cfg sub = { 2, 4, 2, 1, 4, 1, 1 };
 
@@ -568,7 +579,7 @@ START_TEST(test_nodes)
 		s.which[3] = W_TP;
 		s.big = 0;
 	}
-	s.par.nodes = _i & 1 ? 4 : 2;
+	s.par.nodes = _i & 1 || _i == 4 ? 4 : 2;
 	ck_assert_int_eq(run_suite(&s, NULL), 0);
 	/* and the comparison can fail: one member's input perturbed is caught across nodes */
 	s.fault_rank = 5;
@@ -713,7 +724,7 @@ static Suite *coll_suite(void)
 	tcase_add_test(tc, test_small_slots);
 	tcase_add_test(tc, test_fault_detected);
 	tcase_add_loop_test(tc, test_alltoallv_bad_counts, 0, 2);
-	tcase_add_loop_test(tc, test_nodes, 0, 4);
+	tcase_add_loop_test(tc, test_nodes, 0, 5);
 	tcase_add_test(tc, test_copy_stream);
 	tcase_add_test(tc, test_in_place_mixed);
 	suite_add_tcase(s, tc);

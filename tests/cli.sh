@@ -690,10 +690,12 @@ for n in 2 4; do
 	cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
 		{ fail "$desc: --nodes $n: output differs from the golden text"; show stderr "$tmp/err"; }
 done
-run generate --model "$tmp/st260" -n 8 --tensor-parallel-size 2 --data-parallel-size 2 --nodes 4 "Once"
-expect_rc 1
-grep -q 'a TP group that crosses nodes is not implemented yet' "$tmp/err" ||
-	fail "$desc: a TP group across nodes is not refused by name"
+# TP groups across two nodes each: the replica's batch goes through the exchange too.
+run generate --model "$tmp/st260" -n 64 --tensor-parallel-size 4 --data-parallel-size 2 --nodes 4 \
+	"Once upon a time"
+expect_rc 0
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+	{ fail "$desc: TP across nodes: output differs from the golden text"; show stderr "$tmp/err"; }
 run generate --model "$tmp/st260" --tensor-parallel-size 2 --data-parallel-size 2 --mlp-dp-size 2
 expect_rc 0
 cmp -s "$tmp/out" "$golden/empty_prompt_n256.stdout.txt" ||

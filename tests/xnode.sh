@@ -5,8 +5,8 @@
 #  - the collectives of groups that cross nodes against the serial oracle (tests/xnode_check.c)
 #    on 2 and 4 nodes;
 #  - `dpshard generate` with the references' TP=8 x DP=4 layout as 2 nodes of 16 ranks and 4 of
-#    8 (the golden text), replicas coupled across nodes, and the MoE with expert parallelism
-#    (the EP group spans the nodes), against one node's output;
+#    8 (the golden text), TP groups across nodes, replicas coupled across nodes, and the MoE
+#    with expert parallelism (the EP group spans the nodes), against one node's output;
 #  - a rank hung on node 1, found by node 0 (--rank-timeout), and a node's supervisor killed
 #    (kill -9) while `dpshard serve` has requests in flight: node 0 answers them with an error
 #    within 10 s, the job exits non-zero, no process or segment is left.
@@ -77,17 +77,22 @@ done
 	>"$tmp/moe-one" 2>/dev/null || fail "MoE on one rank"
 for layout in "--tensor-parallel-size 2 --data-parallel-size 2 --enable-expert-parallel" \
 	"--data-parallel-size 4 --enable-expert-parallel --all2all-backend alltoallv --mlp-dp-size 2"; do
-	# shellcheck disable=SC2086
-	mpi 2 "$dps" generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 --prompt-ids \
-		$layout --nodes 2 "1 5 9" >"$tmp/out" 2>"$tmp/err" || fail "MoE $layout"
-	cmp -s "$tmp/out" "$tmp/moe-one" || fail "MoE $layout on 2 nodes: not one rank's ids"
+	for n in 2 4; do # (on 4 nodes the first layout's TP groups cross nodes too)
+		# shellcheck disable=SC2086
+		mpi "$n" "$dps" generate --model "$tmp/moe" -n 16 --temperature 1 --seed 5 \
+			--prompt-ids $layout --nodes "$n" "1 5 9" >"$tmp/out" 2>"$tmp/err" ||
+			fail "MoE $layout on $n nodes"
+		cmp -s "$tmp/out" "$tmp/moe-one" || fail "MoE $layout on $n nodes: not one rank's ids"
+	done
 done
 
-# Refused by name: a TP group across nodes, and mpirun with another number of processes.
-mpi 4 "$dps" generate --model "$model" -n 8 --tensor-parallel-size 2 --data-parallel-size 2 \
-	--nodes 4 "Once" >/dev/null 2>"$tmp/err" && fail "a TP group across nodes ran"
-grep -q 'a TP group that crosses nodes is not implemented yet' "$tmp/err" ||
-	fail "no reason for refusing a TP group across nodes"
+# TP groups across nodes (TP=4 on nodes of 2 ranks): the golden text.
+mpi 4 "$dps" generate --model "$model" -n 64 --tensor-parallel-size 4 --data-parallel-size 2 \
+	--mlp-dp-size 2 --nodes 4 "Once upon a time" >"$tmp/out" 2>"$tmp/err" ||
+	{ fail "TP across nodes exited $?"; cat "$tmp/err"; }
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" || fail "TP across nodes: not the golden text"
+
+# Refused by name: mpirun with another number of processes.
 mpi 2 "$dps" generate --model "$model" -n 8 --data-parallel-size 4 --nodes 4 "Once" \
 	>/dev/null 2>"$tmp/err" && fail "--nodes 4 ran as 2 processes"
 grep -q 'mpirun started 2 processes' "$tmp/err" || fail "no reason for the process count"

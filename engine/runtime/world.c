@@ -112,12 +112,6 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 				 l->nodes);
 			rc = -DPS_ECONFIG;
 		}
-		if (!rc && (l->world / l->nodes) % cfg->tp) {
-			snprintf(err, errlen, "--nodes %d: each node runs %d ranks, which is not a whole "
-				 "number of TP groups of %d; a TP group that crosses nodes is not "
-				 "implemented yet", l->nodes, l->world / l->nodes, cfg->tp);
-			rc = -DPS_ECONFIG;
-		}
 		if (rc) {
 			dps_groups_free(&l->groups);
 			return rc;

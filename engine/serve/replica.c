@@ -319,34 +319,6 @@ static void pack(struct replica *R, int *hdr)
 	hdr[H_TABLES] = nt;
 }
 
-int dps_replica_wire_push(struct replica *R, size_t total)
-{
-	const uint32_t t = (uint32_t)total;
-	int rc = 0;
-
-	memcpy(R->wire, &t, sizeof(t));
-	for (size_t at = 0; at < total && !rc; at += MSG_BYTES)
-		rc = dps_ring_push(&R->w->replica, R->wire + at,
-				   total - at < MSG_BYTES ? total - at : MSG_BYTES, 0);
-	return rc;
-}
-
-int dps_replica_wire_pop(struct replica *R, size_t min, uint32_t *total)
-{
-	const unsigned me = (unsigned)R->w->tp_rank - 1;
-	size_t len;
-	int rc = dps_ring_pop(&R->w->replica, me, R->wire, MSG_BYTES, &len, 0);
-
-	if (rc)
-		return rc;
-	memcpy(total, R->wire, sizeof(*total));
-	if (*total < min || *total > R->wire_cap)
-		return -EPROTO;
-	for (size_t at = len; at < *total && !rc; at += len)
-		rc = dps_ring_pop(&R->w->replica, me, R->wire + at, MSG_BYTES, &len, 0);
-	return rc;
-}
-
 /*
  * Publishes this step's header and rows to the replica's other ranks through its batch ring
  * (TP rank 0 writes, the peers read): one buffer, [length][header][tokens][pos][slot][table
