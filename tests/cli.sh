@@ -690,6 +690,14 @@ for n in 2 4; do
 	cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
 		{ fail "$desc: --nodes $n: output differs from the golden text"; show stderr "$tmp/err"; }
 done
+# Disaggregated across nodes: the prefill replicas on node 1, the decode ranks pulling their KV
+# through the nodes' proxies (the references' 48-rank layout).
+run generate --model "$tmp/st260" -n 64 --tensor-parallel-size 8 --data-parallel-size 4 \
+	--embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4 --prefill-data-parallel-size 2 \
+	--prefill-tensor-parallel-size 8 --nodes 2 "Once upon a time"
+expect_rc 0
+cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+	{ fail "$desc: disaggregated across nodes: not the golden text"; show stderr "$tmp/err"; }
 # TP groups across two nodes each: the replica's batch goes through the exchange too.
 run generate --model "$tmp/st260" -n 64 --tensor-parallel-size 4 --data-parallel-size 2 --nodes 4 \
 	"Once upon a time"

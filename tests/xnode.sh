@@ -5,7 +5,8 @@
 #  - the collectives of groups that cross nodes against the serial oracle (tests/xnode_check.c)
 #    on 2 and 4 nodes;
 #  - `dpshard generate` with the references' TP=8 x DP=4 layout as 2 nodes of 16 ranks and 4 of
-#    8 (the golden text), TP groups across nodes, replicas coupled across nodes, and the MoE
+#    8 (the golden text), TP groups across nodes, disaggregated prefill with the prefill
+#    replicas on other nodes than the decode ones, replicas coupled across nodes, and the MoE
 #    with expert parallelism (the EP group spans the nodes), against one node's output;
 #  - a rank hung on node 1, found by node 0 (--rank-timeout), and a node's supervisor killed
 #    (kill -9) while `dpshard serve` has requests in flight: node 0 answers them with an error
@@ -56,6 +57,21 @@ for n in 2 4; do
 		cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
 			fail "generate $layout on $n nodes: not the golden text"
 	done
+done
+
+# Disaggregated prefill across nodes: the decode ranks pull the prefill ranks' KV from another
+# node (their proxies copy the blocks between the nodes' KV shares); the references' layout
+# with two prefill replicas of TP=8 as 2 nodes of 24 ranks. The golden text.
+for case in "2 --data-parallel-size 2 --attention-dp-size 2 --embedding-dp-size 2 --lm-head-dp-size 2 --prefill-data-parallel-size 1 --prefill-tensor-parallel-size 2" \
+	"4 --data-parallel-size 2 --attention-dp-size 2 --embedding-dp-size 2 --lm-head-dp-size 2 --prefill-data-parallel-size 1 --prefill-tensor-parallel-size 2" \
+	"2 --tensor-parallel-size 8 --data-parallel-size 4 --embedding-dp-size 4 --mlp-dp-size 4 --lm-head-dp-size 4 --prefill-data-parallel-size 2 --prefill-tensor-parallel-size 8"; do
+	n=${case%% *}
+	# shellcheck disable=SC2086
+	mpi "$n" "$dps" generate --model "$model" -n 64 ${case#* } --nodes "$n" \
+		"Once upon a time" >"$tmp/out" 2>"$tmp/err" ||
+		{ fail "disaggregated on $n nodes exited $?"; cat "$tmp/err"; }
+	cmp -s "$tmp/out" "$golden/once_upon_a_time.stdout.txt" ||
+		fail "disaggregated on $n nodes (${case#* }): not the golden text"
 done
 
 # Four prompts on four replicas, coupled by attention DP (their lockstep crosses nodes): the

@@ -24,7 +24,8 @@ struct sup {
 	struct dps_topo topo;
 	struct dps_seg *segs;    /* (lay.nodes) the segment of each node this process hosts */
 	struct dps_ctl **ctls;   /* (lay.nodes) their control blocks, NULL for a node elsewhere */
-	char *kv_share;          /* opts.kv_share_bytes for each prefill rank, or NULL */
+	char **kv_shares;        /* (lay.nodes) opts.kv_share_bytes for each prefill rank, on
+				  * each node this process hosts; NULL without */
 	size_t kv_share_len;
 	struct dps_ring *to_sup; /* (world) supervisor's reader handles */
 	struct dps_ring *from_sup; /* (world) supervisor's writer handles */
@@ -72,6 +73,11 @@ static inline int sup_hosts(const struct sup *s, int r)
 {
 	return r >= s->lo && r < s->hi;
 }
+
+/* sup_nodes.c: checks a fetch of prefill rank q's share (n ranges): 0 or -EFAULT / -EINVAL;
+ * the bytes of rank q's slice on node k, or NULL when this process does not hold it */
+int dps_sup_fetch_check(const struct sup *s, int q, const uint64_t (*range)[2], int n);
+char *dps_sup_share_slice(const struct sup *s, int k, int q);
 
 /* sup_hang.c */
 void dps_sup_describe_rank(const struct sup *s, int r, char *buf, size_t len);

@@ -53,6 +53,26 @@ int dps_xlink_identity(int nodes, int *node, const struct dps_xlink_ops **ops, c
 	return 0;
 }
 
+int dps_sup_fetch_check(const struct sup *s, int q, const uint64_t (*range)[2], int n)
+{
+	const struct dps_groups *pg = s->lay.groups.prefill;
+	const uint64_t stride = s->o->kv_share_bytes;
+
+	if (!pg || q < 0 || q >= pg->world || n < 0 || n > DPS_FETCH_MAX || !s->kv_shares)
+		return -EINVAL;
+	for (int i = 0; i < n; i++)
+		if (range[i][0] > stride || range[i][1] > stride - range[i][0])
+			return -EFAULT;
+	return 0;
+}
+
+char *dps_sup_share_slice(const struct sup *s, int k, int q)
+{
+	if (!s->kv_shares || k < 0 || k >= s->lay.nodes || !s->kv_shares[k])
+		return NULL;
+	return s->kv_shares[k] + (size_t)q * s->o->kv_share_bytes;
+}
+
 /* ---- loopback -------------------------------------------------------------------------- */
 
 struct lb_group {
@@ -72,7 +92,39 @@ struct dps_xlink {
 	struct dps_wword *bell;   /* node 0's: every rank rings it here */
 	int n;
 	struct lb_group *g;
+	uint64_t *served;         /* (world) each rank's last fetch served */
 };
+
+/* Serves the ranks' fetches: copies from the prefill rank's node's share into theirs. */
+static int lb_fetches(struct dps_xlink *x)
+{
+	const struct dps_layout *l = &x->s->lay;
+	int moved = 0;
+
+	for (int r = 0; l->fetch_off && r < l->world; r++) {
+		const int k = dps_layout_node_of(l, r);
+		struct dps_fetch *f = dps_layout_fetch(l, x->s->segs[k].base, r);
+		const uint64_t s = atomic_load_explicit(&f->post, memory_order_acquire);
+		int rc;
+
+		if (s <= x->served[r])
+			continue;
+		rc = dps_sup_fetch_check(x->s, f->q, (const uint64_t (*)[2])f->range, f->n);
+		if (!rc) {
+			const int from = dps_layout_node_of(l, l->groups.prefill->rank_base + f->q);
+			const char *src = dps_sup_share_slice(x->s, from, f->q);
+			char *dst = dps_sup_share_slice(x->s, k, f->q);
+
+			for (int i = 0; i < f->n && src != dst; i++)
+				memcpy(dst + f->range[i][0], src + f->range[i][0], f->range[i][1]);
+		}
+		f->rc = rc;
+		x->served[r] = s;
+		dps_wword_publish(&f->done, s);
+		moved = 1;
+	}
+	return moved;
+}
 
 static int lb_round(struct dps_xlink *x, struct lb_group *g)
 {
@@ -113,6 +165,7 @@ static void *lb_main(void *arg)
 		for (int i = 0; i < x->n; i++)
 			while (lb_round(x, &x->g[i]))
 				progress = 1;
+		progress |= lb_fetches(x);
 		if (progress) {
 			idle_since = dps_now_ns();
 		} else if (dps_now_ns() - idle_since < 200000) {
@@ -135,6 +188,7 @@ static void lb_free(struct dps_xlink *x)
 		free(x->g[i].n_local);
 	}
 	free(x->g);
+	free(x->served);
 	free(x);
 }
 
@@ -151,7 +205,8 @@ static int lb_start(struct sup *s, struct dps_xlink **out, char *err, size_t err
 	for (int i = 0; i < l->n_comms; i++)
 		x->n += l->comms[i].cross;
 	x->g = calloc((size_t)x->n ? (size_t)x->n : 1, sizeof(*x->g));
-	if (!x->g)
+	x->served = calloc((size_t)l->world, sizeof(*x->served));
+	if (!x->g || !x->served)
 		goto nomem;
 	for (int i = 0, j = 0; i < l->n_comms; i++) {
 		const struct dps_layout_comm *lc = &l->comms[i];

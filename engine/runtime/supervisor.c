@@ -136,17 +136,19 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 		dps_error("cannot attach to the instance: %s", dps_strerror(rc));
 		_exit(1);
 	}
-	if (s->node < 0 && s->lay.nodes > 1)
+	if (s->node < 0 && s->lay.nodes > 1) {
 		/* one supervisor for every node: it sleeps on node 0's bell alone */
 		for (int i = 0; i < s->lay.n_comms; i++)
 			if (w.comms[i].x)
 				w.comms[i].xbell = &s->ctls[0]->xbell;
+		w.xbell = &s->ctls[0]->xbell;
+	}
 	w.ncpus = s->place.ranks[r].n_cpus ? (unsigned)s->place.ranks[r].n_cpus : s->ncpus;
 	/* Where all-reduce leaves one-shot depends on whether the ranks share cores. */
 	dps_world_set_algo(&w, dps_coll_oneshot_default((unsigned)s->lay.world, s->ncpus),
 			   DPS_ALGO_AUTO);
-	w.kv_share = s->kv_share;
-	w.kv_stride = s->kv_share ? s->o->kv_share_bytes : 0;
+	w.kv_share = s->kv_shares ? s->kv_shares[dps_layout_node_of(&s->lay, r)] : NULL;
+	w.kv_stride = w.kv_share ? s->o->kv_share_bytes : 0;
 	/* Every wait of this process from now on says that it is alive (shm/wait.h). */
 	dps_wait_set_beat(&w.beat->count, &w.beat->work);
 	rc = s->o->rank_fn(&w, s->o->rank_arg);
@@ -582,14 +584,25 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 				 "large", n, o->kv_share_bytes);
 			return -DPS_ETOOBIG;
 		}
-		s->kv_share = mmap(NULL, s->kv_share_len, PROT_READ | PROT_WRITE,
-				   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (s->kv_share == MAP_FAILED) {
-			rc = -errno;
-			s->kv_share = NULL;
-			snprintf(err, errlen, "cannot map %zu bytes for the prefill ranks' KV caches: "
-				 "%s", s->kv_share_len, strerror(-rc));
-			return rc;
+		/* one per node this process hosts: across nodes each has its own (the proxies
+		 * copy what a pull needs from the prefill rank's node) */
+		s->kv_shares = calloc((size_t)s->lay.nodes, sizeof(*s->kv_shares));
+		if (!s->kv_shares)
+			return -ENOMEM;
+		for (int k = 0; k < s->lay.nodes; k++) {
+			char *m;
+
+			if (!s->ctls[k])
+				continue;
+			m = mmap(NULL, s->kv_share_len, PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+			if (m == MAP_FAILED) {
+				rc = -errno;
+				snprintf(err, errlen, "cannot map %zu bytes for the prefill ranks' KV "
+					 "caches: %s", s->kv_share_len, strerror(-rc));
+				return rc;
+			}
+			s->kv_shares[k] = m;
 		}
 	}
 
@@ -674,9 +687,11 @@ static void sup_teardown(struct sup *s)
 		dps_seg_destroy(&s->segs[k]);
 	free(s->segs);
 	free(s->ctls);
-	if (s->kv_share)
-		munmap(s->kv_share, s->kv_share_len);
-	s->kv_share = NULL;
+	for (int k = 0; s->kv_shares && k < s->lay.nodes; k++)
+		if (s->kv_shares[k])
+			munmap(s->kv_shares[k], s->kv_share_len);
+	free(s->kv_shares);
+	s->kv_shares = NULL;
 	dps_placement_free(&s->place);
 	dps_topo_free(&s->topo);
 	dps_layout_free(&s->lay);

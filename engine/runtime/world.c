@@ -106,12 +106,6 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 	l->nodes = cfg->nodes > 1 ? cfg->nodes : 1;
 	if (l->nodes > 1) {
 		rc = dps_nodes_check(l->world, l->nodes, err, errlen);
-		if (!rc && pg) {
-			snprintf(err, errlen, "--nodes %d with --prefill-data-parallel-size: "
-				 "disaggregated prefill across nodes is not implemented yet",
-				 l->nodes);
-			rc = -DPS_ECONFIG;
-		}
 		if (rc) {
 			dps_groups_free(&l->groups);
 			return rc;
@@ -171,6 +165,13 @@ int dps_layout_build(struct dps_layout *l, const struct dps_par_cfg *cfg, size_t
 								    l->ring_slot_bytes), 4096);
 		if (dps_size_mul(l->prep_ring_bytes, (size_t)pg->cfg.dp, &sz) ||
 		    dps_size_add(off, sz, &off))
+			goto toobig;
+	}
+	l->fetch_off = 0;
+	if (l->nodes > 1 && pg) {
+		l->fetch_off = dps_align_up(off, 4096);
+		if (dps_size_mul(sizeof(struct dps_fetch), (size_t)l->world, &sz) ||
+		    dps_size_add(l->fetch_off, sz, &off))
 			goto toobig;
 	}
 	l->total = off;
@@ -270,6 +271,9 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 	w->lay = l;
 	w->ctl = base;
 	w->beat = &w->ctl->beat[r];
+	w->xbell = &w->ctl->xbell;
+	if (l->fetch_off)
+		w->fetch = dps_layout_fetch(l, base, r);
 	w->comms = calloc((size_t)l->n_comms, sizeof(*w->comms));
 	if (!w->comms)
 		return -ENOMEM;
@@ -304,6 +308,31 @@ int dps_world_attach(struct dps_world *w, const struct dps_layout *l, void *base
 	return 0;
 err:
 	dps_world_detach(w);
+	return rc;
+}
+
+int dps_world_fetch(struct dps_world *w, int q, const uint64_t (*ranges)[2], int n)
+{
+	struct dps_fetch *f = w->fetch;
+	int rc = 0;
+
+	if (!f || !w->kv_share || q < 0 || !w->lay->groups.prefill ||
+	    q >= w->lay->groups.prefill->world)
+		return -EINVAL;
+	for (int at = 0; at < n && !rc; at += DPS_FETCH_MAX) {
+		const int k = n - at < DPS_FETCH_MAX ? n - at : DPS_FETCH_MAX;
+		const uint64_t s = ++w->fetch_seq;
+
+		f->q = q;
+		f->n = k;
+		f->rc = 0;
+		memcpy(f->range, ranges + at, sizeof(f->range[0]) * (size_t)k);
+		atomic_store_explicit(&f->post, s, memory_order_release);
+		dps_bell_ring(w->xbell);
+		rc = dps_wword_wait(&f->done, s, &w->ctl->abort, 0, NULL);
+		if (!rc)
+			rc = f->rc;
+	}
 	return rc;
 }
 

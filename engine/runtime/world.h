@@ -53,6 +53,22 @@ struct dps_ctl {
 
 _Static_assert(sizeof(struct dps_beat) == DPS_CACHELINE, "one heartbeat per cache line");
 
+/*
+ * A rank's request for bytes of a prefill rank's KV share that lives on another node
+ * (disaggregated prefill across nodes, docs/DESIGN.md "Several nodes"): the node's proxy
+ * copies them from that node's share into this node's, at the same offsets.
+ */
+#define DPS_FETCH_MAX 1024
+struct dps_fetch {
+	struct dps_wword done;   /* last request served */
+	_Alignas(DPS_CACHELINE) _Atomic uint64_t post; /* last request posted */
+	int32_t q;               /* the prefill rank, in its part */
+	int32_t n;               /* ranges */
+	int32_t rc;              /* the request's result: 0 or a negative code */
+	int32_t pad;
+	uint64_t range[DPS_FETCH_MAX][2]; /* offset and bytes in the prefill rank's slice */
+};
+
 /* Group sets of one part; an instance with prefill replicas has two parts. */
 #define DPS_SETS_MAX (2 * (3 + 2 * DPS_MAX_COMP_SIZES))
 
@@ -90,6 +106,8 @@ struct dps_layout {
 	 * prep_ring_off + p * prep_ring_bytes. */
 	size_t rep_ring_off, rep_ring_bytes;
 	size_t prep_ring_off, prep_ring_bytes;
+	size_t fetch_off;         /* each rank's struct dps_fetch (across nodes with prefill
+				   * replicas), else 0 */
 	size_t total;             /* segment size */
 };
 
@@ -119,6 +137,13 @@ void *dps_layout_ring_from_sup(const struct dps_layout *l, void *base, int r);
  * 1 (its TP > 1): written by its TP rank 0, read by the others. */
 void *dps_layout_ring_replica(const struct dps_layout *l, void *base, int prefill, int d);
 
+/* Rank r's fetch area (l->fetch_off != 0). */
+static inline struct dps_fetch *dps_layout_fetch(const struct dps_layout *l, void *base, int r)
+{
+	return (struct dps_fetch *)(void *)((char *)base + l->fetch_off +
+					    (size_t)r * sizeof(struct dps_fetch));
+}
+
 /* Which graph a rank runs: both (no prefill replicas) or decode, or prefill. */
 enum dps_role { DPS_ROLE_DECODE, DPS_ROLE_PREFILL };
 
@@ -145,7 +170,18 @@ struct dps_world {
 	char *kv_share;
 	size_t kv_stride;
 	unsigned ncpus;           /* CPUs this rank may use */
+	struct dps_fetch *fetch;  /* this rank's (lay->fetch_off), else NULL */
+	struct dps_wword *xbell;  /* the node's proxy bell */
+	uint64_t fetch_seq;
 };
+
+/*
+ * Copies n ranges (offset, bytes) of prefill rank q's KV share slice (q in the prefill part)
+ * from the node that holds it into this rank's kv_share, at the same offsets, through the
+ * node's proxy. Returns 0, -EINVAL (no such thing to fetch), -DPS_EABORT, or the error the
+ * other node's proxy met (-EFAULT: a range outside the slice).
+ */
+int dps_world_fetch(struct dps_world *w, int q, const uint64_t (*ranges)[2], int n);
 
 /*
  * Builds rank r's view of the segment at base. notify_fd is the eventfd the supervisor

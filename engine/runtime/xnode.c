@@ -129,6 +129,10 @@ static int run_setup(struct dps_xlink *x)
 	MPI_Comm_set_errhandler(x->ctl, MPI_ERRORS_RETURN);
 	x->heard = calloc((size_t)l->nodes, sizeof(*x->heard));
 	x->shadow = calloc((size_t)l->world, sizeof(*x->shadow));
+	x->fserved = calloc((size_t)l->world, sizeof(*x->fserved));
+	x->fwait = calloc((size_t)l->world, sizeof(*x->fwait));
+	if (!x->fserved || !x->fwait)
+		return -ENOMEM;
 	x->known = calloc((size_t)l->world, 1);
 	if (!x->heard || !x->shadow || !x->known)
 		return -ENOMEM;
@@ -166,6 +170,9 @@ void dps_xmpi_run_free(struct dps_xlink *x)
 	free(x->heard);
 	free(x->shadow);
 	free(x->known);
+	free(x->fserved);
+	free(x->fwait);
+	x->fserved = x->fwait = NULL;
 	x->heard = NULL;
 	x->shadow = NULL;
 	x->known = NULL;
@@ -316,7 +323,7 @@ struct qmsg *dps_xmpi_msg(int tag, int dest, uint32_t run, int rank, int node, i
 	m->dest = dest;
 	m->len = sizeof(w) + len;
 	memcpy(m->buf, &w, sizeof(w));
-	if (len)
+	if (len && data) /* (NULL: the caller fills it) */
 		memcpy(m->buf + sizeof(w), data, len);
 	return m;
 }
@@ -365,6 +372,124 @@ int dps_xmpi_lost(struct dps_xlink *x, uint64_t ns)
 			return k;
 	}
 	return -1;
+}
+
+/* ---- fetches of prefill ranks' KV (MPI thread) -------------------------------------------- */
+
+static void fetch_publish(struct dps_xlink *x, int r, uint64_t seq, int rc)
+{
+	struct dps_fetch *f = dps_layout_fetch(&x->s->lay, x->s->segs[x->s->node].base, r);
+
+	f->rc = rc;
+	x->fserved[r] = seq;
+	x->fwait[r] = 0;
+	dps_wword_publish(&f->done, seq);
+}
+
+static void send_msg(struct dps_xlink *x, struct qmsg *m)
+{
+	if (MPI_Isend(m->buf, (int)m->len, MPI_BYTE, m->dest, m->tag, x->ctl, &m->req) !=
+	    MPI_SUCCESS) {
+		free(m);
+		return;
+	}
+	m->next = x->sent;
+	x->sent = m;
+}
+
+/* This node's ranks' new fetches: asked of the prefill rank's node (T_READ). */
+static int fetch_step(struct dps_xlink *x)
+{
+	const struct dps_layout *l = &x->s->lay;
+	int moved = 0;
+
+	for (int r = x->s->lo; l->fetch_off && r < x->s->hi; r++) {
+		struct dps_fetch *f = dps_layout_fetch(l, x->s->segs[x->s->node].base, r);
+		const uint64_t s = atomic_load_explicit(&f->post, memory_order_acquire);
+		const size_t rb = sizeof(f->range[0]) * (size_t)(f->n > 0 ? f->n : 0);
+		struct qmsg *m;
+		int rc, from;
+
+		if (s <= x->fserved[r] || x->fwait[r] == s)
+			continue;
+		moved = 1;
+		rc = dps_sup_fetch_check(x->s, f->q, (const uint64_t (*)[2])f->range, f->n);
+		from = rc ? -1 : dps_layout_node_of(l, l->groups.prefill->rank_base + f->q);
+		if (rc || from == x->s->node) { /* (on this node the share is already here) */
+			fetch_publish(x, r, s, rc);
+			continue;
+		}
+		m = dps_xmpi_msg(T_READ, from, x->run, r, x->s->node, f->q, NULL, 8 + rb);
+		if (!m) {
+			fetch_publish(x, r, s, -ENOMEM);
+			continue;
+		}
+		memcpy(m->buf + sizeof(struct wire), &s, 8);
+		memcpy(m->buf + sizeof(struct wire) + 8, f->range, rb);
+		x->fwait[r] = s;
+		send_msg(x, m);
+	}
+	return moved;
+}
+
+/* Another node's rank asks for bytes of a prefill rank here: they go back (T_DATA). */
+static void fetch_serve(struct dps_xlink *x, const struct qmsg *m, int src)
+{
+	struct wire w;
+	const uint64_t (*range)[2] = (const void *)(m->buf + sizeof(w) + 8);
+	const size_t rb = m->len - sizeof(w) - 8;
+	const int n = (int)(rb / sizeof(range[0]));
+	size_t total = 0;
+	struct qmsg *out;
+	int rc;
+
+	memcpy(&w, m->buf, sizeof(w));
+	rc = m->len < sizeof(w) + 8 || rb % sizeof(range[0]) ? -EPROTO
+		: dps_sup_fetch_check(x->s, w.status, range, n);
+	for (int i = 0; !rc && i < n; i++)
+		total += range[i][1];
+	out = dps_xmpi_msg(T_DATA, src, x->run, w.rank, x->s->node, rc, NULL, 8 + (rc ? 0 : total));
+	if (!out)
+		return; /* (its rank waits; the run's end or the abort frees it) */
+	memcpy(out->buf + sizeof(w), m->buf + sizeof(w), 8); /* the request's number */
+	if (!rc) {
+		const char *slice = dps_sup_share_slice(x->s, x->s->node, w.status);
+		size_t at = sizeof(w) + 8;
+
+		for (int i = 0; i < n; i++, at += range[i - 1][1])
+			memcpy(out->buf + at, slice + range[i][0], range[i][1]);
+	}
+	send_msg(x, out);
+}
+
+/* The bytes a rank here asked for: into this node's share, at the same offsets. */
+static void fetch_done(struct dps_xlink *x, const struct qmsg *m)
+{
+	struct wire w;
+	struct dps_fetch *f;
+	uint64_t seq;
+	size_t at = sizeof(w) + 8, total = 0;
+	int rc;
+
+	memcpy(&w, m->buf, sizeof(w));
+	if (m->len < sizeof(w) + 8 || !sup_hosts(x->s, w.rank))
+		return;
+	memcpy(&seq, m->buf + sizeof(w), 8);
+	if (seq != x->fwait[w.rank])
+		return; /* not the request it waits for */
+	f = dps_layout_fetch(&x->s->lay, x->s->segs[x->s->node].base, w.rank);
+	rc = w.status;
+	for (int i = 0; !rc && i < f->n; i++)
+		total += f->range[i][1];
+	if (!rc && m->len - at != total)
+		rc = -EPROTO;
+	if (!rc) {
+		char *slice = dps_sup_share_slice(x->s, x->s->node, f->q);
+
+		for (int i = 0; i < f->n; at += f->range[i][1], i++)
+			memcpy(slice + f->range[i][0], m->buf + at, f->range[i][1]);
+	}
+	fetch_publish(x, w.rank, seq, rc);
 }
 
 static int messages_step(struct dps_xlink *x)
@@ -438,6 +563,14 @@ static int messages_step(struct dps_xlink *x)
 		if (x->s->node == 0 && st.MPI_SOURCE > 0 && st.MPI_SOURCE < x->s->lay.nodes &&
 		    atomic_load(&x->heard[st.MPI_SOURCE]))
 			atomic_store(&x->heard[st.MPI_SOURCE], m->tag == T_DONE ? 0 : dps_now_ns());
+		if (m->tag == T_READ || m->tag == T_DATA) {
+			if (m->tag == T_READ)
+				fetch_serve(x, m, st.MPI_SOURCE);
+			else
+				fetch_done(x, m);
+			free(m);
+			continue;
+		}
 		if (m->tag == T_BEAT) { /* the node's ranks' progress words */
 			const size_t n = (m->len - sizeof(w)) / sizeof(x->shadow[0]);
 
@@ -586,6 +719,9 @@ void *dps_xmpi_main(void *arg)
 			busy |= x->g[i].phase != 0;
 		}
 		moved |= messages_step(x);
+		moved |= fetch_step(x);
+		for (int r = x->s->lo; r < x->s->hi && x->fwait; r++)
+			busy |= x->fwait[r] != 0;
 		busy |= x->sent != NULL;
 		pthread_mutex_lock(&M.mu);
 		if (M.cmd == 2) { /* the run ends: its last messages go first */

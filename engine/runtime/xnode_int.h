@@ -14,7 +14,7 @@
 #include "engine/runtime/xlink.h"
 #include "shm/coll_x.h"
 
-enum { T_DOWN = 1, T_UP, T_FAIL, T_DONE, T_BEAT, T_KILL };
+enum { T_DOWN = 1, T_UP, T_FAIL, T_DONE, T_BEAT, T_KILL, T_READ, T_DATA };
 
 /* Another node's supervisor says it is there this often; node 0 gives up on one after: */
 #define BEAT_NS 100000000ull
@@ -75,6 +75,8 @@ struct dps_xlink {
 	uint64_t (*shadow)[3];        /* node 0: (world) the other nodes' ranks' work, alive and
 				       * busy words, as last sent (under M.mu) */
 	unsigned char *known;         /* (world) whether a rank's words came */
+	uint64_t *fserved, *fwait;    /* (world) each rank's last fetch served, and the one
+				       * asked of another node (0: none) */
 };
 
 /* The MPI thread and its hand-over with the main thread. */

@@ -88,8 +88,14 @@ int dps_replica_run_pulls(struct replica *R, const int *hdr)
 		    p[1] > (p[2] < p[3] ? p[2] : p[3]) * R->m.block_size ||
 		    at + 4 + p[2] + p[3] > hdr[H_PULLS_LEN])
 			return -EPROTO;
-		rc = dps_shard_kv_pull(&R->m, R->w->kv_share, R->w->kv_stride, p[0], pg->cfg.tp,
-				       p + 4, p + 4 + p[2], p[1], 0);
+		if (R->w->fetch) { /* across nodes: its blocks into this node's share first */
+			rc = dps_shard_kv_fetch(&R->m, R->w, p[0], pg->cfg.tp, p + 4, p[2], 0);
+			if (!rc && R->spec_k)
+				rc = dps_shard_kv_fetch(&R->dm, R->w, p[0], pg->cfg.tp, p + 4, p[2], 1);
+		}
+		if (!rc)
+			rc = dps_shard_kv_pull(&R->m, R->w->kv_share, R->w->kv_stride, p[0],
+					       pg->cfg.tp, p + 4, p + 4 + p[2], p[1], 0);
 		if (!rc && R->spec_k) /* the draft's KV of the same positions, in the same blocks */
 			rc = dps_shard_kv_pull(&R->dm, R->w->kv_share, R->w->kv_stride, p[0],
 					       pg->cfg.tp, p + 4, p + 4 + p[2], p[1], 1);
@@ -109,6 +115,15 @@ int dps_replica_adopt_ok(const struct replica *R, int src_replica, const int *sr
 
 	if (!pg || src_replica < 0 || src_replica >= pg->cfg.dp || !R->w->kv_share)
 		return 0;
+	if (R->w->fetch &&
+	    dps_layout_node_of(R->w->lay, pg->rank_base + src_replica * pg->cfg.tp) !=
+		    dps_layout_node_of(R->w->lay, R->w->rank)) {
+		/* across nodes: that header into this node's share first */
+		const uint64_t hr[1][2] = { { 0, sizeof(*h) } };
+
+		if (dps_world_fetch(R->w, src_replica * pg->cfg.tp, hr, 1))
+			return 0;
+	}
 	/* every rank of a prefill replica has the same blocks: its TP rank 0's header says */
 	h = (const struct dps_kv_share_hdr *)(const void *)(R->w->kv_share +
 							      (size_t)(src_replica * pg->cfg.tp) *

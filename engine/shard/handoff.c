@@ -80,3 +80,64 @@ int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int
 	free(plan);
 	return rc;
 }
+
+int dps_shard_kv_fetch(struct dps_shard *s, struct dps_world *w, int pr, int ptp, const int *src,
+		       int n_src, int draft)
+{
+	const struct dps_groups *pg = w->lay->groups.prefill;
+	const int L = s->cfg.num_hidden_layers, bs = s->block_size;
+	const int me = dps_layout_node_of(w->lay, w->rank);
+	int rc = 0;
+
+	if (!pg || !w->kv_share)
+		return -EINVAL;
+	for (int t = 0; t < ptp && !rc; t++) {
+		const int q = pr * ptp + t;
+		const char *base = w->kv_share + (size_t)q * w->kv_stride;
+		const struct dps_kv_share_hdr *h = (const struct dps_kv_share_hdr *)(const void *)base;
+		uint64_t hr[1][2] = { { 0, sizeof(*h) } }, (*r)[2];
+		size_t hoff = 0, row;
+		int n = 0;
+
+		if (dps_layout_node_of(w->lay, pg->rank_base + q) == me)
+			continue; /* its share is this node's memory */
+		rc = dps_world_fetch(w, q, (const uint64_t (*)[2])hr, 1);
+		if (!rc && draft) { /* the draft's header, where the target's says */
+			if (h->magic != DPS_KV_SHARE_MAGIC || !h->draft_off ||
+			    h->draft_off > w->kv_stride - sizeof(*h))
+				return -DPS_EPROTO;
+			hoff = h->draft_off;
+			hr[0][0] = hoff;
+			rc = dps_world_fetch(w, q, (const uint64_t (*)[2])hr, 1);
+			h = (const struct dps_kv_share_hdr *)(const void *)(base + hoff);
+		}
+		if (rc)
+			break;
+		if (h->magic != DPS_KV_SHARE_MAGIC || h->layers != (uint32_t)L ||
+		    h->block_size != (uint32_t)bs || !h->width)
+			return -DPS_EPROTO;
+		row = (size_t)bs * h->width * sizeof(float); /* one block of one layer */
+		r = malloc(sizeof(*r) * 2 * (size_t)L * (size_t)(n_src > 0 ? n_src : 1));
+		if (!r)
+			return -ENOMEM;
+		for (int l = 0; l < L && !rc; l++)
+			for (int b = 0; b < n_src; b++) {
+				const size_t at = sizeof(float) *
+						  dps_kv_offset(l, (int)h->num_blocks, bs, src[b] * bs,
+								h->width);
+
+				if (src[b] < 0 || (uint32_t)src[b] >= h->num_blocks) {
+					rc = -DPS_EPROTO;
+					break;
+				}
+				r[n][0] = hoff + h->key_off + at;
+				r[n++][1] = row;
+				r[n][0] = hoff + h->value_off + at;
+				r[n++][1] = row;
+			}
+		if (!rc)
+			rc = dps_world_fetch(w, q, (const uint64_t (*)[2])r, n);
+		free(r);
+	}
+	return rc;
+}

@@ -279,6 +279,16 @@ int dps_shard_kv_pull(struct dps_shard *s, const char *share, size_t stride, int
 		      const int *src, const int *dst, int n_pos, int draft);
 
 /*
+ * Across nodes: when prefill replica pr's ranks are on another node, brings into this node's
+ * KV share (w->kv_share) what dps_shard_kv_pull will read there for the n_src source blocks
+ * src: each rank's header (the draft's with draft), then every layer's keys and values of
+ * those blocks (dps_world_fetch). Nothing to do on the replica's own node. 0, -DPS_EPROTO (a
+ * header that is not a share's), or dps_world_fetch's errors.
+ */
+int dps_shard_kv_fetch(struct dps_shard *s, struct dps_world *w, int pr, int ptp, const int *src,
+		       int n_src, int draft);
+
+/*
  * Loads rank w's shards of the checkpoint in dir. Each rank reads only its bytes. Returns 0 or
  * a negative code with a message naming the file, tensor or rule.
  */
