@@ -167,24 +167,29 @@ int dps_xcoll_barrier(struct dps_comm *c)
 	return xdone(c, DPS_COLL_BARRIER, 0, xstream(c, NULL, 0, nothing, NULL), t0);
 }
 
-struct bc { char *buf; int root; };
+struct bc { char *buf; size_t bytes; int root, bad; };
 
+/* (what a member's call says it expects bounds what it takes: more is an error at the end of
+ * the call, on every member that sees it, after every round) */
 static int bcast_fn(struct dps_comm *c, size_t off, void *arg)
 {
-	const struct bc *b = arg;
+	struct bc *b = arg;
+	const size_t n = c->counts[b->root];
 
-	if (c->me != b->root && c->counts[b->root])
-		memcpy(b->buf + off, c->src[b->root], c->counts[b->root]);
+	if (n && (off > b->bytes || n > b->bytes - off))
+		b->bad = 1;
+	else if (c->me != b->root && n)
+		memcpy(b->buf + off, c->src[b->root], n);
 	return 0;
 }
 
 int dps_xcoll_bcast(struct dps_comm *c, void *buf, size_t bytes, int root)
 {
 	const uint64_t t0 = xbegin(c);
-	struct bc b = { buf, root };
+	struct bc b = { buf, bytes, root, 0 };
+	int rc = xstream(c, buf, c->me == root ? bytes : 0, bcast_fn, &b);
 
-	return xdone(c, DPS_COLL_BCAST, bytes,
-		     xstream(c, buf, c->me == root ? bytes : 0, bcast_fn, &b), t0);
+	return xdone(c, DPS_COLL_BCAST, bytes, rc ? rc : b.bad ? -EPROTO : 0, t0);
 }
 
 struct bv { char *buf; size_t cap, got; int root, over; };
@@ -223,19 +228,22 @@ int dps_coll_bcast_bytes(struct dps_comm *c, void *buf, size_t len, size_t cap, 
 	return xdone(c, DPS_COLL_BCAST, b.got, rc, t0);
 }
 
-struct ag { char *recv; const size_t *counts, *displs; size_t esz; };
+struct ag { char *recv; const size_t *counts, *displs; size_t esz; int bad; };
 
 static int ag_fn(struct dps_comm *c, size_t off, void *arg)
 {
-	const struct ag *a = arg;
+	struct ag *a = arg;
 	size_t at = 0;
 
 	for (int g = 0; g < c->n; g++) {
 		const size_t dst = (a->displs ? a->displs[g] * a->esz : at) + off;
+		const size_t want = a->counts[g] * a->esz;
 
-		if (c->counts[g])
+		if (c->counts[g] && (off > want || c->counts[g] > want - off))
+			a->bad = 1; /* member g sent more than this one's counts say */
+		else if (c->counts[g])
 			memmove(a->recv + dst, c->src[g], c->counts[g]);
-		at += a->counts[g] * a->esz;
+		at += want;
 	}
 	return 0;
 }
@@ -244,7 +252,7 @@ int dps_xcoll_allgatherv(struct dps_comm *c, const void *send, void *recv, const
 			 const size_t *displs, size_t esz, size_t total)
 {
 	const uint64_t t0 = xbegin(c);
-	struct ag a = { recv, NULL, displs, esz };
+	struct ag a = { recv, NULL, displs, esz, 0 };
 	size_t *own = malloc(sizeof(size_t) * (size_t)c->n);
 	void *copy = NULL;
 	int rc;
@@ -264,6 +272,8 @@ int dps_xcoll_allgatherv(struct dps_comm *c, const void *send, void *recv, const
 		memcpy(copy, send, counts[c->me] * esz);
 	}
 	rc = xstream(c, copy, counts[c->me] * esz, ag_fn, &a);
+	if (!rc && a.bad)
+		rc = -EPROTO;
 	free(copy);
 	free(own);
 	return xdone(c, DPS_COLL_ALLGATHER, total, rc, t0);

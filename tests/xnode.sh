@@ -113,6 +113,13 @@ mpi 2 "$dps" generate --model "$model" -n 8 --data-parallel-size 4 --nodes 4 "On
 	>/dev/null 2>"$tmp/err" && fail "--nodes 4 ran as 2 processes"
 grep -q 'mpirun started 2 processes' "$tmp/err" || fail "no reason for the process count"
 
+# Nodes started with different options would place the rounds' bytes differently: refused.
+timeout 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
+	-np 1 "$dps" bench coll --ranks 4 --nodes 2 --max-bytes 4K --repeats 3 : \
+	-np 1 "$dps" bench coll --ranks 4 --nodes 2 --max-bytes 4K --repeats 3 --slot-bytes 512K \
+	>/dev/null 2>"$tmp/err" && fail "nodes with different slot sizes ran"
+grep -q 'different layouts or options' "$tmp/err" || fail "no reason for differing nodes"
+
 # A rank on node 1 hangs (spins without a heartbeat) with work pending: node 0 names it.
 DPSHARD_FAULT=spin:2:3 mpi 2 "$dps" generate --model "$model" -n 100 --data-parallel-size 4 \
 	--nodes 2 --rank-timeout 2 "Once upon a time" "Lily" "The cat" "A dog" >/dev/null \

@@ -151,6 +151,10 @@ int dps_sup_check_hung(struct sup *s, char *err, size_t errlen)
 		rank_domain(s, r, all, &lo, &hi);
 		if (s->stalled[r] != 2)
 			continue;
+		/* (a node other than 0 does not see the other nodes' ranks work: node 0 judges
+		 * a domain that spans nodes) */
+		if (s->node > 0 && (lo < s->lo || hi > s->hi))
+			continue;
 		for (int q = lo; q < hi && !working; q++)
 			working = s->stalled[q] == 1;
 		if (working)

@@ -157,7 +157,9 @@ static void *lb_main(void *arg)
 {
 	struct dps_xlink *x = arg;
 	uint64_t idle_since = dps_now_ns();
+	const struct dps_wait_policy sleepy = { 0, 0 }; /* (the bell: the ranks need the cores) */
 
+	dps_wait_set_policy(&sleepy);
 	while (!atomic_load(&x->stop)) {
 		const uint64_t rung = atomic_load(&x->bell->val);
 		int progress = 0;

@@ -197,6 +197,10 @@ static void sup_link_events(struct sup *s)
 	struct dps_xevent ev;
 
 	while (s->xops->next(s->link, &ev) == 0) {
+		if (!ev.data) { /* (out of memory taking it) */
+			dps_warn("an event from another node was lost: out of memory");
+			continue;
+		}
 		if (ev.kind == DPS_XEV_MSG && s->o->msg_fn)
 			s->o->msg_fn(ev.rank, ev.data, ev.len, s->o->msg_arg);
 		if (ev.kind == DPS_XEV_FAIL && s->res->failed_rank < 0 && !s->res->stop_signal)
@@ -207,6 +211,15 @@ static void sup_link_events(struct sup *s)
 		}
 		if (ev.kind == DPS_XEV_DONE) {
 			s->remote_alive--;
+			if (!ev.status && (s->alive > 0 || s->remote_alive > 0) &&
+			    !s->early_deadline) {
+				/* a node's ranks ended cleanly: the others must follow soon, or
+				 * they wait for it in a collective that can never complete */
+				unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
+
+				s->early_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
+				s->early_rank = ev.node * (s->lay.world / s->lay.nodes);
+			}
 			if (ev.status && s->res->failed_rank < 0 && !s->res->stop_signal) {
 				char why[96];
 
@@ -264,7 +277,7 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 		 * A clean exit is normal when every rank finishes; the others must follow soon,
 		 * or they are waiting for it in a collective that can never complete.
 		 */
-		if (s->alive > 0 && !s->early_deadline) {
+		if ((s->alive > 0 || s->remote_alive > 0) && !s->early_deadline) {
 			unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
 
 			s->early_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
@@ -313,7 +326,13 @@ static void sup_check_early(struct sup *s, char *err, size_t errlen)
 		return;
 	dps_sup_describe_rank(s, s->early_rank, who, sizeof(who));
 	s->res->failed_status = 0;
-	snprintf(err, errlen, "%s exited while %d other rank(s) kept running", who, s->alive);
+	if (!sup_hosts(s, s->early_rank))
+		snprintf(err, errlen, "the ranks of node %d ended while %d rank(s) here and %d "
+			 "other node(s) kept running", dps_layout_node_of(&s->lay, s->early_rank),
+			 s->alive, s->remote_alive);
+	else
+		snprintf(err, errlen, "%s exited while %d other rank(s)%s kept running", who,
+			 s->alive, s->remote_alive ? " and other nodes" : "");
 	dps_sup_fail(s, s->early_rank, err);
 }
 

@@ -16,6 +16,7 @@
  * Every message carries the run's number: one a node sent in an earlier run is dropped.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -118,18 +119,51 @@ static int group_setup(struct dps_xlink *x, struct xgroup *g, const struct dps_l
 	return 0;
 }
 
-static int run_setup(struct dps_xlink *x)
+/* What every node must agree on: the layout and the sizes its areas were built with. */
+static uint64_t layout_hash(const struct sup *s)
+{
+	const struct dps_layout *l = &s->lay;
+	uint64_t h = 0xcbf29ce484222325ull;
+	/* (not the prefill ranks' KV share size: it follows each machine's free memory, and a
+	 * fetch's ranges are checked against it on both nodes) */
+	const uint64_t v[] = { (uint64_t)l->world, (uint64_t)l->nodes, l->slot_bytes,
+			       l->window_bytes, l->total, (uint64_t)l->n_comms, l->fetch_off };
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		h = (h ^ v[i]) * 0x100000001b3ull;
+	for (int i = 0; i < l->n_comms; i++) {
+		h = (h ^ l->comms[i].off) * 0x100000001b3ull;
+		h = (h ^ (uint64_t)l->comms[i].n) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+static int run_setup(struct dps_xlink *x, char *err, size_t errlen)
 {
 	const struct dps_layout *l = &x->s->lay;
+	uint64_t mine = layout_hash(x->s), lo, hi;
 	int rc;
 
 	rc = MPI_Comm_dup(MPI_COMM_WORLD, &x->ctl);
 	if (rc != MPI_SUCCESS)
 		return mpi_err(rc, "cannot make the run's communicator");
 	MPI_Comm_set_errhandler(x->ctl, MPI_ERRORS_RETURN);
+	/* A node started with other options (--slot-bytes, a --config file) would place the
+	 * rounds' bytes elsewhere: refused, on every node. */
+	if (MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, x->ctl) != MPI_SUCCESS ||
+	    MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, x->ctl) != MPI_SUCCESS)
+		return mpi_err(MPI_ERR_OTHER, "cannot compare the nodes' layouts");
+	if (lo != hi) {
+		snprintf(err, errlen, "the nodes were started with different layouts or options "
+			 "(every node must run the same command line)");
+		return -DPS_ECONFIG;
+	}
 	x->heard = calloc((size_t)l->nodes, sizeof(*x->heard));
 	x->shadow = calloc((size_t)l->world, sizeof(*x->shadow));
 	x->fserved = calloc((size_t)l->world, sizeof(*x->fserved));
+	x->blocked = calloc((size_t)l->world, 1);
+	if (!x->blocked)
+		return -ENOMEM;
 	x->fwait = calloc((size_t)l->world, sizeof(*x->fwait));
 	if (!x->fserved || !x->fwait)
 		return -ENOMEM;
@@ -143,6 +177,8 @@ static int run_setup(struct dps_xlink *x)
 	x->g = calloc((size_t)x->n_groups + 1, sizeof(*x->g));
 	if (!x->g)
 		return -ENOMEM;
+	for (int i = 0; i < x->n_groups; i++)
+		x->g[i].comm = MPI_COMM_NULL;
 	for (int i = 0, j = 0; i < l->n_comms; i++)
 		if (l->comms[i].cross) {
 			rc = group_setup(x, &x->g[j++], &l->comms[i]);
@@ -164,13 +200,23 @@ static void free_list(struct qmsg *m)
 
 void dps_xmpi_run_free(struct dps_xlink *x)
 {
-	for (int i = 0; x->g && i < x->n_groups; i++)
+	for (int i = 0; x->g && i < x->n_groups; i++) {
+		if (x->g[i].phase > 0) {
+			/* A round still in flight (the run failed): MPI may yet write into its
+			 * buffers, and its request cannot be freed. They are left as they are, and
+			 * this process starts no other run between nodes. */
+			M.poisoned = 1;
+			continue;
+		}
 		group_free(&x->g[i]);
+	}
 	free(x->g);
 	free(x->heard);
 	free(x->shadow);
 	free(x->known);
 	free(x->fserved);
+	free(x->blocked);
+	x->blocked = NULL;
 	free(x->fwait);
 	x->fserved = x->fwait = NULL;
 	x->heard = NULL;
@@ -214,6 +260,23 @@ static void group_publish(struct xgroup *g, int second)
 	g->done++;
 	g->phase = 0;
 	dps_wword_publish(&g->area->done, g->done);
+}
+
+static void wake_main(struct dps_xlink *x);
+
+/* A group's round failed (reported): the run fails as a rank's failure would. */
+static void group_failed(struct dps_xlink *x)
+{
+	const char why[] = "a collective between the nodes failed (see the error above)";
+	struct qmsg *m = dps_xmpi_msg(T_FAIL, 0, x->run, x->s->lo, x->s->node, 0, why, sizeof(why));
+
+	atomic_store(&M.failed, 1);
+	if (!m)
+		return;
+	pthread_mutex_lock(&M.mu);
+	dps_xmpi_push(&x->in, &x->in_tail, m);
+	pthread_mutex_unlock(&M.mu);
+	wake_main(x);
 }
 
 /* Advances one group's round; 1 when something moved, -1 on an error. */
@@ -348,6 +411,9 @@ static int deliver_down(struct dps_xlink *x, struct qmsg *m)
 	if (!sup_hosts(x->s, w.rank))
 		return 0;
 	rc = dps_ring_push(&x->s->from_sup[w.rank], m->buf + sizeof(w), m->len - sizeof(w), 1);
+	if (rc && rc != -ETIMEDOUT)
+		dps_warn("a message for rank %d from node 0 was dropped: %s", w.rank,
+			 dps_strerror(rc));
 	return rc == -ETIMEDOUT ? -EAGAIN : 0;
 }
 
@@ -374,19 +440,7 @@ int dps_xmpi_lost(struct dps_xlink *x, uint64_t ns)
 	return -1;
 }
 
-/* ---- fetches of prefill ranks' KV (MPI thread) -------------------------------------------- */
-
-static void fetch_publish(struct dps_xlink *x, int r, uint64_t seq, int rc)
-{
-	struct dps_fetch *f = dps_layout_fetch(&x->s->lay, x->s->segs[x->s->node].base, r);
-
-	f->rc = rc;
-	x->fserved[r] = seq;
-	x->fwait[r] = 0;
-	dps_wword_publish(&f->done, seq);
-}
-
-static void send_msg(struct dps_xlink *x, struct qmsg *m)
+void dps_xmpi_send(struct dps_xlink *x, struct qmsg *m)
 {
 	if (MPI_Isend(m->buf, (int)m->len, MPI_BYTE, m->dest, m->tag, x->ctl, &m->req) !=
 	    MPI_SUCCESS) {
@@ -397,113 +451,30 @@ static void send_msg(struct dps_xlink *x, struct qmsg *m)
 	x->sent = m;
 }
 
-/* This node's ranks' new fetches: asked of the prefill rank's node (T_READ). */
-static int fetch_step(struct dps_xlink *x)
-{
-	const struct dps_layout *l = &x->s->lay;
-	int moved = 0;
-
-	for (int r = x->s->lo; l->fetch_off && r < x->s->hi; r++) {
-		struct dps_fetch *f = dps_layout_fetch(l, x->s->segs[x->s->node].base, r);
-		const uint64_t s = atomic_load_explicit(&f->post, memory_order_acquire);
-		const size_t rb = sizeof(f->range[0]) * (size_t)(f->n > 0 ? f->n : 0);
-		struct qmsg *m;
-		int rc, from;
-
-		if (s <= x->fserved[r] || x->fwait[r] == s)
-			continue;
-		moved = 1;
-		rc = dps_sup_fetch_check(x->s, f->q, (const uint64_t (*)[2])f->range, f->n);
-		from = rc ? -1 : dps_layout_node_of(l, l->groups.prefill->rank_base + f->q);
-		if (rc || from == x->s->node) { /* (on this node the share is already here) */
-			fetch_publish(x, r, s, rc);
-			continue;
-		}
-		m = dps_xmpi_msg(T_READ, from, x->run, r, x->s->node, f->q, NULL, 8 + rb);
-		if (!m) {
-			fetch_publish(x, r, s, -ENOMEM);
-			continue;
-		}
-		memcpy(m->buf + sizeof(struct wire), &s, 8);
-		memcpy(m->buf + sizeof(struct wire) + 8, f->range, rb);
-		x->fwait[r] = s;
-		send_msg(x, m);
-	}
-	return moved;
-}
-
-/* Another node's rank asks for bytes of a prefill rank here: they go back (T_DATA). */
-static void fetch_serve(struct dps_xlink *x, const struct qmsg *m, int src)
-{
-	struct wire w;
-	const uint64_t (*range)[2] = (const void *)(m->buf + sizeof(w) + 8);
-	const size_t rb = m->len - sizeof(w) - 8;
-	const int n = (int)(rb / sizeof(range[0]));
-	size_t total = 0;
-	struct qmsg *out;
-	int rc;
-
-	memcpy(&w, m->buf, sizeof(w));
-	rc = m->len < sizeof(w) + 8 || rb % sizeof(range[0]) ? -EPROTO
-		: dps_sup_fetch_check(x->s, w.status, range, n);
-	for (int i = 0; !rc && i < n; i++)
-		total += range[i][1];
-	out = dps_xmpi_msg(T_DATA, src, x->run, w.rank, x->s->node, rc, NULL, 8 + (rc ? 0 : total));
-	if (!out)
-		return; /* (its rank waits; the run's end or the abort frees it) */
-	memcpy(out->buf + sizeof(w), m->buf + sizeof(w), 8); /* the request's number */
-	if (!rc) {
-		const char *slice = dps_sup_share_slice(x->s, x->s->node, w.status);
-		size_t at = sizeof(w) + 8;
-
-		for (int i = 0; i < n; i++, at += range[i - 1][1])
-			memcpy(out->buf + at, slice + range[i][0], range[i][1]);
-	}
-	send_msg(x, out);
-}
-
-/* The bytes a rank here asked for: into this node's share, at the same offsets. */
-static void fetch_done(struct dps_xlink *x, const struct qmsg *m)
-{
-	struct wire w;
-	struct dps_fetch *f;
-	uint64_t seq;
-	size_t at = sizeof(w) + 8, total = 0;
-	int rc;
-
-	memcpy(&w, m->buf, sizeof(w));
-	if (m->len < sizeof(w) + 8 || !sup_hosts(x->s, w.rank))
-		return;
-	memcpy(&seq, m->buf + sizeof(w), 8);
-	if (seq != x->fwait[w.rank])
-		return; /* not the request it waits for */
-	f = dps_layout_fetch(&x->s->lay, x->s->segs[x->s->node].base, w.rank);
-	rc = w.status;
-	for (int i = 0; !rc && i < f->n; i++)
-		total += f->range[i][1];
-	if (!rc && m->len - at != total)
-		rc = -EPROTO;
-	if (!rc) {
-		char *slice = dps_sup_share_slice(x->s, x->s->node, f->q);
-
-		for (int i = 0; i < f->n; at += f->range[i][1], i++)
-			memcpy(slice + f->range[i][0], m->buf + at, f->range[i][1]);
-	}
-	fetch_publish(x, w.rank, seq, rc);
-}
-
 static int messages_step(struct dps_xlink *x)
 {
 	struct qmsg *m, **pp;
 	MPI_Status st;
 	int flag, moved = 0, rc;
 
-	/* downs held back by a full ring */
-	while (x->held && deliver_down(x, x->held) == 0) {
-		m = x->held;
-		x->held = m->next;
-		free(m);
-		moved = 1;
+	/* downs held back by a full ring: each rank's in order, a full ring holding back only
+	 * its own rank's */
+	if (x->held) {
+		for (int r = 0; r < x->s->lay.world; r++)
+			x->blocked[r] = 0;
+		for (pp = &x->held; (m = *pp);) {
+			struct wire w;
+
+			memcpy(&w, m->buf, sizeof(w));
+			if (x->blocked[w.rank] || deliver_down(x, m)) {
+				x->blocked[w.rank] = 1;
+				pp = &m->next;
+				continue;
+			}
+			*pp = m->next;
+			free(m);
+			moved = 1;
+		}
 	}
 	/* sends the main thread queued */
 	pthread_mutex_lock(&M.mu);
@@ -552,6 +523,8 @@ static int messages_step(struct dps_xlink *x)
 		m->tag = st.MPI_TAG;
 		m->next = NULL;
 		if (rc != MPI_SUCCESS || m->len < sizeof(w)) {
+			if (rc != MPI_SUCCESS)
+				mpi_err(rc, "a message from another node was lost");
 			free(m);
 			continue;
 		}
@@ -565,9 +538,9 @@ static int messages_step(struct dps_xlink *x)
 			atomic_store(&x->heard[st.MPI_SOURCE], m->tag == T_DONE ? 0 : dps_now_ns());
 		if (m->tag == T_READ || m->tag == T_DATA) {
 			if (m->tag == T_READ)
-				fetch_serve(x, m, st.MPI_SOURCE);
+				dps_xmpi_fetch_serve(x, m, st.MPI_SOURCE);
 			else
-				fetch_done(x, m);
+				dps_xmpi_fetch_done(x, m);
 			free(m);
 			continue;
 		}
@@ -587,7 +560,12 @@ static int messages_step(struct dps_xlink *x)
 			continue;
 		}
 		if (m->tag == T_DOWN) {
-			if (x->held || deliver_down(x, m)) {
+			int waiting = 0; /* (after the ones its rank already waits with) */
+
+			for (struct qmsg *h = x->held; h && !waiting; h = h->next)
+				waiting = !memcmp(h->buf + offsetof(struct wire, rank), &w.rank,
+						  sizeof(w.rank));
+			if (waiting || deliver_down(x, m)) {
 				struct qmsg **t = &x->held;
 
 				while (*t)
@@ -672,7 +650,11 @@ static int mpi_init(char *err, size_t errlen)
 
 void *dps_xmpi_main(void *arg)
 {
-	uint64_t idle_since = 0;
+	uint64_t idle_since = 0, rung;
+	/* this thread's waits (the bell) sleep at once: the ranks need the cores */
+	const struct dps_wait_policy sleepy = { 0, 0 };
+
+	dps_wait_set_policy(&sleepy);
 
 	(void)arg;
 	pthread_mutex_lock(&M.mu);
@@ -684,11 +666,17 @@ void *dps_xmpi_main(void *arg)
 			M.cmd_rc = M.inited ? 0 : mpi_init(M.cmd_err, M.cmd_errlen);
 			if (!M.cmd_rc) {
 				pthread_mutex_unlock(&M.mu);
-				M.cmd_rc = run_setup(x);
+				M.cmd_rc = run_setup(x, M.cmd_err, M.cmd_errlen);
 				pthread_mutex_lock(&M.mu);
 				if (M.cmd_rc && !M.cmd_err[0])
 					snprintf(M.cmd_err, M.cmd_errlen, "cannot connect the nodes: %s",
 						 dps_strerror(M.cmd_rc));
+			}
+			if (M.cmd_rc) { /* (here: the MPI calls of the clean-up are this thread's) */
+				if (M.inited)
+					dps_xmpi_run_free(x);
+				M.run = NULL;
+				atomic_store(&M.failed, 1);
 			}
 			M.cmd = 0;
 			pthread_cond_broadcast(&M.cv);
@@ -706,20 +694,20 @@ void *dps_xmpi_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&M.mu);
+		/* (read before looking: a post after it wakes the sleep below) */
+		rung = atomic_load(&x->s->ctls[x->s->node]->xbell.val);
 		for (int i = 0; i < x->n_groups; i++) {
-			const int r = group_step(x, &x->g[i]);
+			const int r = x->g[i].phase < 0 ? 0 : group_step(x, &x->g[i]);
 
-			if (r < 0) {
-				M.failed = 1;
-				for (int k = 0; k < x->s->lay.nodes; k++)
-					if (x->s->ctls[k])
-						dps_abort_raise(&x->s->ctls[k]->abort);
+			if (r < 0) { /* this group is done for: the run fails, every node told */
+				x->g[i].phase = -1;
+				group_failed(x);
 			}
 			moved |= r > 0;
-			busy |= x->g[i].phase != 0;
+			busy |= x->g[i].phase > 0;
 		}
 		moved |= messages_step(x);
-		moved |= fetch_step(x);
+		moved |= dps_xmpi_fetch_step(x);
 		for (int r = x->s->lo; r < x->s->hi && x->fwait; r++)
 			busy |= x->fwait[r] != 0;
 		busy |= x->sent != NULL;
@@ -747,8 +735,6 @@ void *dps_xmpi_main(void *arg)
 		} else if (dps_now_ns() - idle_since < (busy ? 2000000u : 200000u)) {
 			sched_yield(); /* a round in flight: its end comes soon */
 		} else {
-			const uint64_t rung = atomic_load(&x->s->ctls[x->s->node]->xbell.val);
-
 			/* Members ring the bell when they post; messages from other nodes have no
 			 * descriptor to wake us, so the sleep is short. */
 			(void)dps_wword_wait(&x->s->ctls[x->s->node]->xbell, rung + 1, NULL,

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "engine/runtime/sup_int.h"
@@ -42,7 +43,8 @@ struct xgroup {
 	int *order;                 /* (n) members node by node, each node's in group order */
 	int *cnt, *disp;            /* (n_nodes) MPI counts and displacements */
 	uint64_t done;
-	int phase;                  /* 0 idle, 1 heads in flight, 2 the rest in flight */
+	int phase;                  /* 0 idle, 1 heads in flight, 2 the rest in flight, -1
+				     * failed (no more rounds) */
 	MPI_Request req;
 	/* A round's first exchange carries every member's length and its piece's first inl
 	 * bytes; a second one only the rest of longer pieces. Every node sees every length, so
@@ -75,6 +77,7 @@ struct dps_xlink {
 	uint64_t (*shadow)[3];        /* node 0: (world) the other nodes' ranks' work, alive and
 				       * busy words, as last sent (under M.mu) */
 	unsigned char *known;         /* (world) whether a rank's words came */
+	unsigned char *blocked;       /* (world) scratch: a rank whose ring is full */
 	uint64_t *fserved, *fwait;    /* (world) each rank's last fetch served, and the one
 				       * asked of another node (0: none) */
 };
@@ -84,7 +87,9 @@ struct dps_xmpi {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_t th;
-	int up, inited, failed;
+	int up, inited;
+	_Atomic int failed;          /* no MPI_Finalize at exit */
+	int poisoned;                /* a run ended with a round in flight: no more runs */
 	int cmd;                     /* 1 start, 2 stop, 3 quit */
 	int cmd_rc;
 	char *cmd_err;
@@ -101,6 +106,13 @@ void dps_xmpi_push(struct qmsg **head, struct qmsg **tail, struct qmsg *m);
 /* The first node other than 0, still running, not heard from for more than ns; or -1. */
 int dps_xmpi_lost(struct dps_xlink *x, uint64_t ns);
 void dps_xmpi_run_free(struct dps_xlink *x);
+/* Sends m (MPI_Isend; kept until it completes). */
+void dps_xmpi_send(struct dps_xlink *x, struct qmsg *m);
+/* xnode_fetch.c: this node's ranks' new fetches asked of other nodes (1 when one moved), a
+ * fetch served here for another node's rank, and the answer to one of ours */
+int dps_xmpi_fetch_step(struct dps_xlink *x);
+void dps_xmpi_fetch_serve(struct dps_xlink *x, const struct qmsg *m, int src);
+void dps_xmpi_fetch_done(struct dps_xlink *x, const struct qmsg *m);
 /* The MPI thread's body (pthread_create). */
 void *dps_xmpi_main(void *arg);
 

@@ -59,17 +59,25 @@ static int x_start(struct sup *s, struct dps_xlink **out, char *err, size_t errl
 		M.up = 1;
 		atexit(mpi_atexit);
 	}
+	if (M.poisoned) {
+		free(x);
+		snprintf(err, errlen, "an earlier run between the nodes ended with a round in flight: "
+			 "start the job again");
+		return -EIO;
+	}
+	/* the run and the command together: the thread never sees one without the other */
 	pthread_mutex_lock(&M.mu);
 	x->run = ++M.runs;
 	M.run = x;
+	M.cmd = 1;
+	M.cmd_err = err;
+	M.cmd_errlen = errlen;
+	pthread_cond_broadcast(&M.cv);
+	while (M.cmd)
+		pthread_cond_wait(&M.cv, &M.mu);
+	rc = M.cmd_rc;
 	pthread_mutex_unlock(&M.mu);
-	rc = mpi_cmd(1, err, errlen);
-	if (rc) {
-		pthread_mutex_lock(&M.mu);
-		M.run = NULL;
-		M.failed = 1;
-		pthread_mutex_unlock(&M.mu);
-		dps_xmpi_run_free(x);
+	if (rc) { /* (the MPI thread freed what the run had made) */
 		free(x);
 		return rc;
 	}
@@ -144,11 +152,14 @@ static void x_stop(struct dps_xlink *x, int status)
 {
 	char err[8];
 
+	pthread_mutex_lock(&M.mu);
 	x->stop_ns = dps_now_ns();
+	pthread_mutex_unlock(&M.mu);
 	if (x->s->node > 0)
 		x_send(x, T_DONE, 0, x->s->lo, status, NULL, 0);
 	if (status)
-		M.failed = 1; /* no MPI_Finalize: mpirun ends the job on our non-zero exit */
+		atomic_store(&M.failed, 1); /* no MPI_Finalize: mpirun ends the job on our
+					     * non-zero exit */
 	mpi_cmd(2, err, sizeof(err));
 	free(x);
 }
