@@ -61,11 +61,9 @@ void dps_comm_shm_init(void *mem, int n, size_t slot_bytes, size_t window_bytes)
 		       DPS_CACHELINE);
 }
 
-int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
-		    size_t slot_bytes, const _Atomic uint32_t *abort_word)
+int dps_comm_base(struct dps_comm *c, int n, int me, const int *ranks,
+		  const _Atomic uint32_t *abort_word)
 {
-	struct comm_hdr *h = mem;
-
 	memset(c, 0, sizeof(*c));
 	if (n < 1 || me < 0 || me >= n)
 		return -EINVAL;
@@ -74,6 +72,29 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 	c->ranks = ranks;
 	c->abort_word = abort_word;
 	c->oneshot_max = DPS_COLL_ONESHOT_DEFAULT;
+	return 0;
+}
+
+int dps_comm_scratch(struct dps_comm *c)
+{
+	/* Scratch for the calls, allocated here so that no call can fail on one member only. */
+	c->src = calloc((size_t)c->n, sizeof(*c->src));
+	c->counts = calloc((size_t)c->n, sizeof(*c->counts));
+	c->offs = calloc((size_t)c->n, sizeof(*c->offs));
+	if (!c->src || !c->counts || !c->offs) {
+		dps_comm_detach(c);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ranks,
+		    size_t slot_bytes, const _Atomic uint32_t *abort_word)
+{
+	struct comm_hdr *h = mem;
+
+	if (dps_comm_base(c, n, me, ranks, abort_word))
+		return -EINVAL;
 	c->slot_bytes = slot_bytes;
 	if (n == 1)
 		return 0;
@@ -83,14 +104,8 @@ int dps_comm_attach(struct dps_comm *c, void *mem, int n, int me, const int *ran
 		return -EINVAL;
 	c->bell = (struct dps_wword *)(h + 1);
 	c->post = c->bell + 1;
-	/* Scratch for the calls, allocated here so that no call can fail on one member only. */
-	c->src = calloc((size_t)n, sizeof(*c->src));
-	c->counts = calloc((size_t)n, sizeof(*c->counts));
-	c->offs = calloc((size_t)n, sizeof(*c->offs));
-	if (!c->src || !c->counts || !c->offs) {
-		dps_comm_detach(c);
+	if (dps_comm_scratch(c))
 		return -ENOMEM;
-	}
 	c->slots = (unsigned char *)mem + dps_align_up(hdr_bytes(n), 4096);
 	c->window_bytes = h->window_bytes;
 	if (c->window_bytes)

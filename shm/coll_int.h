@@ -264,6 +264,14 @@ int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *r
  * all call in place fails on every member (-EINVAL) after the same single step. */
 int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s);
 
+/* ---- a member's handle (coll.c) ------------------------------------------------------------ */
+
+/* Zeroes c and sets what every handle has: 0, or -EINVAL for a bad n or me. */
+int dps_comm_base(struct dps_comm *c, int n, int me, const int *ranks,
+		  const _Atomic uint32_t *abort_word);
+/* The calls' scratch (n entries each): 0, or -ENOMEM (c detached). */
+int dps_comm_scratch(struct dps_comm *c);
+
 /* ---- groups that cross nodes (coll_x.c) ------------------------------------------------- */
 
 int dps_xcoll_barrier(struct dps_comm *c);

@@ -60,24 +60,12 @@ int dps_comm_attach_x(struct dps_comm *c, void *mem, int n, int me, const int *r
 {
 	struct dps_xarea *a = mem;
 
-	memset(c, 0, sizeof(*c));
-	if (n < 2 || me < 0 || me >= n || !mem || a->n != (uint32_t)n || !a->piece)
+	if (dps_comm_base(c, n, me, ranks, abort_word) || n < 2 || !mem ||
+	    a->n != (uint32_t)n || !a->piece)
 		return -EINVAL;
-	c->n = n;
-	c->me = me;
-	c->ranks = ranks;
-	c->abort_word = abort_word;
-	c->oneshot_max = DPS_COLL_ONESHOT_DEFAULT;
 	c->x = a;
 	c->xbell = bell;
-	c->src = calloc((size_t)n, sizeof(*c->src));
-	c->counts = calloc((size_t)n, sizeof(*c->counts));
-	c->offs = calloc((size_t)n, sizeof(*c->offs));
-	if (!c->src || !c->counts || !c->offs) {
-		dps_comm_detach(c);
-		return -ENOMEM;
-	}
-	return 0;
+	return dps_comm_scratch(c);
 }
 
 /*

@@ -549,37 +549,28 @@ END_TEST
  */
 START_TEST(test_nodes)
 {
-	struct suite s = { .par = DPS_PAR_CFG_DEFAULT, .fault_rank = -1, .ops = OP_ALL,
-			   .big = 1, .slot_bytes = _i & 1 ? 4096 : 0 };
+	static const struct {
+		struct dps_par_cfg par;
+		int nodes, big, n_which;
+		enum which which[4];
+		enum dps_comp comp[4];
+	} cases[] = {
+		{ { 1, 8, 1, 1, 1, 1, 1 }, 2, 1, 1, { W_DP }, { 0 } },
+		{ { 1, 8, 1, 1, 1, 1, 1 }, 4, 1, 1, { W_DP }, { 0 } },
+		{ { 2, 4, 2, 1, 4, 1, 1 }, 2, 0, 4, { W_DP, W_COL, W_COMP, W_TP },
+		  { 0, DPS_COMP_ATTN, DPS_COMP_MLP, 0 } },
+		{ { 2, 4, 2, 1, 4, 1, 1 }, 4, 0, 4, { W_DP, W_COL, W_COMP, W_TP },
+		  { 0, DPS_COMP_ATTN, DPS_COMP_MLP, 0 } },
+		{ { 4, 2, 1, 1, 2, 1, 1 }, 4, 0, 3, { W_TP, W_DP, W_COMP },
+		  { 0, 0, DPS_COMP_MLP } },
+	};
+	struct suite s = { .par = cases[_i].par, .fault_rank = -1, .ops = OP_ALL,
+			   .big = cases[_i].big, .slot_bytes = _i & 1 ? 4096 : 0,
+			   .n_which = cases[_i].n_which };
 
-	if (_i < 2) {
-		s.par.dp = 8;
-		s.n_which = 1;
-		s.which[0] = W_DP;
-	} else if (_i == 4) {
-		const struct dps_par_cfg tp = { 4, 2, 1, 1, 2, 1, 1 };
-
-		s.par = tp;
-		s.n_which = 3;
-		s.which[0] = W_TP;
-		s.which[1] = W_DP;
-		s.which[2] = W_COMP;
-		s.comp[2] = DPS_COMP_MLP;
-		s.big = 0;
-	} else {
-		const struct dps_par_cfg sub = { 2, 4, 2, 1, 4, 1, 1 };
-
-		s.par = sub;
-		s.n_which = 4;
-		s.which[0] = W_DP;
-		s.which[1] = W_COL;
-		s.comp[1] = DPS_COMP_ATTN;
-		s.which[2] = W_COMP;
-		s.comp[2] = DPS_COMP_MLP;
-		s.which[3] = W_TP;
-		s.big = 0;
-	}
-	s.par.nodes = _i & 1 || _i == 4 ? 4 : 2;
+	memcpy(s.which, cases[_i].which, sizeof(s.which));
+	memcpy(s.comp, cases[_i].comp, sizeof(s.comp));
+	s.par.nodes = cases[_i].nodes;
 	ck_assert_int_eq(run_suite(&s, NULL), 0);
 	/* and the comparison can fail: one member's input perturbed is caught across nodes */
 	s.fault_rank = 5;
