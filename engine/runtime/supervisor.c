@@ -10,6 +10,7 @@
 #include <liburing.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -579,6 +580,15 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 			s->hi = s->lo + per;
 		}
 		s->remote_alive = s->node == 0 ? s->lay.nodes - 1 : 0;
+	}
+	if (s->lay.nodes == 1 && getenv("OMPI_COMM_WORLD_SIZE") &&
+	    atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1) {
+		static int told;
+
+		if (!told++)
+			dps_warn("started by mpirun with %s processes but without --nodes: each runs "
+				 "an instance of its own (give --nodes %s to run one across them)",
+				 getenv("OMPI_COMM_WORLD_SIZE"), getenv("OMPI_COMM_WORLD_SIZE"));
 	}
 	s->segs = calloc((size_t)s->lay.nodes, sizeof(*s->segs));
 	s->ctls = calloc((size_t)s->lay.nodes, sizeof(*s->ctls));
