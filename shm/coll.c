@@ -312,6 +312,12 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, counts[c->me] * esz))
 		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
 									 displs, esz));
+	if (total >= DPS_COLL_CMA_MIN && c->cma >= 0) {
+		rc = dps_coll_allgatherv_cma(c, send, recv, counts, displs, esz);
+		if (rc <= 0)
+			return stat_end(c, tm, total, rc);
+		rc = 0; /* the kernel refused: the slots, now and from now on */
+	}
 	pk = dps_coll_pick_begin(c, DPS_COLL_ALLGATHER, total);
 	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;

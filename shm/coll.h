@@ -72,6 +72,10 @@ enum dps_copy_mode { DPS_COPY_AUTO, DPS_COPY_CACHED, DPS_COPY_STREAM };
  * from a window: below, the in-place call's extra step costs more than the copy it saves. */
 #define DPS_COLL_INPLACE_MIN (64u << 10)
 
+/* All-gathers (the whole output) from private memory read the peers' inputs directly from
+ * this size (see dps_comm.cma). */
+#define DPS_COLL_CMA_MIN (64u << 10)
+
 #define DPS_COLL_SLOT_DEFAULT (256u << 10)
 #define DPS_COLL_ONESHOT_DEFAULT (64u << 10)
 #define DPS_COLL_ONESHOT_OVERSUB (8u << 10)
@@ -81,6 +85,8 @@ struct dps_coll_stats {
 	uint64_t bytes[DPS_COLL_KINDS]; /* payload bytes this member contributed or received */
 	uint64_t ns[DPS_COLL_KINDS];    /* wall time inside the calls, when timing is on */
 	uint64_t in_place[DPS_COLL_KINDS]; /* calls that read their inputs in the windows */
+	uint64_t single_copy[DPS_COLL_KINDS]; /* calls that read the peers' inputs directly
+					       * (shm/coll_cma.c) */
 };
 
 struct dps_comm {
@@ -119,6 +125,10 @@ struct dps_comm {
 	struct dps_xarea *x;
 	struct dps_wword *xbell;
 	uint64_t xseq;             /* last round this member posted */
+	/* All-gathers from private memory of DPS_COLL_CMA_MIN bytes and more read the peers'
+	 * inputs with process_vm_readv (shm/coll_cma.c): 0 yes, -1 no (the kernel refused once;
+	 * or a caller's choice), 2 a test's member that pretends its reads fail. */
+	int cma;
 };
 
 /* Bytes of shared memory a communicator of n members needs, with a window of window_bytes (a

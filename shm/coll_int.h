@@ -264,6 +264,13 @@ int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *r
  * all call in place fails on every member (-EINVAL) after the same single step. */
 int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s);
 
+/*
+ * The single-copy all-gather (coll_cma.c): 0 done, 1 the kernel refused a read (the group
+ * stops trying: the caller takes the slots), or -DPS_EABORT / -EINVAL.
+ */
+int dps_coll_allgatherv_cma(struct dps_comm *c, const void *send, void *recv,
+			    const size_t *counts, const size_t *displs, size_t esz);
+
 /* ---- a member's handle (coll.c) ------------------------------------------------------------ */
 
 /* Zeroes c and sets what every handle has: 0, or -EINVAL for a bad n or me. */

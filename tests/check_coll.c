@@ -216,10 +216,22 @@ static int run_allgather(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	for (i = 0; i < c->n; i++)
 		gen(t, x->want + displs[i] * esz, counts[i], (uint32_t)i, 0, salt);
 	memset(x->b, 0xCD, total * esz);
-	rc = var ? dps_coll_allgatherv(c, x->a, x->b, counts, NULL, t)
-		 : dps_coll_allgather(c, x->a, x->b, count, t);
-	if (rc)
-		return rc;
+	{
+		const uint64_t before = c->stats.single_copy[DPS_COLL_ALLGATHER];
+		/* from private memory, large: read from the peers' inputs (shm/coll_cma.c) */
+		const int cma = c->n > 1 && total * esz >= DPS_COLL_CMA_MIN && !c->x && !c->cma;
+
+		rc = var ? dps_coll_allgatherv(c, x->a, x->b, counts, NULL, t)
+			 : dps_coll_allgather(c, x->a, x->b, count, t);
+		if (rc)
+			return rc;
+		if (c->stats.single_copy[DPS_COLL_ALLGATHER] - before != (uint64_t)cma) {
+			x->fails++;
+			dps_error("all-gather count %zu: the single copy %s", count,
+				  before == c->stats.single_copy[DPS_COLL_ALLGATHER] ? "did not run"
+										     : "ran");
+		}
+	}
 	check(x, var ? "all-gather-v" : "all-gather", t, count, x->b, x->want, total);
 	if (fits_window(x, count * esz)) { /* every member's input fits: all from the windows */
 		const uint64_t before = c->stats.in_place[DPS_COLL_ALLGATHER];
@@ -580,6 +592,51 @@ START_TEST(test_nodes)
 }
 END_TEST
 
+/*
+ * The single-copy all-gather (shm/coll_cma.c) when the kernel refuses a member's reads: that
+ * member (cma = 2 pretends) says so in the closing step, every member takes the slots for this
+ * call and the later ones, and every result is still the oracle's.
+ */
+static int cma_fallback_rank(struct dps_world *w, void *arg)
+{
+	struct dps_comm *c = w->world_c;
+	const size_t count = 70000; /* f32: past DPS_COLL_CMA_MIN for every group size */
+	float *in = malloc(count * sizeof(float)), *out = malloc((size_t)c->n * count * 4);
+	float *want = malloc((size_t)c->n * count * sizeof(float));
+	int rc = 0;
+
+	(void)arg;
+	if (!in || !out || !want)
+		return -ENOMEM;
+	for (int i = 0; i < c->n; i++)
+		gen(DPS_F32, want + (size_t)i * count, count, (uint32_t)i, 0, 77);
+	memcpy(in, want + (size_t)c->me * count, count * sizeof(float));
+	if (c->me == 1)
+		c->cma = 2;
+	for (int round = 0; round < 2 && !rc; round++) {
+		memset(out, 0xCD, (size_t)c->n * count * sizeof(float));
+		rc = dps_coll_allgather(c, in, out, count, DPS_F32);
+		if (!rc && memcmp(out, want, (size_t)c->n * count * sizeof(float)))
+			rc = -DPS_EPROTO;
+		if (!rc && (c->cma != -1 || c->stats.single_copy[DPS_COLL_ALLGATHER]))
+			rc = -DPS_EPROTO; /* every member stopped trying, none counted a single copy */
+	}
+	free(in);
+	free(out);
+	free(want);
+	return rc;
+}
+
+START_TEST(test_cma_fallback)
+{
+	struct dps_sup_opts o = { .par = { 3, 1, 1, 1, 1, 1, 1 }, .rank_fn = cma_fallback_rank };
+	struct dps_sup_result res;
+	char err[256];
+
+	ck_assert_msg(dps_sup_run(&o, &res, err, sizeof(err)) == 0, "%s", err);
+}
+END_TEST
+
 START_TEST(test_reduce_kernels)
 {
 	/* The vectorised ordered sum equals the one-at-a-time reference, bit for bit. */
@@ -716,6 +773,7 @@ static Suite *coll_suite(void)
 	tcase_add_test(tc, test_fault_detected);
 	tcase_add_loop_test(tc, test_alltoallv_bad_counts, 0, 2);
 	tcase_add_loop_test(tc, test_nodes, 0, 5);
+	tcase_add_test(tc, test_cma_fallback);
 	tcase_add_test(tc, test_copy_stream);
 	tcase_add_test(tc, test_in_place_mixed);
 	suite_add_tcase(s, tc);

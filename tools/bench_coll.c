@@ -44,6 +44,7 @@ struct bench {
 	size_t oneshot_max;
 	enum dps_coll_algo algo;
 	enum dps_copy_mode copy;  /* --copy */
+	int no_single_copy;       /* --no-single-copy */
 	int json;
 	int in_place;             /* --in-place: send buffers in the group's windows */
 	int world;
@@ -272,6 +273,8 @@ static int bench_rank(struct dps_world *w, void *arg)
 	/* --oneshot-max 0: the limit the supervisor chose for these ranks on these cores */
 	dps_world_set_algo(w, b->oneshot_max ? b->oneshot_max : c->oneshot_max, b->algo);
 	c->copy = b->copy;
+	if (b->no_single_copy)
+		c->cma = -1;
 	send = own = aligned_alloc(64, dps_align_up(b->max_bytes * 2 + 64, 64));
 	if (b->in_place && b->op != OP_BCAST && b->op != OP_ALLTOALL) {
 		size_t wb;
@@ -468,6 +471,9 @@ int dps_bench_coll(int argc, char **argv)
 		{ "slot-bytes", DPS_FLAG_SIZE, &slot, "BYTES", "shared-memory slot per rank", 0, 0 },
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 },
+		{ "no-single-copy", DPS_FLAG_BOOL, &b.no_single_copy, NULL,
+		  "all-gathers of 64 KiB and more through the slots, not read from the peers' "
+		  "inputs (process_vm_readv)", 0, 0 },
 		{ "in-place", DPS_FLAG_BOOL, &b.in_place, NULL,
 		  "each rank's input in its window of the group's shared memory (as the engine's "
 		  "activations are), read there by its peers instead of copied into the slots: "
