@@ -421,7 +421,9 @@ static void layout_name(const struct dps_par_cfg *p, char *buf, size_t len)
 		n += snprintf(buf + n, len - (size_t)n, " a%d e%d m%d l%d", p->attn_dp, p->emb_dp,
 			      p->mlp_dp, p->lm_head_dp);
 	if (p->ep && n < (int)len)
-		snprintf(buf + n, len - (size_t)n, " EP %s", p->a2a == DPS_A2A_V ? "a2a" : "ag");
+		n += snprintf(buf + n, len - (size_t)n, " EP %s", p->a2a == DPS_A2A_V ? "a2a" : "ag");
+	if (p->nodes > 1 && n < (int)len)
+		snprintf(buf + n, len - (size_t)n, " on %d nodes", p->nodes);
 }
 
 int dps_bench_decode(int argc, char **argv)
