@@ -264,6 +264,9 @@ int dps_coll_reducescatterv_window(struct dps_comm *c, const void *send, void *r
  * all call in place fails on every member (-EINVAL) after the same single step. */
 int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s);
 
+/* The first word of a single-copy all-gather's headers (coll_cma.c); the second is the step. */
+#define DPS_CMA_MAGIC 0x434d416864720100ull
+
 /*
  * The single-copy all-gather (coll_cma.c): 0 done, 1 the kernel refused a read (the group
  * stops trying: the caller takes the slots), or -DPS_EABORT / -EINVAL.

@@ -94,7 +94,8 @@ int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s)
 	for (int i = 0; i < c->n; i++) {
 		const struct win_hdr *p = (const struct win_hdr *)(const void *)slot_data(c, i, k, 1);
 
-		if (p->magic == WIN_MAGIC && p->step == s)
+		/* (a peer on the window path, or on the single-copy path: DPS_CMA_MAGIC) */
+		if ((p->magic == WIN_MAGIC || p->magic == DPS_CMA_MAGIC) && p->step == s)
 			return 1;
 	}
 	return 0;
