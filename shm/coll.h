@@ -74,7 +74,7 @@ enum dps_copy_mode { DPS_COPY_AUTO, DPS_COPY_CACHED, DPS_COPY_STREAM };
 
 /* All-gathers (the whole output) from private memory read the peers' inputs directly from
  * this size (see dps_comm.cma). */
-#define DPS_COLL_CMA_MIN (64u << 10)
+#define DPS_COLL_CMA_MIN (128u << 10)
 
 #define DPS_COLL_SLOT_DEFAULT (256u << 10)
 #define DPS_COLL_ONESHOT_DEFAULT (64u << 10)

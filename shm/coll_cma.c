@@ -64,18 +64,34 @@ static const struct cma_hdr *hdr_of(const struct dps_comm *c, int i, unsigned k)
 	return (const struct cma_hdr *)(const void *)slot_data(c, i, k, 1);
 }
 
-/* Reads len bytes at addr of process pid into dst: 0, or -errno. */
-static int read_peer(pid_t pid, void *dst, uint64_t addr, size_t len)
+/*
+ * Reads member p's header back (into *back) and its part (into dst) with one call: 0, or
+ * -errno. (A read that stops short goes on for what is left.)
+ */
+static int read_peer(const struct cma_hdr *p, struct cma_hdr *back, void *dst)
 {
-	while (len) {
-		struct iovec here = { dst, len }, there = { (void *)(uintptr_t)addr, len };
-		const ssize_t got = process_vm_readv(pid, &here, 1, &there, 1, 0);
+	struct iovec here[2] = { { back, sizeof(*back) }, { dst, p->bytes } };
+	struct iovec there[2] = { { (void *)(uintptr_t)p->self, sizeof(*back) },
+				  { (void *)(uintptr_t)p->addr, p->bytes } };
+	size_t left = sizeof(*back) + p->bytes;
+
+	while (left) {
+		const int first = here[0].iov_len ? 0 : 1; /* (the header is in: the rest) */
+		ssize_t got = process_vm_readv((pid_t)p->pid, here + first, (unsigned long)(2 - first),
+					       there + first, (unsigned long)(2 - first), 0);
 
 		if (got <= 0)
 			return got < 0 ? -errno : -EIO;
-		dst = (char *)dst + got;
-		addr += (uint64_t)got;
-		len -= (size_t)got;
+		left -= (size_t)got;
+		for (int i = first; i < 2 && got > 0; i++) { /* what came off the front */
+			const size_t t = (size_t)got < here[i].iov_len ? (size_t)got : here[i].iov_len;
+
+			here[i].iov_base = (char *)here[i].iov_base + t;
+			there[i].iov_base = (char *)there[i].iov_base + t;
+			here[i].iov_len -= t;
+			there[i].iov_len -= t;
+			got -= (ssize_t)t;
+		}
 	}
 	return 0;
 }
@@ -91,16 +107,15 @@ static uint64_t call_sig(int n, const size_t *counts, const size_t *displs, size
 	return h;
 }
 
-/* Member p's part into dst, after checking that p->pid is that member: CMA_OK or why not. */
+/* Member p's part into dst, and its header read back to check that p->pid is that member:
+ * CMA_OK or why not (dst is then rewritten by the slots). */
 static int read_part(const struct cma_hdr *p, void *dst)
 {
 	struct cma_hdr back;
-	int rc = read_peer((pid_t)p->pid, &back, p->self, sizeof(back));
+	const int rc = read_peer(p, &back, dst);
 
 	if (!rc && memcmp(&back, p, sizeof(back)))
 		return CMA_FAILED; /* another process under that pid */
-	if (!rc && p->bytes)
-		rc = read_peer((pid_t)p->pid, dst, p->addr, p->bytes);
 	return !rc ? CMA_OK : rc == -EPERM || rc == -ENOSYS ? CMA_REFUSED : CMA_FAILED;
 }
 

@@ -472,7 +472,7 @@ int dps_bench_coll(int argc, char **argv)
 		{ "cpu-bind", DPS_FLAG_STR, &cpu_bind, "SPEC",
 		  "auto, off, or per-rank CPU lists like 0-1:2-3", 0, 0 },
 		{ "no-single-copy", DPS_FLAG_BOOL, &b.no_single_copy, NULL,
-		  "all-gathers of 64 KiB and more through the slots, not read from the peers' "
+		  "all-gathers of 128 KiB and more through the slots, not read from the peers' "
 		  "inputs (process_vm_readv)", 0, 0 },
 		{ "in-place", DPS_FLAG_BOOL, &b.in_place, NULL,
 		  "each rank's input in its window of the group's shared memory (as the engine's "
