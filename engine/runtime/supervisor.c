@@ -67,6 +67,33 @@ int dps_sup_rank_pids(int *pids, int max)
 	return n;
 }
 
+/* When the grace period (opts.grace_ms) that starts now ends. */
+static uint64_t sup_grace_end(const struct sup *s)
+{
+	return dps_now_ns() + (uint64_t)(s->o->grace_ms ? s->o->grace_ms : 3000) * 1000000ull;
+}
+
+static void sup_raise_abort(struct sup *s)
+{
+	if (s->abort_deadline)
+		return;
+	sup_abort_hosted(s);
+	s->abort_deadline = sup_grace_end(s);
+}
+
+/*
+ * Rank r (or, on node 0, the ranks of r's node) ended cleanly while others run: normal when
+ * every rank finishes, so the others must follow within the grace period, or they wait for
+ * it in a collective that can never complete (sup_check_early).
+ */
+static void sup_ended_early(struct sup *s, int r)
+{
+	if ((s->alive > 0 || s->remote_alive > 0) && !s->early_deadline) {
+		s->early_deadline = sup_grace_end(s);
+		s->early_rank = r;
+	}
+}
+
 void dps_sup_stop(int signo)
 {
 	if (!active)
@@ -75,12 +102,7 @@ void dps_sup_stop(int signo)
 		active->res->stop_signal = signo;
 		dps_info("stopping the ranks (%s)", strsignal(signo));
 	}
-	if (!active->abort_deadline) {
-		unsigned grace = active->o->grace_ms ? active->o->grace_ms : 3000;
-
-		sup_abort_hosted(active);
-		active->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
-	}
+	sup_raise_abort(active);
 }
 
 static int pidfd_open_compat(pid_t pid)
@@ -164,16 +186,6 @@ static void __attribute__((noreturn)) rank_main(struct sup *s, int r, pid_t sup_
 
 /* ---- the supervisor side ------------------------------------------------------------------ */
 
-static void sup_raise_abort(struct sup *s)
-{
-	unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
-
-	if (s->abort_deadline)
-		return;
-	sup_abort_hosted(s);
-	s->abort_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
-}
-
 /*
  * Rank r failed as err says (the first failure of the run): recorded, logged, the others
  * aborted, the caller told. Every kind of failure (death, early exit, hang) goes through here.
@@ -212,15 +224,8 @@ static void sup_link_events(struct sup *s)
 		}
 		if (ev.kind == DPS_XEV_DONE) {
 			s->remote_alive--;
-			if (!ev.status && (s->alive > 0 || s->remote_alive > 0) &&
-			    !s->early_deadline) {
-				/* a node's ranks ended cleanly: the others must follow soon, or
-				 * they wait for it in a collective that can never complete */
-				unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
-
-				s->early_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
-				s->early_rank = ev.node * (s->lay.world / s->lay.nodes);
-			}
+			if (!ev.status)
+				sup_ended_early(s, ev.node * (s->lay.world / s->lay.nodes));
 			if (ev.status && s->res->failed_rank < 0 && !s->res->stop_signal) {
 				char why[96];
 
@@ -274,16 +279,7 @@ static void sup_reap(struct sup *s, int r, char *err, size_t errlen)
 	s->pidfds[r] = -1;
 	s->alive--;
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-		/*
-		 * A clean exit is normal when every rank finishes; the others must follow soon,
-		 * or they are waiting for it in a collective that can never complete.
-		 */
-		if ((s->alive > 0 || s->remote_alive > 0) && !s->early_deadline) {
-			unsigned grace = s->o->grace_ms ? s->o->grace_ms : 3000;
-
-			s->early_deadline = dps_now_ns() + (uint64_t)grace * 1000000ull;
-			s->early_rank = r;
-		}
+		sup_ended_early(s, r);
 		return;
 	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == DPS_EXIT_ABORTED && s->abort_deadline)
