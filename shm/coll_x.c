@@ -240,30 +240,33 @@ int dps_xcoll_allgatherv(struct dps_comm *c, const void *send, void *recv, const
 			 const size_t *displs, size_t esz, size_t total)
 {
 	const uint64_t t0 = xbegin(c);
-	struct ag a = { recv, NULL, displs, esz, 0 };
-	size_t *own = malloc(sizeof(size_t) * (size_t)c->n);
+	const size_t mine = counts[c->me] * esz;
+	struct ag a = { recv, c->offs, displs, esz, 0 };
+	size_t end = 0, at = 0;
+	const void *from = send;
 	void *copy = NULL;
 	int rc;
 
-	/* c->counts is the rounds' scratch: the caller's counts may be that array */
-	if (!own)
-		return -ENOMEM;
-	memcpy(own, counts, sizeof(size_t) * (size_t)c->n);
-	a.counts = own;
-	/* send may lie inside recv (in place): the rounds read it while recv fills */
-	if (counts[c->me]) {
-		copy = malloc(counts[c->me] * esz);
-		if (!copy) {
-			free(own);
-			return -ENOMEM;
-		}
-		memcpy(copy, send, counts[c->me] * esz);
+	/* c->counts is the rounds' scratch, and the caller's counts may be that very array:
+	 * they are kept in c->offs (unused by groups across nodes) */
+	memmove(c->offs, counts, sizeof(size_t) * (size_t)c->n);
+	for (int i = 0; i < c->n; at += c->offs[i++]) {
+		const size_t e = (displs ? displs[i] : at) + c->offs[i];
+
+		end = e > end ? e : end;
 	}
-	rc = xstream(c, copy, counts[c->me] * esz, ag_fn, &a);
+	/* send inside recv (in place): the rounds would read it while recv fills */
+	if (mine && (const char *)send < (char *)recv + end * esz &&
+	    (const char *)send + mine > (char *)recv) {
+		copy = malloc(mine);
+		if (!copy) /* (a call that fails on one member only stops the others at the abort) */
+			return -ENOMEM;
+		from = memcpy(copy, send, mine);
+	}
+	rc = xstream(c, from, mine, ag_fn, &a);
 	if (!rc && a.bad)
 		rc = -EPROTO;
 	free(copy);
-	free(own);
 	return xdone(c, DPS_COLL_ALLGATHER, total, rc, t0);
 }
 
