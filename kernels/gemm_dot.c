@@ -223,8 +223,8 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
  */
 #define PAGE_AHEAD 4096
 #define PAGE_AHEAD_LINES 8
-/* How far ahead the two-row BF16/F16 kernel (pairs16_avx512) prefetches, in address order. */
-#define PAIR_AHEAD ((size_t)8 << 10)
+/* How far ahead the one-row BF16/F16 kernel (rows16_avx512) asks for each line, into L2. */
+#define LINE_AHEAD ((size_t)8 << 10)
 
 /*
  * The GROUP lines W_PREFETCH_BYTES past the read position at column c (c a multiple of 16)
@@ -370,57 +370,48 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 }
 
 /*
- * BF16 or F16 at batch 1, a whole tile of four rows: rows 0 and 1 side by side, then 2 and 3,
- * each pair's lines asked for PAIR_AHEAD bytes ahead in address order (one prefetch stream over
- * both rows). One row alone is one chain of FMAs, each waiting for the last (about 1.1 ns on
- * Zen 5) and eating 32 bytes of BF16: about the memory's pace, so the two never overlap; two
- * chains do. Each output's sum is rows_avx512's, lane for lane. (One Zen 5 core, the bench-110m
- * shapes in BF16, five rounds: one row 20 GB/s, two rows with this prefetch 8 KiB ahead 26,
- * 16 KiB 24, four rows 21; f32, whose FMA eats 64 bytes, stays one row: 29 against 24.)
+ * BF16 or F16 at batch 1: the rows one after the other as rows_avx512, 32 columns (one line of
+ * W) a pass, each line asked for into L2 LINE_AHEAD bytes ahead in address order (the rows are
+ * contiguous, so the prefetch runs on into the next rows and tiles). Each output's sum is
+ * rows_avx512's, lane for lane. One Zen 5 core, the bench-110m shapes in BF16 from huge pages,
+ * runs of 21-25 interleaved rounds (2026-12-06): this 24.4-29.0 GB/s, the page-ahead prefetch
+ * of f32 24.2, two rows side by side (two chains) with a prefetch stream 8 KiB ahead into L1
+ * (the kernel before) 21.5-26.7, 8-14% behind this (medians of the ratios); 4, 12 and 16 KiB
+ * ahead measured behind 8. (f32, whose FMA eats a whole line, keeps the page-ahead prefetch:
+ * a prefetch a line there measured 9% slower; so did INT8, 30%.)
  */
 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
-pairs16_avx512(float *restrict out, const float *restrict x, const void *restrict W, int r0,
-	       int k, const int h16)
+rows16_avx512(float *restrict out, const float *restrict x, const void *restrict W, int r0,
+	      int nr, int k, const int h16)
 {
-	const size_t row = (size_t)k * sizeof(uint16_t);
 	const int tail = k % 16;
 	const __mmask16 mask = (__mmask16)((1u << tail) - 1);
 	__m512 a[GROUP];
 
-#pragma GCC unroll 2
-	for (int h = 0; h < 2; h++) {
-		const char *w0 = w_row(W, (size_t)r0 + 2 * (size_t)h, k, h16), *w1 = w0 + row;
-		__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+	for (int q = 0; q < GROUP; q++) {
+		const char *w = w_row(W, (size_t)r0 + (size_t)q, k, h16);
+		__m512 s = _mm512_setzero_ps();
 		int c = 0;
 
-		/* 32 columns a pass, a whole line of each row (16 a pass ran a fifth slower) */
+		a[q] = s;
+		if (q >= nr)
+			continue;
 		for (; c + 32 <= k; c += 32) {
-			const char *pf = w0 + PAIR_AHEAD + (size_t)c * 2 * sizeof(uint16_t);
-			const __m512 xv = _mm512_loadu_ps(x + c), xw = _mm512_loadu_ps(x + c + 16);
-
-			_mm_prefetch(pf, _MM_HINT_T0);
-			_mm_prefetch(pf + 64, _MM_HINT_T0);
-			s0 = _mm512_fmadd_ps(wload_avx512(w0, c, h16), xv, s0);
-			s1 = _mm512_fmadd_ps(wload_avx512(w1, c, h16), xv, s1);
-			s0 = _mm512_fmadd_ps(wload_avx512(w0, c + 16, h16), xw, s0);
-			s1 = _mm512_fmadd_ps(wload_avx512(w1, c + 16, h16), xw, s1);
+			_mm_prefetch(w + LINE_AHEAD + (size_t)c * sizeof(uint16_t), _MM_HINT_T1);
+			s = _mm512_fmadd_ps(wload_avx512(w, c, h16), _mm512_loadu_ps(x + c), s);
+			s = _mm512_fmadd_ps(wload_avx512(w, c + 16, h16), _mm512_loadu_ps(x + c + 16),
+					    s);
 		}
-		for (; c + 16 <= k; c += 16) {
-			const __m512 xv = _mm512_loadu_ps(x + c);
-
-			s0 = _mm512_fmadd_ps(wload_avx512(w0, c, h16), xv, s0);
-			s1 = _mm512_fmadd_ps(wload_avx512(w1, c, h16), xv, s1);
+		if (c + 16 <= k) {
+			s = _mm512_fmadd_ps(wload_avx512(w, c, h16), _mm512_loadu_ps(x + c), s);
+			c += 16;
 		}
-		if (tail) {
-			const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c);
-
-			s0 = _mm512_mask3_fmadd_ps(wload_tail_avx512(w0, c, tail, h16), xv, s0, mask);
-			s1 = _mm512_mask3_fmadd_ps(wload_tail_avx512(w1, c, tail, h16), xv, s1, mask);
-		}
-		a[2 * h] = s0;
-		a[2 * h + 1] = s1;
+		if (tail)
+			s = _mm512_mask3_fmadd_ps(wload_tail_avx512(w, c, tail, h16),
+						  _mm512_maskz_loadu_ps(mask, x + c), s, mask);
+		a[q] = s;
 	}
-	dps_dot_store4_512(out + r0, a[0], a[1], a[2], a[3], GROUP);
+	dps_dot_store4_512(out + r0, a[0], a[1], a[2], a[3], nr);
 }
 
 /* tile_fn of block_avx512, h16 a constant: rows of x four at a time, then the rest. */
@@ -430,8 +421,8 @@ tile_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 {
 	int i = 0;
 
-	if (mi == 1 && h16 && nr == GROUP) {
-		pairs16_avx512(out, x, W, r0, k, h16);
+	if (mi == 1 && h16) {
+		rows16_avx512(out, x, W, r0, nr, k, h16);
 		return;
 	}
 	if (mi == 1) {
