@@ -245,6 +245,22 @@ if expect_rc 0; then
 fi
 run bench coll --op pingpong --ranks 3
 expect_rc 2
+# The bare exchange (each rank's counter in its own line), by both methods; it needs 2 ranks.
+for m in batch osu; do
+	run bench coll --op exchange --method $m --repeats 3
+	if expect_rc 0; then
+		grep -q "^# dpshard bench coll: exchange, .*method $m" "$tmp/out" ||
+			fail "$desc: the header does not say the exchange and its method"
+		grep -v '^#' "$tmp/out" | awk 'NF { n++ } NF && ($1 != 8 || !($4 > 0) || $NF != "ok") {
+			bad = 1 } END { exit bad || n != 1 }' ||
+			{ fail "$desc: not one row with a positive time"; show stdout "$tmp/out"; }
+	fi
+done
+run bench coll --op exchange --ranks 3
+if expect_rc 2; then
+	grep -qF -- '--op exchange runs between --ranks 2' "$tmp/err" ||
+		{ fail "$desc: the refusal does not name the op"; show stderr "$tmp/err"; }
+fi
 run bench coll --method mpi
 if expect_rc 2; then
 	grep -qF -- '--method mpi is not one of batch, osu' "$tmp/err" ||

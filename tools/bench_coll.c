@@ -14,7 +14,9 @@
  * ../tools/mpi_coll.c in the developers' tree): each call alone after a barrier, every rank
  * timing its own call, the slowest rank's time, the median over the calls. --op pingpong is
  * the floor of both: one cache line passed back and forth between two ranks (half a round
- * trip).
+ * trip). --op exchange is the least any collective of two ranks can cost under the chosen
+ * method: each rank stores a counter in its own cache line and waits to see the other's, no
+ * more (no data, no library).
  */
 #include <math.h>
 #include <sched.h>
@@ -31,10 +33,10 @@
 #include "tools/flags.h"
 
 enum op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_ALLTOALL, OP_BCAST, OP_BARRIER,
-	  OP_PINGPONG };
+	  OP_PINGPONG, OP_EXCHANGE };
 
 static const char *const op_names[] = { "allreduce", "allgather", "reducescatter", "alltoall",
-					"bcast", "barrier", "pingpong" };
+					"bcast", "barrier", "pingpong", "exchange" };
 
 struct bench {
 	enum op op;
@@ -49,7 +51,7 @@ struct bench {
 	int in_place;             /* --in-place: send buffers in the group's windows */
 	int world;
 	int osu;                  /* --method osu */
-	_Atomic uint64_t *line;   /* pingpong: two words on their own cache line, shared */
+	_Atomic uint64_t *line;   /* pingpong, exchange: a shared page (lines 0, 2 and 4 used) */
 };
 
 #define OSU_CALLS 2000 /* --method osu: calls a size, at most */
@@ -95,7 +97,8 @@ static int run_op(const struct bench *b, struct dps_comm *c, const void *send, v
 	case OP_REDUCESCATTER: return dps_coll_reducescatter(c, send, recv, count, b->dt);
 	case OP_BCAST: return dps_coll_bcast(c, recv, count, b->dt, c->n - 1);
 	case OP_BARRIER: return dps_coll_barrier(c);
-	case OP_PINGPONG: return -EINVAL; /* pingpong_rank's own loop */
+	case OP_PINGPONG: /* their own loops: pingpong_rank, exchange_rank */
+	case OP_EXCHANGE: return -EINVAL;
 	case OP_ALLTOALL: {
 		size_t cnt[DPS_MAX_WORLD];
 
@@ -175,7 +178,8 @@ static int check_result(const struct bench *b, const void *recv, size_t count, i
 /* Waits until *v == want; spins, then yields, and gives up when the instance aborts. */
 static int wait_word(struct dps_world *w, _Atomic uint64_t *v, uint64_t want)
 {
-	for (unsigned long spin = 0; atomic_load_explicit(v, memory_order_acquire) != want; spin++) {
+	/* (at least: in an exchange the peer may already have stored the next step) */
+	for (unsigned long spin = 0; atomic_load_explicit(v, memory_order_acquire) < want; spin++) {
 		if (spin % 1024 == 1023 && dps_abort_raised(&w->ctl->abort))
 			return -DPS_EABORT;
 		if (spin > 4096)
@@ -231,6 +235,60 @@ static int pingpong_rank(struct dps_world *w, const struct bench *b)
 	return rc;
 }
 
+/*
+ * The exchange: ranks 0 and 1 each store the step in their own line (bytes 128 and 256 of the
+ * page: different lines and line pairs) and wait for the other's. batch: back-to-back
+ * exchanges timed on rank 0, median of --repeats batches; osu: each exchange alone after a
+ * barrier, the slower rank's time, median over the calls.
+ */
+static int exchange_rank(struct dps_world *w, const struct bench *b)
+{
+	_Atomic uint64_t *mine = b->line + 16 * (w->rank + 1), *peer = b->line + 16 * (2 - w->rank);
+	const int calls = b->osu ? OSU_CALLS : b->repeats;
+	double *t = calloc((size_t)calls, sizeof(double));
+	float us[2];
+	int32_t n = b->osu ? 1 : 200; /* batch: the warm-up's exchanges, then about 2 ms */
+	uint64_t seq = 0;
+	int rc = dps_coll_barrier(w->world_c);
+
+	if (!t)
+		return -ENOMEM;
+	for (int rep = -1; rep < calls && !rc; rep++) { /* rep -1: warm-up */
+		uint64_t t0;
+
+		if (!b->osu && rep == 0) {
+			if (w->rank == 0)
+				n = (int32_t)fmin(20000.0, fmax(10.0, 2e6 / fmax(t[0] * 1e3, 1.0)));
+			rc = dps_coll_bcast(w->world_c, &n, 1, DPS_I32, 0);
+		}
+		if (b->osu && !rc)
+			rc = dps_coll_barrier(w->world_c);
+		t0 = dps_now_ns();
+		for (int i = 0; i < n && !rc; i++) {
+			atomic_store_explicit(mine, ++seq, memory_order_release);
+			rc = wait_word(w, peer, seq);
+		}
+		t[rep < 0 ? 0 : rep] = (double)(dps_now_ns() - t0) / n / 1e3;
+		if (b->osu && !rc) {
+			const float me = (float)t[rep < 0 ? 0 : rep];
+
+			rc = dps_coll_allgather(w->world_c, &me, us, 1, DPS_F32);
+			t[rep < 0 ? 0 : rep] = us[0] > us[1] ? us[0] : us[1];
+		}
+	}
+	if (!rc && w->rank == 0) {
+		struct row row = { .bytes = 8, .count = 1, .algo = DPS_ALGO_ONESHOT, .iters = n,
+				   .check_ok = 1 };
+
+		if (b->osu)
+			row.iters = calls;
+		row.median_us = median(t, calls);
+		rc = dps_ring_push(&w->to_sup, &row, sizeof(row), 0);
+	}
+	free(t);
+	return rc;
+}
+
 /* One call alone after a barrier, on every rank; the slowest rank's time (us) into *us. */
 static int osu_call(const struct bench *b, struct dps_comm *c, const void *send, void *recv,
 		    size_t count, float *all, double *us)
@@ -265,10 +323,10 @@ static int bench_rank(struct dps_world *w, void *arg)
 	size_t bytes;
 	int rc = 0;
 
-	if (b->op == OP_PINGPONG) {
+	if (b->op == OP_PINGPONG || b->op == OP_EXCHANGE) {
 		free(t);
 		free(all);
-		return pingpong_rank(w, b);
+		return b->op == OP_PINGPONG ? pingpong_rank(w, b) : exchange_rank(w, b);
 	}
 	/* --oneshot-max 0: the limit the supervisor chose for these ranks on these cores */
 	dps_world_set_algo(w, b->oneshot_max ? b->oneshot_max : c->oneshot_max, b->algo);
@@ -449,8 +507,10 @@ int dps_bench_coll(int argc, char **argv)
 	const struct dps_flag flags[] = {
 		{ "ranks", DPS_FLAG_INT, &ranks, "N", "rank processes in the group", 1, DPS_MAX_WORLD },
 		{ "op", DPS_FLAG_STR, &op, "OP",
-		  "allreduce, allgather, reducescatter, alltoall, bcast, barrier, or pingpong (the "
-		  "floor: one cache line between two ranks, half a round trip)", 0, 0 },
+		  "allreduce, allgather, reducescatter, alltoall, bcast, barrier, pingpong (the "
+		  "floor: one cache line between two ranks, half a round trip) or exchange (the "
+		  "least a collective of two ranks costs under --method: each stores a counter in "
+		  "its own cache line and waits for the other's)", 0, 0 },
 		{ "method", DPS_FLAG_STR, &method, "M",
 		  "batch: back-to-back calls timed together on rank 0; osu: each call alone after a "
 		  "barrier, the slowest rank's time (the MPI loop's method)", 0, 0 },
@@ -495,7 +555,7 @@ int dps_bench_coll(int argc, char **argv)
 			break;
 	if (i == (int)(sizeof(op_names) / sizeof(op_names[0]))) {
 		fprintf(stderr, "dpshard bench coll: --op %s is not one of allreduce, allgather, "
-				"reducescatter, alltoall, bcast, barrier, pingpong\n", op);
+				"reducescatter, alltoall, bcast, barrier, pingpong, exchange\n", op);
 		return 2;
 	}
 	b.op = (enum op)i;
@@ -504,11 +564,11 @@ int dps_bench_coll(int argc, char **argv)
 		return 2;
 	}
 	b.osu = !strcmp(method, "osu");
-	if (b.op == OP_PINGPONG && ranks != 2) {
-		fprintf(stderr, "dpshard bench coll: --op pingpong runs between --ranks 2\n");
+	if ((b.op == OP_PINGPONG || b.op == OP_EXCHANGE) && ranks != 2) {
+		fprintf(stderr, "dpshard bench coll: --op %s runs between --ranks 2\n", op);
 		return 2;
 	}
-	if (b.op == OP_PINGPONG) {
+	if (b.op == OP_PINGPONG || b.op == OP_EXCHANGE) {
 		/* one line, made before the fork: every rank shares it */
 		b.line = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (b.line == MAP_FAILED) {
@@ -544,10 +604,10 @@ int dps_bench_coll(int argc, char **argv)
 	if (nodes > 1) {
 		const char *me = getenv("OMPI_COMM_WORLD_RANK");
 
-		if (b.in_place || b.op == OP_PINGPONG) {
+		if (b.in_place || b.op == OP_PINGPONG || b.op == OP_EXCHANGE) {
 			fprintf(stderr, "dpshard bench coll: --nodes with %s: a group across nodes "
 				"has no windows and no shared line\n",
-				b.in_place ? "--in-place" : "--op pingpong");
+				b.in_place ? "--in-place" : op);
 			return 2;
 		}
 		/* one DP group across the nodes (a TP group must stay on one) */
@@ -581,6 +641,13 @@ int dps_bench_coll(int argc, char **argv)
 		if (b.op == OP_PINGPONG)
 			printf("# dpshard bench coll: pingpong, one cache line between 2 ranks, half "
 			       "the median round trip of %d batches\n", b.repeats);
+		else if (b.op == OP_EXCHANGE)
+			printf("# dpshard bench coll: exchange, 2 ranks each storing a counter in its "
+			       "own cache line and waiting for the other's, method %s\n",
+			       b.osu ? "osu: each exchange alone after a barrier, the slower rank's "
+				       "time, median over the calls (iters)"
+				     : "batch: back-to-back exchanges timed on rank 0, median of "
+				       "the batches");
 		else if (b.osu)
 			printf("# dpshard bench coll: %s, %s, %d ranks, slot %zu bytes, one-shot "
 			       "all-reduce up to %zu bytes, copy %s, method osu: each call alone "
