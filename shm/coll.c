@@ -162,12 +162,34 @@ int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out)
  * either close together (a cache line passes in 16-35 ns) or far apart (160 ns).
  * A 1 MiB all-gather on 2 ranks took 43 us with ordinary stores and 71 us streamed in the
  * first state, 306 us and 91 us in the second (bench coll --method osu --copy, 2026-12-06).
- * So in AUTO each member times its own large calls (ns per KiB, an average that weighs the
- * latest call a quarter), uses the faster mode, and tries the other every PICK_EXPLORE-th
- * call so that a change of placement is noticed; a mode that gets slower is left at once.
- * Each member decides alone: modes need not agree, since they only change how bytes travel.
+ * So in AUTO each member times its own large calls (ns per KiB), keeps each mode's latest
+ * DPS_PICK_SAMPLES and uses the mode whose median is lower (after PICK_FIRST calls in each
+ * mode, in turn); it tries the other every PICK_EXPLORE-th call, so that a change of placement
+ * is noticed (a trial's time replaces what was known of its mode, which may be stale). A median, not an average:
+ * one slow call (a preempted peer, the host moving a vCPU for a moment) must not send the
+ * next PICK_EXPLORE calls to the slower mode, as an average that weighed the latest call a
+ * quarter did (2 ranks, 1 MiB all-gathers through the slots, osu method, near placement:
+ * AUTO 45-82 us against 44-47 with cached stores forced). Each member decides alone: modes
+ * need not agree, since they only change how bytes travel.
  */
 #define PICK_EXPLORE 32
+#define PICK_FIRST 3
+
+/* The median of mode m's samples (0 with none). */
+static float pick_est(const struct dps_copy_pick *p, int m)
+{
+	float v[DPS_PICK_SAMPLES], t;
+	int n = p->n[m];
+
+	memcpy(v, p->ns[m], sizeof(v));
+	for (int i = 1; i < n; i++) /* insertion sort of at most five */
+		for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return n ? (n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2])) : 0.0f;
+}
 
 uint64_t dps_coll_pick_begin(struct dps_comm *c, enum dps_coll_kind kind, size_t bytes)
 {
@@ -187,11 +209,11 @@ uint64_t dps_coll_pick_begin(struct dps_comm *c, enum dps_coll_kind kind, size_t
 	p = &c->pick[kind][cls];
 	if (++p->calls == 1) /* the first call of a class faults its pages in: not a sample */
 		return 0;
-	if (p->ns[0] == 0 || p->ns[1] == 0) { /* one sample of each first */
-		c->stream_now = p->ns[0] != 0;
-		c->pick_trial = 1;
+	if (p->calls <= 1 + 2 * PICK_FIRST) { /* PICK_FIRST samples of each first, in turn */
+		c->stream_now = (int)(p->calls & 1);
+		c->pick_trial = 0;
 	} else {
-		best = p->ns[1] < p->ns[0];
+		best = pick_est(p, 1) < pick_est(p, 0);
 		c->pick_trial = p->calls % PICK_EXPLORE == 0;
 		c->stream_now = best ^ c->pick_trial;
 	}
@@ -199,19 +221,19 @@ uint64_t dps_coll_pick_begin(struct dps_comm *c, enum dps_coll_kind kind, size_t
 	return dps_now_ns();
 }
 
-/*
- * A trial's time replaces what was known of its mode (the placement may have changed since);
- * the chosen mode's calls are averaged, the latest weighing a quarter.
- */
 void dps_coll_pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
 {
-	double ns, *avg;
+	struct dps_copy_pick *p = c->pick_now;
+	const int m = c->stream_now;
 
-	if (!c->pick_now || rc)
+	if (!p || rc)
 		return;
-	ns = (double)(dps_now_ns() - t0) * 1024.0 / (double)bytes;
-	avg = &c->pick_now->ns[c->stream_now];
-	*avg = c->pick_trial ? ns : 0.75 * *avg + 0.25 * ns;
+	if (c->pick_trial) /* a trial stands alone: what was known of its mode may be stale */
+		p->n[m] = p->at[m] = 0;
+	p->ns[m][p->at[m]] = (float)((double)(dps_now_ns() - t0) * 1024.0 / (double)bytes);
+	p->at[m] = (uint8_t)((p->at[m] + 1) % DPS_PICK_SAMPLES);
+	if (p->n[m] < DPS_PICK_SAMPLES)
+		p->n[m]++;
 	c->pick_now = NULL;
 }
 
@@ -312,7 +334,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 	if (total >= DPS_COLL_INPLACE_MIN && in_window(c, send, counts[c->me] * esz))
 		return stat_end(c, tm, total, dps_coll_allgatherv_window(c, send, recv, counts,
 									 displs, esz));
-	if (total >= DPS_COLL_CMA_MIN && c->cma >= 0) {
+	if (total >= DPS_COLL_CMA_MIN && total < DPS_COLL_CMA_MAX && c->cma >= 0) {
 		rc = dps_coll_allgatherv_cma(c, send, recv, counts, displs, esz);
 		if (rc <= 0)
 			return stat_end(c, tm, total, rc);

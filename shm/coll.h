@@ -73,8 +73,13 @@ enum dps_copy_mode { DPS_COPY_AUTO, DPS_COPY_CACHED, DPS_COPY_STREAM };
 #define DPS_COLL_INPLACE_MIN (64u << 10)
 
 /* All-gathers (the whole output) from private memory read the peers' inputs directly from
- * this size (see dps_comm.cma). */
+ * DPS_COLL_CMA_MIN bytes up to below DPS_COLL_CMA_MAX (see dps_comm.cma); above, the slots
+ * in the faster write mode are at least as fast on this project's machine in both of its
+ * placements (README, "Performance of the collectives"). */
 #define DPS_COLL_CMA_MIN (128u << 10)
+#define DPS_COLL_CMA_MAX (512u << 10)
+/* Write modes (AUTO): each mode's latest call times kept, the median of them compared. */
+#define DPS_PICK_SAMPLES 5
 
 #define DPS_COLL_SLOT_DEFAULT (256u << 10)
 #define DPS_COLL_ONESHOT_DEFAULT (64u << 10)
@@ -107,7 +112,8 @@ struct dps_comm {
 	int stream_now;            /* this call writes its slots streamed */
 	struct dps_copy_pick {     /* AUTO, per kind and size class (64 KiB, ..., 8 MiB and up) */
 		uint64_t calls;
-		double ns[2];      /* recent ns per KiB, cached / streamed (0: none yet) */
+		float ns[2][DPS_PICK_SAMPLES]; /* the latest ns per KiB, cached / streamed */
+		uint8_t n[2], at[2];       /* samples held (0: none yet), where the next goes */
 	} pick[DPS_COLL_KINDS][8];
 	struct dps_copy_pick *pick_now; /* this call's class when it is timed, else NULL */
 	int pick_trial;            /* this call tries the mode that is not the faster */

@@ -225,7 +225,8 @@ static int run_allgather(struct ctx *x, enum dps_dtype t, size_t count, uint32_t
 	{
 		const uint64_t before = c->stats.single_copy[DPS_COLL_ALLGATHER];
 		/* from private memory, large: read from the peers' inputs (shm/coll_cma.c) */
-		const int cma = c->n > 1 && total * esz >= DPS_COLL_CMA_MIN && !c->x && !c->cma;
+		const int cma = c->n > 1 && total * esz >= DPS_COLL_CMA_MIN &&
+				total * esz < DPS_COLL_CMA_MAX && !c->x && !c->cma;
 
 		rc = var ? dps_coll_allgatherv(c, x->a, x->b, counts, NULL, t)
 			 : dps_coll_allgather(c, x->a, x->b, count, t);
@@ -382,8 +383,12 @@ static int suite_rank(struct dps_world *w, void *arg)
 			const enum dps_dtype dt = (enum dps_dtype)t;
 			const size_t big = ((size_t)1 << 20) / dps_dtype_size(dt) + 1;
 
-			for (int k = 0; k < 5 && !rc; k++, case_id++) {
-				const size_t count = k < 4 ? small[k] : big;
+			/* k = 5: a whole all-gather of 192 KiB and a little more, where it takes
+			 * the single copy (shm/coll_cma.c) */
+			const size_t mid = ((size_t)192 << 10) / dps_dtype_size(dt) / (size_t)x.c->n + 3;
+
+			for (int k = 0; k < 6 && !rc; k++, case_id++) {
+				const size_t count = k < 4 ? small[k] : k == 4 ? big : mid;
 				const uint32_t salt = (uint32_t)(case_id * 131 + x.c->ranks[0] * 7919);
 
 				if (k == 4 && !s->big)
