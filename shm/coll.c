@@ -676,11 +676,12 @@ int dps_coll_alltoallv(struct dps_comm *c, const void *send, const size_t *scoun
 			if (bi > off) {
 				const size_t len = bi - off < win ? bi - off : win;
 
-				memcpy((char *)recv + dst + off,
-				       i == c->me ? self + off
-						  : (const char *)slot_data(c, i, k, 0) + hdr +
-							    (size_t)c->me * win,
-				       len);
+				/* (memmove: our own block may lie where it goes) */
+				memmove((char *)recv + dst + off,
+					i == c->me ? self + off
+						   : (const char *)slot_data(c, i, k, 0) + hdr +
+							     (size_t)c->me * win,
+					len);
 				moved += len;
 			}
 			rpos += rcounts[i] * esz;

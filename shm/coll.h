@@ -104,7 +104,7 @@ struct dps_comm {
 	size_t slot_bytes;
 	uint64_t seq;              /* last step this member posted */
 	uint64_t slot_last[2];     /* step at which each slot was last read (0 = never) */
-	uint64_t min_posted;       /* every member is known to have posted at least this */
+	uint64_t min_posted;       /* every other member is known to have posted at least this */
 	unsigned next_slot;
 	size_t oneshot_max;        /* all-reduce: one-shot up to this many bytes */
 	enum dps_coll_algo algo;   /* forced algorithm for tests and benchmarks */

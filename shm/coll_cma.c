@@ -59,9 +59,12 @@ static int cma_step(struct dps_comm *c, struct cma_hdr *h, unsigned *k)
 	return rc;
 }
 
-static const struct cma_hdr *hdr_of(const struct dps_comm *c, int i, unsigned k)
+/* Member i's header of the step in slot k; ours is `mine` (a line just written is slow to
+ * read back). */
+static const struct cma_hdr *hdr_of(const struct dps_comm *c, int i, unsigned k,
+				    const struct cma_hdr *mine)
 {
-	return (const struct cma_hdr *)(const void *)slot_data(c, i, k, 1);
+	return i == c->me ? mine : (const struct cma_hdr *)(const void *)slot_data(c, i, k, 1);
 }
 
 /*
@@ -135,11 +138,11 @@ int dps_coll_allgatherv_cma(struct dps_comm *c, const void *send, void *recv,
 	if (rc)
 		return rc;
 	for (int i = 0; i < c->n; i++) {
-		const struct cma_hdr *p = hdr_of(c, i, k);
+		const struct cma_hdr *p = hdr_of(c, i, k, &h);
 
 		/* another path (a window, the slots), or other counts: every member sees the same
 		 * headers and fails alike */
-		if (p->magic != DPS_CMA_MAGIC || p->step != h.step || p->sig != hdr_of(c, 0, k)->sig)
+		if (p->magic != DPS_CMA_MAGIC || p->step != h.step || p->sig != hdr_of(c, 0, k, &h)->sig)
 			bad = 1;
 	}
 	if (bad) {
@@ -148,7 +151,7 @@ int dps_coll_allgatherv_cma(struct dps_comm *c, const void *send, void *recv,
 		return -EINVAL;
 	}
 	for (int i = 0; i < c->n; off += counts[i++] * esz) {
-		const struct cma_hdr *p = hdr_of(c, i, k);
+		const struct cma_hdr *p = hdr_of(c, i, k, &h);
 		char *dst = (char *)recv + (displs ? displs[i] * esz : off);
 
 		if (i == c->me)
@@ -161,7 +164,7 @@ int dps_coll_allgatherv_cma(struct dps_comm *c, const void *send, void *recv,
 	if (rc)
 		return rc;
 	for (int i = 0; i < c->n; i++) {
-		const uint64_t v = hdr_of(c, i, k)->self;
+		const uint64_t v = hdr_of(c, i, k, &close)->self;
 
 		worst = v > (uint64_t)worst ? (int)v : worst;
 	}

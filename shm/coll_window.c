@@ -55,20 +55,23 @@ static int window_ready(struct dps_comm *c, const void *send, int recv_bad, size
 {
 	const uint64_t s = c->seq + 1;
 	const size_t off = (size_t)((const unsigned char *)send - window_of(c, c->me));
-	struct win_hdr *h;
+	struct win_hdr *h, mine;
 	unsigned k;
 	int rc, bad = 0;
 
 	rc = slot_acquire(c, &k);
 	if (rc)
 		return rc;
+	mine = (struct win_hdr){ WIN_MAGIC, s, off, count, (uint64_t)(recv_bad || off % esz) };
 	h = (struct win_hdr *)(void *)slot_data(c, c->me, k, 1);
-	*h = (struct win_hdr){ WIN_MAGIC, s, off, count, (uint64_t)(recv_bad || off % esz) };
+	*h = mine;
 	rc = step_sync(c, k, s);
 	if (rc)
 		return rc;
 	for (int i = 0; i < c->n; i++) {
-		const struct win_hdr *p = (const struct win_hdr *)(const void *)slot_data(c, i, k, 1);
+		/* (our own header from here: a line just written is slow to read back) */
+		const struct win_hdr *p = i == c->me ? &mine
+				       : (const struct win_hdr *)(const void *)slot_data(c, i, k, 1);
 		const size_t need = want ? want[i] : count;
 
 		if (p->magic != WIN_MAGIC || p->step != s || p->count != need ||
@@ -94,8 +97,9 @@ int dps_coll_peer_in_place(const struct dps_comm *c, unsigned k, uint64_t s)
 	for (int i = 0; i < c->n; i++) {
 		const struct win_hdr *p = (const struct win_hdr *)(const void *)slot_data(c, i, k, 1);
 
-		/* (a peer on the window path, or on the single-copy path: DPS_CMA_MAGIC) */
-		if ((p->magic == WIN_MAGIC || p->magic == DPS_CMA_MAGIC) && p->step == s)
+		/* (a peer on the window path, or on the single-copy path: DPS_CMA_MAGIC; not
+		 * ourselves, who are on neither) */
+		if (i != c->me && (p->magic == WIN_MAGIC || p->magic == DPS_CMA_MAGIC) && p->step == s)
 			return 1;
 	}
 	return 0;

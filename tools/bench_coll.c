@@ -175,7 +175,7 @@ static int check_result(const struct bench *b, const void *recv, size_t count, i
 	return 1;
 }
 
-/* Waits until *v == want; spins, then yields, and gives up when the instance aborts. */
+/* Waits until *v >= want; spins, then yields, and gives up when the instance aborts. */
 static int wait_word(struct dps_world *w, _Atomic uint64_t *v, uint64_t want)
 {
 	/* (at least: in an exchange the peer may already have stored the next step) */
