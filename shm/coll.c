@@ -315,7 +315,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 {
 	struct timer tm = stat_begin(c, DPS_COLL_ALLGATHER);
 	const size_t esz = dps_dtype_size(t);
-	size_t maxb = 0, total = 0, off, b;
+	size_t maxb = 0, total = 0, mine = 0, off, b;
 	uint64_t pk;
 	int i, rc = 0;
 
@@ -340,35 +340,48 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 			return stat_end(c, tm, total, rc);
 		rc = 0; /* the kernel refused: the slots, now and from now on */
 	}
+	for (i = 0; i < c->me; i++) /* where our own part goes */
+		mine += counts[i] * esz;
+	if (displs)
+		mine = displs[c->me] * esz;
 	pk = dps_coll_pick_begin(c, DPS_COLL_ALLGATHER, total);
 	for (off = 0; off < maxb; off += slot_cap(c)) {
 		const uint64_t s = c->seq + 1;
 		const size_t cap = slot_cap(c);
 		const int tiny = maxb - off <= TINY; /* every member decides alike */
-		size_t pos = 0;
+		size_t pos = 0, len;
 		unsigned k;
 
 		rc = slot_acquire(c, &k);
 		if (rc)
 			break;
 		b = counts[c->me] * esz;
-		if (b > off)
-			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off,
-				   b - off < cap ? b - off : cap);
-		rc = step_sync_copying(c, k, s, off == 0 && total >= DPS_COLL_INPLACE_MIN);
+		len = b > off ? (b - off < cap ? b - off : cap) : 0;
+		if (len)
+			slot_write(c, slot_data(c, c->me, k, tiny), (const char *)send + off, len);
+		/* Published, then our own part copied from send while the peers may still be
+		 * writing theirs (before the flag it would hold the flag back behind its
+		 * stores): send is in our cache, the slot may not be, and send may be that very
+		 * part of recv, as MPI_IN_PLACE callers pass it. */
+		step_publish(c, k, s);
+		if (len)
+			memmove((char *)recv + mine + off, (const char *)send + off, len);
+		rc = wait_data(c, k, s);
+		if (!rc)
+			step_ring(c, s);
+		if (!rc && off == 0 && total >= DPS_COLL_INPLACE_MIN && dps_coll_peer_in_place(c, k, s)) {
+			c->slot_last[k] = s;
+			rc = -EINVAL;
+		}
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
 			const size_t bi = counts[i] * esz;
 			const size_t dst = displs ? displs[i] * esz : pos;
 
-			/* our own part from send: it is in our cache, the slot may not be (send
-			 * may be that very part of recv, as MPI_IN_PLACE callers pass it) */
-			if (bi > off)
-				memmove((char *)recv + dst + off,
-					i == c->me ? (const char *)send + off
-						   : (const char *)slot_data(c, i, k, tiny),
-					bi - off < cap ? bi - off : cap);
+			if (bi > off && i != c->me)
+				memcpy((char *)recv + dst + off, slot_data(c, i, k, tiny),
+				       bi - off < cap ? bi - off : cap);
 			pos += bi;
 		}
 		c->slot_last[k] = s;
