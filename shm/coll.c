@@ -165,12 +165,12 @@ int dps_copy_mode_parse(const char *s, enum dps_copy_mode *out)
  * So in AUTO each member times its own large calls (ns per KiB), keeps each mode's latest
  * DPS_PICK_SAMPLES and uses the mode whose median is lower (after PICK_FIRST calls in each
  * mode, in turn); it tries the other every PICK_EXPLORE-th call, so that a change of placement
- * is noticed (a trial's time replaces what was known of its mode, which may be stale). A median, not an average:
- * one slow call (a preempted peer, the host moving a vCPU for a moment) must not send the
- * next PICK_EXPLORE calls to the slower mode, as an average that weighed the latest call a
- * quarter did (2 ranks, 1 MiB all-gathers through the slots, osu method, near placement:
- * AUTO 45-82 us against 44-47 with cached stores forced). Each member decides alone: modes
- * need not agree, since they only change how bytes travel.
+ * is noticed (a trial's time replaces what was known of its mode, which may be stale). A
+ * median, not an average: one slow call (a preempted peer, the host moving a vCPU for a
+ * moment) must not send the next PICK_EXPLORE calls to the slower mode, as an average that
+ * weighed the latest call a quarter did (2 ranks, 1 MiB all-gathers through the slots, osu
+ * method, near placement: AUTO 45-82 us against 44-47 with cached stores forced). Each member
+ * decides alone: modes need not agree, since they only change how bytes travel.
  */
 #define PICK_EXPLORE 32
 #define PICK_FIRST 3
@@ -238,19 +238,29 @@ void dps_coll_pick_end(struct dps_comm *c, size_t bytes, uint64_t t0, int rc)
 }
 
 /*
- * step_sync for a copying call; `first` says this is its first step and its size is one at
- * which a member could have called in place (coll.h's limits, alike on every member). Then a
- * member that did makes the call fail on every member, the step complete and its slot read.
+ * The wait of step_sync for a copying call, after step_publish; `first` says this is its
+ * first step and its size is one at which a member could have called in place (coll.h's
+ * limits, alike on every member). Then a member that did makes the call fail on every member,
+ * the step complete and its slot read.
  */
-static int step_sync_copying(struct dps_comm *c, unsigned k, uint64_t s, int first)
+static int step_wait_copying(struct dps_comm *c, unsigned k, uint64_t s, int first)
 {
-	int rc = step_sync(c, k, s);
+	int rc = wait_data(c, k, s);
 
+	if (!rc)
+		step_ring(c, s);
 	if (!rc && first && dps_coll_peer_in_place(c, k, s)) {
 		c->slot_last[k] = s;
 		rc = -EINVAL;
 	}
 	return rc;
+}
+
+/* step_sync for a copying call (step_wait_copying). */
+static int step_sync_copying(struct dps_comm *c, unsigned k, uint64_t s, int first)
+{
+	step_publish(c, k, s);
+	return step_wait_copying(c, k, s, first);
 }
 
 /* ---- barrier and broadcast ---------------------------------------------------------------- */
@@ -366,13 +376,7 @@ int dps_coll_allgatherv(struct dps_comm *c, const void *send, void *recv, const 
 		step_publish(c, k, s);
 		if (len)
 			memmove((char *)recv + mine + off, (const char *)send + off, len);
-		rc = wait_data(c, k, s);
-		if (!rc)
-			step_ring(c, s);
-		if (!rc && off == 0 && total >= DPS_COLL_INPLACE_MIN && dps_coll_peer_in_place(c, k, s)) {
-			c->slot_last[k] = s;
-			rc = -EINVAL;
-		}
+		rc = step_wait_copying(c, k, s, off == 0 && total >= DPS_COLL_INPLACE_MIN);
 		if (rc)
 			break;
 		for (i = 0; i < c->n; i++) {
