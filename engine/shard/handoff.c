@@ -120,16 +120,15 @@ int dps_shard_kv_fetch(struct dps_shard *s, struct dps_world *w, int pr, int ptp
 		r = malloc(sizeof(*r) * 2 * (size_t)L * (size_t)(n_src > 0 ? n_src : 1));
 		if (!r)
 			return -ENOMEM;
+		for (int b = 0; b < n_src; b++)
+			if (src[b] < 0 || (uint32_t)src[b] >= h->num_blocks)
+				rc = -DPS_EPROTO; /* (checked before any offset is made of it) */
 		for (int l = 0; l < L && !rc; l++)
 			for (int b = 0; b < n_src; b++) {
 				const size_t at = sizeof(float) *
 						  dps_kv_offset(l, (int)h->num_blocks, bs, src[b] * bs,
 								h->width);
 
-				if (src[b] < 0 || (uint32_t)src[b] >= h->num_blocks) {
-					rc = -DPS_EPROTO;
-					break;
-				}
 				r[n][0] = hoff + h->key_off + at;
 				r[n++][1] = row;
 				r[n][0] = hoff + h->value_off + at;
