@@ -602,7 +602,7 @@ int dps_bench_coll(int argc, char **argv)
 	b.world = ranks;
 	so.par.tp = ranks;
 	if (nodes > 1) {
-		const char *me = getenv("OMPI_COMM_WORLD_RANK");
+		int me;
 
 		if (b.in_place || b.op == OP_PINGPONG || b.op == OP_EXCHANGE) {
 			fprintf(stderr, "dpshard bench coll: --nodes with %s: a group across nodes "
@@ -615,7 +615,8 @@ int dps_bench_coll(int argc, char **argv)
 		so.par.dp = ranks;
 		so.par.nodes = nodes;
 		so.nodes_ok = 1;
-		quiet = me && strcmp(me, "0"); /* another node than 0: node 0 prints the rows */
+		/* another node than 0: node 0 prints the rows */
+		quiet = dps_mpirun_procs(&me) && me != 0;
 	}
 	so.cpu_bind = cpu_bind;
 	so.slot_bytes = slot;

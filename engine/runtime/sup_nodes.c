@@ -21,14 +21,22 @@
 
 const struct dps_xlink_ops *dps_xlink_mpi;
 
+int dps_mpirun_procs(int *rank)
+{
+	const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
+
+	*rank = r && n ? atoi(r) : 0;
+	return r && n ? atoi(n) : 0;
+}
+
 int dps_xlink_identity(int nodes, int *node, const struct dps_xlink_ops **ops, char *err,
 		       size_t errlen)
 {
-	const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-	const char *size = getenv("OMPI_COMM_WORLD_SIZE");
 	static int told;
+	int rank;
+	const int procs = dps_mpirun_procs(&rank);
 
-	if (!rank || !size) {
+	if (!procs) {
 		*node = -1;
 		*ops = &dps_xlink_loopback;
 		if (!told++)
@@ -42,13 +50,13 @@ int dps_xlink_identity(int nodes, int *node, const struct dps_xlink_ops **ops, c
 			 "Open MPI (install libopenmpi-dev and run configure again)", nodes);
 		return -DPS_ECONFIG;
 	}
-	if (atoi(size) != nodes) {
-		snprintf(err, errlen, "--nodes %d, but mpirun started %s processes: start one "
-			 "per node (mpirun -np %d --map-by node dpshard ... --nodes %d)", nodes, size,
+	if (procs != nodes) {
+		snprintf(err, errlen, "--nodes %d, but mpirun started %d processes: start one "
+			 "per node (mpirun -np %d --map-by node dpshard ... --nodes %d)", nodes, procs,
 			 nodes, nodes);
 		return -DPS_ECONFIG;
 	}
-	*node = atoi(rank);
+	*node = rank;
 	*ops = dps_xlink_mpi;
 	return 0;
 }

@@ -577,14 +577,15 @@ static int sup_setup(struct sup *s, char *err, size_t errlen)
 		}
 		s->remote_alive = s->node == 0 ? s->lay.nodes - 1 : 0;
 	}
-	if (s->lay.nodes == 1 && getenv("OMPI_COMM_WORLD_SIZE") &&
-	    atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1) {
+	if (s->lay.nodes == 1) {
 		static int told;
+		int me;
+		const int procs = dps_mpirun_procs(&me);
 
-		if (!told++)
-			dps_warn("started by mpirun with %s processes but without --nodes: each runs "
-				 "an instance of its own (give --nodes %s to run one across them)",
-				 getenv("OMPI_COMM_WORLD_SIZE"), getenv("OMPI_COMM_WORLD_SIZE"));
+		if (procs > 1 && !told++)
+			dps_warn("started by mpirun with %d processes but without --nodes: each runs "
+				 "an instance of its own (give --nodes %d to run one across them)",
+				 procs, procs);
 	}
 	s->segs = calloc((size_t)s->lay.nodes, sizeof(*s->segs));
 	s->ctls = calloc((size_t)s->lay.nodes, sizeof(*s->ctls));

@@ -166,6 +166,10 @@ int dps_sup_send(int rank, const void *msg, size_t len);
  */
 int dps_sup_rank_pids(int *pids, int max);
 
+/* How many processes mpirun started, this one's rank among them in *rank (Open MPI's
+ * environment); 0 (and *rank 0) when mpirun did not start this process. */
+int dps_mpirun_procs(int *rank);
+
 /* The node this process was in its last dps_sup_run: 0 on one node, on node 0 and when it
  * hosts every node; the caller prints results only on node 0. */
 int dps_sup_node(void);
