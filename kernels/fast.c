@@ -613,3 +613,44 @@ void dps_attention_paged(float *restrict out, const float *restrict q, const flo
 		dps_attention_paged_ref(out, q, k, v, table, block_size, block_stride, first, n_pos,
 					head_dim, kv_stride, sink, scratch);
 }
+
+/*
+ * The reference's answer, sixteen lanes at a time. The reference keeps index 0 when x[0] is
+ * NaN (nothing compares greater than a NaN) and otherwise passes NaNs over; +0 and -0 compare
+ * equal, so the first of them wins. Each lane keeps the first of its largest values (a
+ * strict, ordered greater-than, from -inf, so no NaN enters); then, unless nothing beats
+ * x[0], the lowest index among the lanes that hold the overall largest. A choice, not a sum:
+ * the same index as the reference, always.
+ */
+__attribute__((target("avx512f"))) static int argmax512(const float *x, int n)
+{
+	const __m512 none = _mm512_set1_ps(-INFINITY);
+	const __m512i step = _mm512_set1_epi32(16);
+	__m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	__m512i at = _mm512_setzero_si512();
+	__m512 best = none;
+	float top;
+	int i = 0;
+
+	for (; i < n; i += 16) {
+		const __mmask16 in = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		const __m512 v = _mm512_mask_loadu_ps(none, in, x + i);
+		const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+
+		best = _mm512_mask_mov_ps(best, gt, v);
+		at = _mm512_mask_mov_epi32(at, gt, idx);
+		idx = _mm512_add_epi32(idx, step);
+	}
+	top = _mm512_reduce_max_ps(best);
+	if (!(top > x[0]))
+		return 0;
+	return _mm512_mask_reduce_min_epi32(_mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ),
+					    at);
+}
+
+int dps_argmax(const float *x, int n)
+{
+	if (n < 2)
+		return 0;
+	return have_avx512() ? argmax512(x, n) : dps_argmax_ref(x, n);
+}

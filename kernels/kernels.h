@@ -97,6 +97,8 @@ void dps_softmax(float *x, int n);
 void dps_swiglu(float *restrict g, const float *restrict u, int n);
 void dps_swiglu_clamped(float *restrict g, const float *restrict u, int n, float limit);
 void dps_embedding(float *restrict out, const float *restrict table, int dim, int token);
+/* (This one gives exactly the reference's index, NaNs and equal values included.) */
+int dps_argmax(const float *x, int n);
 void dps_attention(float *restrict out, const float *restrict q, const float *restrict k,
 		   const float *restrict v, int first, int n_pos, int head_dim, size_t kv_stride,
 		   const float *sink, float *restrict scratch);

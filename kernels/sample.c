@@ -107,7 +107,7 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 
 	/* Below this, logits / T overflow: the distribution is the argmax anyway. */
 	if (!(p->temperature >= 1e-6f))
-		return dps_argmax_ref(logits, n);
+		return dps_argmax(logits, n);
 	k = kept_set(logits, n, p, scratch, &sorted, &mass);
 	if (!sorted) {
 		/* Plain sampling over the whole distribution. */
@@ -140,7 +140,7 @@ int dps_sample_verify(float *logits, int n, const struct dps_sampling *p, struct
 	float mass, pd = 0.0f, rest, u, cum;
 
 	if (!(p->temperature >= 1e-6f)) {
-		*token = dps_argmax_ref(logits, n);
+		*token = dps_argmax(logits, n);
 		return *token == draft;
 	}
 	/* The kept set exactly as dps_sample keeps it. */

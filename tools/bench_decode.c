@@ -301,7 +301,7 @@ static int rank_main(struct dps_world *w, void *arg)
 				t0 = dps_now_ns();
 				for (int g = 1; g <= G && lg && !rc; g++) {
 					for (int i = 0; i < real; i++) {
-						tok[i] = dps_argmax_ref(lg + (size_t)i * (size_t)V, V);
+						tok[i] = dps_argmax(lg + (size_t)i * (size_t)V, V);
 						pos[i] = g;
 					}
 					lg = decode_step(&s, rows, real, tok, pos, slot, tix, want,
