@@ -58,17 +58,16 @@ dps_dot_halves512(__m512 a)
 
 /*
  * The first nr (1..4) of four outputs, out[0 .. nr - 1], from their sixteen-lane accumulators
- * through the tree: the end of every AVX-512 tile of four rows of W.
+ * through the tree: the end of every AVX-512 tile of four rows of W. One masked store (a loop
+ * of nr stores had become a call to memcpy at every tile: 1-2% of a BF16 decode step).
  */
 __attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void
 dps_dot_store4_512(float *out, __m512 a0, __m512 a1, __m512 a2, __m512 a3, int nr)
 {
-	float s[4];
-
-	_mm_storeu_ps(s, dps_dot_reduce4(dps_dot_halves512(a0), dps_dot_halves512(a1),
-					 dps_dot_halves512(a2), dps_dot_halves512(a3)));
-	for (int q = 0; q < nr; q++)
-		out[q] = s[q];
+	_mm512_mask_storeu_ps(out, (__mmask16)((1u << nr) - 1),
+			      _mm512_castps128_ps512(dps_dot_reduce4(
+				      dps_dot_halves512(a0), dps_dot_halves512(a1),
+				      dps_dot_halves512(a2), dps_dot_halves512(a3))));
 }
 
 #endif
