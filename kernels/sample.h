@@ -48,4 +48,10 @@ int dps_sample(float *logits, int n, const struct dps_sampling *p, struct dps_rn
 int dps_sample_verify(float *logits, int n, const struct dps_sampling *p, struct dps_rng *r,
 		      int draft, int *scratch, int *token);
 
+/*
+ * Tests: top-k and top-p sort the whole vocabulary (on: 1) instead of only the head they need
+ * (0, the default); both give the same tokens.
+ */
+void dps_sample_whole_sort(int on);
+
 #endif

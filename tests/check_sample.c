@@ -4,7 +4,8 @@
  * temperature sampling follows softmax(logits / T) (frequencies over 200000 draws within a few
  * standard deviations of the probabilities, computed independently in double precision);
  * top-k and top-p never pick outside their set; the same seed gives the same tokens; two
- * threads sampling at once get what they get one after the other.
+ * threads sampling at once get what they get one after the other; sorting only the head of
+ * the vocabulary gives the very tokens the whole sort gives.
  *
  * Speculative verification (dps_sample_verify): greedy accepts the draft exactly when it is the
  * argmax (ties to the lowest id); sampling emits tokens distributed as dps_sample's, checked
@@ -190,6 +191,77 @@ START_TEST(test_threads)
 	serial[0].seed++;
 	conc_run(&serial[0]);
 	ck_assert(memcmp(c[0].tokens, serial[0].tokens, sizeof(c[0].tokens)));
+}
+END_TEST
+
+/*
+ * Top-k and top-p sort only the head of the order they need; the whole sort is the
+ * reference. Rows of vocabulary size, peaked, flat, on a coarse grid (ties), with NaNs (the
+ * head cannot finish: the fallback), every setting: the same seeds give the same tokens
+ * either way, from dps_sample and from dps_sample_verify.
+ */
+#define HN 32000
+START_TEST(test_head_is_whole_sort)
+{
+	static const struct dps_sampling sets[] = {
+		{ 0.7f, 0, 0.9f, 0, 0.0f },   { 1.0f, 40, 1.0f, 0, 0.0f },  { 1.2f, 50, 0.8f, 0, 0.0f },
+		{ 0.8f, 0, 0.5f, 0, 0.05f },  { 1.0f, 1, 1.0f, 0, 0.0f },   { 1.0f, 0, 0.999f, 0, 0.0f },
+		{ 1.5f, 3000, 0.95f, 0, 0.0f }, { 1.0f, HN - 1, 0.99f, 0, 0.2f },
+	};
+	float *row = malloc(sizeof(float) * HN), *l = malloc(sizeof(float) * HN);
+	int *scratch = malloc(sizeof(int) * HN), varied = 0;
+	const int sizes[] = { 6, 100, 4096, HN };
+
+	ck_assert(row && l && scratch);
+	for (int z = 0; z < 4; z++)
+		for (int pat = 0; pat < 5; pat++) {
+			const int n = sizes[z];
+			struct dps_rng g;
+
+			dps_rng_seed(&g, 100 + (uint64_t)pat);
+			for (int i = 0; i < n; i++) {
+				const float u = dps_rng_uniform(&g);
+
+				row[i] = pat == 0   ? u * 4.0f + (i % 997 == 5 ? 9.0f : 0.0f) /* peaked */
+					 : pat == 1 ? u * 0.1f                              /* flat */
+					 : pat == 2 ? floorf(u * 8.0f) / 2.0f               /* ties */
+					 : pat == 3 ? (i % 50 == 7 ? NAN : u * 3.0f)        /* NaNs */
+						    : 0.5f;                                  /* all equal */
+			}
+			for (size_t q = 0; q < sizeof(sets) / sizeof(sets[0]); q++) {
+				int got[2][12], acc[2][12];
+
+				for (int whole = 0; whole < 2; whole++) {
+					struct dps_rng r;
+
+					dps_sample_whole_sort(whole);
+					dps_rng_seed(&r, 9);
+					for (int d = 0; d < 6; d++) {
+						memcpy(l, row, sizeof(float) * (size_t)n);
+						got[whole][d] = dps_sample(l, n, &sets[q], &r, scratch);
+						acc[whole][d] = 0;
+					}
+					for (int d = 6; d < 12; d++) {
+						memcpy(l, row, sizeof(float) * (size_t)n);
+						acc[whole][d] = dps_sample_verify(l, n, &sets[q], &r,
+										  (d * 7919) % n, scratch,
+										  &got[whole][d]);
+					}
+				}
+				dps_sample_whole_sort(0);
+				ck_assert_msg(!memcmp(got[0], got[1], sizeof(got[0])) &&
+						      !memcmp(acc[0], acc[1], sizeof(acc[0])),
+					      "n %d, row pattern %d, setting %zu: the head and the whole "
+					      "sort differ", n, pat, q);
+				for (int d = 1; d < 12; d++)
+					varied += got[0][d] != got[0][0];
+			}
+		}
+	/* Not a comparison of constants: the draws do differ from one another. */
+	ck_assert_int_gt(varied, 0);
+	free(row);
+	free(l);
+	free(scratch);
 }
 END_TEST
 
@@ -561,6 +633,7 @@ int main(void)
 	tcase_add_test(tc, test_top_k_top_p);
 	tcase_add_test(tc, test_seeded);
 	tcase_add_loop_test(tc, test_threads, 0, 2); /* top-p alone, then top-k and top-p */
+	tcase_add_test(tc, test_head_is_whole_sort);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tv, 30);
 	tcase_add_test(tv, test_verify_greedy);
