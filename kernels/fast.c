@@ -164,14 +164,22 @@ void dps_rope(float *restrict x, int n_heads, int head_dim, const float *restric
  * Assumptions: n >= 1, any alignment; three passes (max, exponentials and their 16-lane sum,
  * scale), masked loads for the tail, masked-out lanes -inf for the max and 0 for the sum.
  */
-__attribute__((target("avx512f"))) static void softmax512(float *x, int n, const float *sink)
+__attribute__((target("avx512f"))) static void softmax512(float *x, int n, const float *sink,
+							   float t)
 {
 	__m512 vmax = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), inv;
 	float max, total;
 
-	for (int i = 0; i < n; i += 16)
-		vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
-								tail_mask(n - i), x + i));
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+		__m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i);
+
+		if (t != 1.0f) { /* x / t, divided as the reference divides */
+			v = _mm512_div_ps(v, _mm512_set1_ps(t));
+			_mm512_mask_storeu_ps(x + i, m, v);
+		}
+		vmax = _mm512_max_ps(vmax, v);
+	}
 	max = _mm512_reduce_max_ps(vmax);
 	if (sink && *sink > max)
 		max = *sink;
@@ -197,9 +205,20 @@ __attribute__((target("avx512f"))) static void softmax512(float *x, int n, const
 void dps_softmax(float *x, int n)
 {
 	if (have_avx512())
-		softmax512(x, n, NULL);
+		softmax512(x, n, NULL, 1.0f);
 	else
 		dps_softmax_ref(x, n);
+}
+
+void dps_softmax_temp(float *x, int n, float t)
+{
+	if (have_avx512()) {
+		softmax512(x, n, NULL, t);
+	} else {
+		for (int i = 0; i < n; i++)
+			x[i] /= t;
+		dps_softmax_ref(x, n);
+	}
 }
 
 /* Assumptions: g and u do not overlap; any alignment; elementwise, masked tail. */
@@ -334,7 +353,7 @@ __attribute__((target("avx512f"))) void dps_attention_paged_avx512(
 		}
 		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
 	}
-	softmax512(scratch + first, n_pos - first, sink);
+	softmax512(scratch + first, n_pos - first, sink, 1.0f);
 	switch (head_dim) { /* the usual sizes: every slice's chain at once, V read in one pass */
 	case 64:
 		weighted_v512(out, v, table, bs, block_stride, first, n_pos, kv_stride, scratch, 4);
@@ -543,7 +562,7 @@ heads512(float *restrict out, size_t out_stride, const float *restrict q, size_t
 	}
 	for (int x = 0; x < nh; x++)
 		softmax512(scratch + (size_t)x * s_stride + first, n_pos - first,
-			   sinks ? sinks + x : NULL);
+			   sinks ? sinks + x : NULL, 1.0f);
 	/* sixteen accumulators a pass: four heads of 64, two of 128 */
 	for (; h + (ns == 4 ? 4 : 2) <= nh; h += ns == 4 ? 4 : 2) {
 		if (ns == 4)

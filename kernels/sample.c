@@ -154,9 +154,7 @@ static int kept_set(float *logits, int n, const struct dps_sampling *p, int *scr
 	const int k = top_k ? p->top_k : n;
 	int kept;
 
-	for (int i = 0; i < n; i++)
-		logits[i] /= p->temperature;
-	dps_softmax_ref(logits, n);
+	dps_softmax_temp(logits, n, p->temperature);
 	if (p->min_p > 0.0f)
 		min_p_cut(logits, n, p->min_p);
 	*mass = 1.0f;

@@ -80,6 +80,19 @@ START_TEST(test_softmax_swiglu)
 	dps_softmax_ref(b, n);
 	ck_assert_msg(rel_err(a, b, n, 1e-30) < 2e-6 || rel_err(a, b, n, 1e-7) < 2e-6, "n=%d: %g",
 		      n, rel_err(a, b, n, 1e-30));
+	/* With a temperature (the sampler's): the reference divides, then softmaxes. */
+	for (int t = 0; t < 3; t++) {
+		const float temp = t == 0 ? 0.7f : t == 1 ? 1.0f : 1.9f;
+
+		fill(a, n, 6 + (uint32_t)t, 20.0f);
+		memcpy(b, a, sizeof(float) * n);
+		dps_softmax_temp(a, n, temp);
+		for (int i = 0; i < n; i++)
+			b[i] /= temp;
+		dps_softmax_ref(b, n);
+		ck_assert_msg(rel_err(a, b, n, 1e-30) < 2e-6 || rel_err(a, b, n, 1e-7) < 2e-6,
+			      "n=%d, T=%g: %g", n, (double)temp, rel_err(a, b, n, 1e-30));
+	}
 	fill(a, n, 4, 12.0f);
 	fill(u, n, 5, 2.0f);
 	memcpy(b, a, sizeof(float) * n);
