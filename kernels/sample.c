@@ -89,20 +89,30 @@ void dps_sample_whole_sort(int on)
 	whole_sort = on;
 }
 
+/* The bin of a probability: -1 for NaN, 0 for either zero, the top bits otherwise. */
+static inline int bin_of(float p)
+{
+	uint32_t u;
+
+	if (!(p > 0.0f))
+		return p == 0.0f ? 0 : -1;
+	memcpy(&u, &p, sizeof(u));
+	return (int)(u >> SEL_SHIFT) < SEL_BINS ? (int)(u >> SEL_SHIFT) : SEL_BINS - 1;
+}
+
 /* The prefix's ids into scratch, sorted; returns how many. */
 static int head_sorted(const float *probs, int n, int need, float top_p, int *scratch)
 {
 	int count[SEL_BINS] = { 0 }, c = 0, b;
 	double mass[SEL_BINS] = { 0 }, m = 0.0;
-	uint32_t u;
 
-	for (int i = 0; i < n; i++)
-		if (probs[i] >= 0.0f) { /* not NaN */
-			memcpy(&u, &probs[i], sizeof(u));
-			b = (int)(u >> SEL_SHIFT) < SEL_BINS ? (int)(u >> SEL_SHIFT) : SEL_BINS - 1;
+	for (int i = 0; i < n; i++) {
+		b = bin_of(probs[i]);
+		if (b >= 0) {
 			count[b]++;
 			mass[b] += probs[i];
 		}
+	}
 	for (b = SEL_BINS - 1; b > 0; b--) {
 		c += count[b];
 		m += mass[b];
@@ -111,11 +121,8 @@ static int head_sorted(const float *probs, int n, int need, float top_p, int *sc
 	}
 	c = 0;
 	for (int i = 0; i < n; i++)
-		if (probs[i] >= 0.0f) {
-			memcpy(&u, &probs[i], sizeof(u));
-			if ((int)(u >> SEL_SHIFT) >= b)
-				scratch[c++] = i;
-		}
+		if (bin_of(probs[i]) >= b)
+			scratch[c++] = i;
 	qsort_r(scratch, (size_t)c, sizeof(int), cmp_desc, (void *)probs);
 	return c;
 }
