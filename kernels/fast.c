@@ -164,22 +164,14 @@ void dps_rope(float *restrict x, int n_heads, int head_dim, const float *restric
  * Assumptions: n >= 1, any alignment; three passes (max, exponentials and their 16-lane sum,
  * scale), masked loads for the tail, masked-out lanes -inf for the max and 0 for the sum.
  */
-__attribute__((target("avx512f"))) static void softmax512(float *x, int n, const float *sink,
-							   float t)
+__attribute__((target("avx512f"))) static void softmax512(float *x, int n, const float *sink)
 {
 	__m512 vmax = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), inv;
 	float max, total;
 
-	for (int i = 0; i < n; i += 16) {
-		const __mmask16 m = tail_mask(n - i);
-		__m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i);
-
-		if (t != 1.0f) { /* x / t, divided as the reference divides */
-			v = _mm512_div_ps(v, _mm512_set1_ps(t));
-			_mm512_mask_storeu_ps(x + i, m, v);
-		}
-		vmax = _mm512_max_ps(vmax, v);
-	}
+	for (int i = 0; i < n; i += 16)
+		vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
+								tail_mask(n - i), x + i));
 	max = _mm512_reduce_max_ps(vmax);
 	if (sink && *sink > max)
 		max = *sink;
@@ -205,20 +197,44 @@ __attribute__((target("avx512f"))) static void softmax512(float *x, int n, const
 void dps_softmax(float *x, int n)
 {
 	if (have_avx512())
-		softmax512(x, n, NULL, 1.0f);
+		softmax512(x, n, NULL);
 	else
 		dps_softmax_ref(x, n);
 }
 
+/* x[i] / t in place (a division, as the reference divides); whether no x[i] is NaN. */
+__attribute__((target("avx512f"))) static int divide512(float *x, int n, float t)
+{
+	const __m512 tv = _mm512_set1_ps(t);
+	__mmask16 nan = 0;
+
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 m = tail_mask(n - i);
+		const __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), tv);
+
+		nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+		_mm512_mask_storeu_ps(x + i, m, v);
+	}
+	return !nan;
+}
+
+/*
+ * The sampler's softmax. A row with a NaN (a broken model) takes the reference, which makes
+ * every probability NaN, as it always did: softmax512 would instead drop the NaN from the max
+ * and give its token about 0 (exp16 clamps), depending on where the NaN sits.
+ */
 void dps_softmax_temp(float *x, int n, float t)
 {
 	if (have_avx512()) {
-		softmax512(x, n, NULL, t);
-	} else {
-		for (int i = 0; i < n; i++)
-			x[i] /= t;
-		dps_softmax_ref(x, n);
+		if (divide512(x, n, t))
+			softmax512(x, n, NULL);
+		else
+			dps_softmax_ref(x, n);
+		return;
 	}
+	for (int i = 0; i < n; i++)
+		x[i] /= t;
+	dps_softmax_ref(x, n);
 }
 
 /* Assumptions: g and u do not overlap; any alignment; elementwise, masked tail. */
@@ -353,7 +369,7 @@ __attribute__((target("avx512f"))) void dps_attention_paged_avx512(
 		}
 		scratch[t] = _mm512_reduce_add_ps(acc) * scale;
 	}
-	softmax512(scratch + first, n_pos - first, sink, 1.0f);
+	softmax512(scratch + first, n_pos - first, sink);
 	switch (head_dim) { /* the usual sizes: every slice's chain at once, V read in one pass */
 	case 64:
 		weighted_v512(out, v, table, bs, block_stride, first, n_pos, kv_stride, scratch, 4);
@@ -562,7 +578,7 @@ heads512(float *restrict out, size_t out_stride, const float *restrict q, size_t
 	}
 	for (int x = 0; x < nh; x++)
 		softmax512(scratch + (size_t)x * s_stride + first, n_pos - first,
-			   sinks ? sinks + x : NULL, 1.0f);
+			   sinks ? sinks + x : NULL);
 	/* sixteen accumulators a pass: four heads of 64, two of 128 */
 	for (; h + (ns == 4 ? 4 : 2) <= nh; h += ns == 4 ? 4 : 2) {
 		if (ns == 4)
@@ -649,9 +665,8 @@ __attribute__((target("avx512f"))) static int argmax512(const float *x, int n)
 	__m512i at = _mm512_setzero_si512();
 	__m512 best = none;
 	float top;
-	int i = 0;
 
-	for (; i < n; i += 16) {
+	for (long i = 0; i < n; i += 16) {
 		const __mmask16 in = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
 		const __m512 v = _mm512_mask_loadu_ps(none, in, x + i);
 		const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);

@@ -94,7 +94,8 @@ void dps_embedding_ref(float *restrict out, const float *restrict table, int dim
 void dps_rmsnorm(float *out, const float *x, const float *restrict w, int n, float eps);
 void dps_rope(float *restrict x, int n_heads, int head_dim, const float *restrict cs);
 void dps_softmax(float *x, int n);
-/* x[i] / t for every i (a division, as x[i] / t), then dps_softmax: the sampler's temperature. */
+/* x[i] / t for every i (a division), then dps_softmax: the sampler's temperature (t > 0 and
+ * finite). A row with a NaN gives every probability NaN, as the reference does. */
 void dps_softmax_temp(float *x, int n, float t);
 void dps_swiglu(float *restrict g, const float *restrict u, int n);
 void dps_swiglu_clamped(float *restrict g, const float *restrict u, int n, float limit);

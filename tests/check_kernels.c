@@ -80,18 +80,32 @@ START_TEST(test_softmax_swiglu)
 	dps_softmax_ref(b, n);
 	ck_assert_msg(rel_err(a, b, n, 1e-30) < 2e-6 || rel_err(a, b, n, 1e-7) < 2e-6, "n=%d: %g",
 		      n, rel_err(a, b, n, 1e-30));
-	/* With a temperature (the sampler's): the reference divides, then softmaxes. */
-	for (int t = 0; t < 3; t++) {
-		const float temp = t == 0 ? 0.7f : t == 1 ? 1.0f : 1.9f;
+	/* With a temperature (the sampler's): the reference divides, then softmaxes; nothing past
+	 * the row is written; a NaN anywhere makes every probability NaN, as in the reference. */
+	for (int t = 0; t < 4; t++) {
+		const float temp = t == 0 ? 0.7f : t == 2 ? 1.9f : 1.0f;
+		float *g = malloc(sizeof(float) * (size_t)(n + 16));
 
-		fill(a, n, 6 + (uint32_t)t, 20.0f);
-		memcpy(b, a, sizeof(float) * n);
-		dps_softmax_temp(a, n, temp);
+		ck_assert_ptr_nonnull(g);
+		fill(g, n, 6 + (uint32_t)t, 20.0f);
+		for (int i = n; i < n + 16; i++)
+			g[i] = 12345.0f;
+		if (t == 3)
+			g[n / 2] = NAN;
+		memcpy(b, g, sizeof(float) * n);
+		dps_softmax_temp(g, n, temp);
 		for (int i = 0; i < n; i++)
 			b[i] /= temp;
 		dps_softmax_ref(b, n);
-		ck_assert_msg(rel_err(a, b, n, 1e-30) < 2e-6 || rel_err(a, b, n, 1e-7) < 2e-6,
-			      "n=%d, T=%g: %g", n, (double)temp, rel_err(a, b, n, 1e-30));
+		for (int i = n; i < n + 16; i++)
+			ck_assert(g[i] == 12345.0f);
+		if (t == 3)
+			for (int i = 0; i < n; i++)
+				ck_assert_msg(isnan(g[i]), "n=%d: a NaN row gave %g at %d", n, (double)g[i], i);
+		else
+			ck_assert_msg(rel_err(g, b, n, 1e-30) < 2e-6 || rel_err(g, b, n, 1e-7) < 2e-6,
+				      "n=%d, T=%g: %g", n, (double)temp, rel_err(g, b, n, 1e-30));
+		free(g);
 	}
 	fill(a, n, 4, 12.0f);
 	fill(u, n, 5, 2.0f);
@@ -514,7 +528,7 @@ START_TEST(test_argmax)
 	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
 		const int n = lens[l];
 
-		for (int pat = 0; pat < 8; pat++) {
+		for (int pat = 0; pat < 9; pat++) {
 			for (int i = 0; i < n; i++) {
 				const float r = oracle_f32(0, (uint32_t)i, (uint32_t)(pat + 40));
 
@@ -525,7 +539,8 @@ START_TEST(test_argmax)
 				       : pat == 4 ? (i % 2 ? -0.0f : 0.0f)              /* +-0 only */
 				       : pat == 5 ? -INFINITY                           /* nothing larger */
 				       : pat == 6 ? (i == n - 1 ? 2.0f : r)             /* the last */
-						  : (float)(i % 17 == 16) + (i % 7 ? 0.0f : NAN);
+				       : pat == 7 ? (float)(i % 17 == 16) + (i % 7 ? 0.0f : NAN)
+						  : (i && i % 3 == 0 ? NAN : r); /* NaNs after a number */
 			}
 			ck_assert_msg(dps_argmax(x, n) == dps_argmax_ref(x, n),
 				      "n %d, pattern %d: %d, the reference %d", n, pat,

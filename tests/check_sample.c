@@ -196,8 +196,9 @@ END_TEST
 
 /*
  * Top-k and top-p sort only the head of the order they need; the whole sort is the
- * reference. Rows of vocabulary size, peaked, flat, on a coarse grid (ties), with NaNs (the
- * head cannot finish: the fallback), every setting: the same seeds give the same tokens
+ * reference. Rows of vocabulary size, peaked, flat, on a coarse grid (ties), with NaNs (every
+ * probability NaN, so the head is empty and the whole sort runs: a walk that stopped at the
+ * head's end instead is caught), every setting: the same seeds give the same tokens
  * either way, from dps_sample and from dps_sample_verify.
  */
 #define HN 32000
