@@ -237,6 +237,35 @@ void dps_softmax_temp(float *x, int n, float t)
 	dps_softmax_ref(x, n);
 }
 
+/* Sixteen sums at a time, masked tail: the same additions, so the same bits. */
+__attribute__((target("avx512f"))) static void add_bias512(float *restrict rows,
+							   const float *restrict bias, int n, int width)
+{
+	for (int i = 0; i < n; i++) {
+		float *r = rows + (size_t)i * (size_t)width;
+
+		for (int j = 0; j < width; j += 16) {
+			const __mmask16 m = tail_mask(width - j);
+
+			_mm512_mask_storeu_ps(r + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, r + j),
+								      _mm512_maskz_loadu_ps(m, bias + j)));
+		}
+	}
+}
+
+/* (GCC 12 at -O2 left the plain loop scalar: 1.5% of a GPT-OSS-shaped decode step, its
+ * expert biases read from memory one float at a time.) */
+void dps_add_bias(float *restrict rows, const float *restrict bias, int n, int width)
+{
+	if (have_avx512()) {
+		add_bias512(rows, bias, n, width);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < width; j++)
+			rows[(size_t)i * (size_t)width + (size_t)j] += bias[j];
+}
+
 /* Assumptions: g and u do not overlap; any alignment; elementwise, masked tail. */
 __attribute__((target("avx512f"))) static void swiglu512(float *restrict g,
 							 const float *restrict u, int n)

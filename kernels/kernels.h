@@ -36,8 +36,8 @@ void dps_rope_table_freqs(float *cs, int head_dim, int pos, const float *inv_fre
 			  float attn_factor);
 void dps_rope_ref(float *restrict x, int n_heads, int head_dim, const float *restrict cs);
 
-/* rows (n, width) += bias (width) in every row: a Linear's bias; one implementation (a plain
- * loop the compiler vectorizes). */
+/* rows (n, width) += bias (width) in every row: a Linear's bias; one definition (kernels/fast.c:
+ * sixteen at a time with AVX-512, a plain loop otherwise; the same additions either way). */
 void dps_add_bias(float *restrict rows, const float *restrict bias, int n, int width);
 
 /* In-place softmax of n values. */

@@ -76,13 +76,6 @@ void dps_rope_ref(float *restrict x, int n_heads, int head_dim, const float *res
 	}
 }
 
-void dps_add_bias(float *restrict rows, const float *restrict bias, int n, int width)
-{
-	for (int i = 0; i < n; i++)
-		for (int j = 0; j < width; j++)
-			rows[(size_t)i * (size_t)width + (size_t)j] += bias[j];
-}
-
 void dps_softmax_ref(float *x, int n)
 {
 	float max = x[0], sum = 0.0f;

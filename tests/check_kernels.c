@@ -505,6 +505,39 @@ START_TEST(test_attention_window_sink)
 }
 END_TEST
 
+START_TEST(test_add_bias)
+{
+	/* The same additions as a plain loop, bit for bit, and nothing written past the rows. */
+	const int widths[] = { 1, 7, 16, 17, 63, 2053 };
+
+	for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++)
+		for (int n = 1; n <= 3; n++) {
+			const int width = widths[w], tot = n * width;
+			float *a = malloc(sizeof(float) * (size_t)(tot + 16));
+			float *b = malloc(sizeof(float) * (size_t)tot);
+			float *bias = malloc(sizeof(float) * (size_t)width);
+
+			ck_assert(a && b && bias);
+			fill(a, tot, 21, 3.0f);
+			fill(bias, width, 22, 1.0f);
+			for (int i = tot; i < tot + 16; i++)
+				a[i] = 777.0f;
+			memcpy(b, a, sizeof(float) * (size_t)tot);
+			dps_add_bias(a, bias, n, width);
+			for (int i = 0; i < n; i++)
+				for (int j = 0; j < width; j++)
+					b[i * width + j] += bias[j];
+			ck_assert_msg(!memcmp(a, b, sizeof(float) * (size_t)tot), "width %d, %d rows",
+				      width, n);
+			for (int i = tot; i < tot + 16; i++)
+				ck_assert(a[i] == 777.0f);
+			free(a);
+			free(b);
+			free(bias);
+		}
+}
+END_TEST
+
 /* The last index of the largest value: what a careless fast argmax might give. */
 static int argmax_last(const float *x, int n)
 {
@@ -742,6 +775,7 @@ int main(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_embedding);
 	tcase_add_test(tc, test_argmax);
+	tcase_add_test(tc, test_add_bias);
 	tcase_add_loop_test(tc, test_attention, 0, 5);
 	tcase_add_test(tc, test_attention_paged);
 	tcase_add_loop_test(tc, test_attention_heads, 0, 3);
