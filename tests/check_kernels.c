@@ -4,8 +4,8 @@
  * awkward sizes (tails that are not multiples of 16, head_dim 8 to 128, one position to
  * several hundred), with a relative tolerance; attention with sliding windows and sinks by
  * each path this CPU runs, and the reference's against the formula in double precision; a
- * case showing the comparison catches a perturbed result; the argmax, which must give the
- * reference's very index, on ties, NaNs and signed zeros; and the thread pool: every item
+ * case showing the comparison catches a perturbed result; the bias addition, bit for bit;
+ * and the thread pool: every item
  * run exactly once for any split, and a product split over 1..5 threads bit-identical to one
  * thread.
  */
@@ -538,55 +538,6 @@ START_TEST(test_add_bias)
 }
 END_TEST
 
-/* The last index of the largest value: what a careless fast argmax might give. */
-static int argmax_last(const float *x, int n)
-{
-	int best = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] >= x[best])
-			best = i;
-	return best;
-}
-
-START_TEST(test_argmax)
-{
-	/* Every pattern at every length: dps_argmax gives exactly the reference's index
-	 * (the lowest among equals; index 0 when x[0] is NaN, NaNs passed over otherwise). */
-	static const int lens[] = { 1, 2, 15, 16, 17, 31, 33, 100, 255, 32000 };
-	float *x = malloc(sizeof(float) * 32000);
-	int ties_seen = 0;
-
-	ck_assert_ptr_nonnull(x);
-	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
-		const int n = lens[l];
-
-		for (int pat = 0; pat < 9; pat++) {
-			for (int i = 0; i < n; i++) {
-				const float r = oracle_f32(0, (uint32_t)i, (uint32_t)(pat + 40));
-
-				x[i] = pat == 0   ? r                                   /* distinct */
-				       : pat == 1 ? floorf(r * 3.0f)                    /* many ties */
-				       : pat == 2 ? (i % 3 ? r : NAN)                   /* NaNs inside */
-				       : pat == 3 ? (i ? r : NAN)                       /* NaN first */
-				       : pat == 4 ? (i % 2 ? -0.0f : 0.0f)              /* +-0 only */
-				       : pat == 5 ? -INFINITY                           /* nothing larger */
-				       : pat == 6 ? (i == n - 1 ? 2.0f : r)             /* the last */
-				       : pat == 7 ? (float)(i % 17 == 16) + (i % 7 ? 0.0f : NAN)
-						  : (i && i % 3 == 0 ? NAN : r); /* NaNs after a number */
-			}
-			ck_assert_msg(dps_argmax(x, n) == dps_argmax_ref(x, n),
-				      "n %d, pattern %d: %d, the reference %d", n, pat,
-				      dps_argmax(x, n), dps_argmax_ref(x, n));
-			ties_seen += pat == 1 && argmax_last(x, n) != dps_argmax_ref(x, n);
-		}
-	}
-	/* The tie pattern does tell the lowest index from another: a last-index argmax fails. */
-	ck_assert_int_gt(ties_seen, 0);
-	free(x);
-}
-END_TEST
-
 START_TEST(test_check_can_fail)
 {
 	/* The tolerance used above does catch a result that is wrong in one element. */
@@ -774,7 +725,6 @@ int main(void)
 	tcase_add_test(tc, test_moe_route);
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_embedding);
-	tcase_add_test(tc, test_argmax);
 	tcase_add_test(tc, test_add_bias);
 	tcase_add_loop_test(tc, test_attention, 0, 5);
 	tcase_add_test(tc, test_attention_paged);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/check_sample.c - token sampling: greedy ties to the lowest id; top-k 1 is greedy;
+ * tests/check_sample.c - token sampling: greedy ties to the lowest id; top-k 1 is greedy; the
+ * AVX-512 argmax gives the reference's very index on ties, NaNs and signed zeros;
  * temperature sampling follows softmax(logits / T) (frequencies over 200000 draws within a few
  * standard deviations of the probabilities, computed independently in double precision);
  * top-k and top-p never pick outside their set; the same seed gives the same tokens; two
@@ -26,6 +27,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/sample.h"
+#include "tests/oracle.h"
 #include "tests/testutil.h"
 
 static const float base[6] = { 1.0f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f };
@@ -55,6 +57,55 @@ START_TEST(test_greedy)
 	p.top_k = 1;
 	for (int i = 0; i < 100; i++)
 		ck_assert_int_eq(draw(&p, &r), 1);
+}
+END_TEST
+
+/* The last index of the largest value: what a careless fast argmax might give. */
+static int argmax_last(const float *x, int n)
+{
+	int best = 0;
+
+	for (int i = 1; i < n; i++)
+		if (x[i] >= x[best])
+			best = i;
+	return best;
+}
+
+START_TEST(test_argmax)
+{
+	/* Every pattern at every length: dps_argmax gives exactly the reference's index
+	 * (the lowest among equals; index 0 when x[0] is NaN, NaNs passed over otherwise). */
+	static const int lens[] = { 1, 2, 15, 16, 17, 31, 33, 100, 255, 32000 };
+	float *x = malloc(sizeof(float) * 32000);
+	int ties_seen = 0;
+
+	ck_assert_ptr_nonnull(x);
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		const int n = lens[l];
+
+		for (int pat = 0; pat < 9; pat++) {
+			for (int i = 0; i < n; i++) {
+				const float r = oracle_f32(0, (uint32_t)i, (uint32_t)(pat + 40));
+
+				x[i] = pat == 0   ? r                                   /* distinct */
+				       : pat == 1 ? floorf(r * 3.0f)                    /* many ties */
+				       : pat == 2 ? (i % 3 ? r : NAN)                   /* NaNs inside */
+				       : pat == 3 ? (i ? r : NAN)                       /* NaN first */
+				       : pat == 4 ? (i % 2 ? -0.0f : 0.0f)              /* +-0 only */
+				       : pat == 5 ? -INFINITY                           /* nothing larger */
+				       : pat == 6 ? (i == n - 1 ? 2.0f : r)             /* the last */
+				       : pat == 7 ? (float)(i % 17 == 16) + (i % 7 ? 0.0f : NAN)
+						  : (i && i % 3 == 0 ? NAN : r); /* NaNs after a number */
+			}
+			ck_assert_msg(dps_argmax(x, n) == dps_argmax_ref(x, n),
+				      "n %d, pattern %d: %d, the reference %d", n, pat,
+				      dps_argmax(x, n), dps_argmax_ref(x, n));
+			ties_seen += pat == 1 && argmax_last(x, n) != dps_argmax_ref(x, n);
+		}
+	}
+	/* The tie pattern does tell the lowest index from another: a last-index argmax fails. */
+	ck_assert_int_gt(ties_seen, 0);
+	free(x);
 }
 END_TEST
 
@@ -630,6 +681,7 @@ int main(void)
 	TCase *tv = tcase_create("verify");
 
 	tcase_add_test(tc, test_greedy);
+	tcase_add_test(tc, test_argmax);
 	tcase_add_test(tc, test_distribution);
 	tcase_add_test(tc, test_top_k_top_p);
 	tcase_add_test(tc, test_seeded);
