@@ -577,6 +577,23 @@ void dps_linear_mxfp4_q8(float *out, const float *x, const uint8_t *blocks,
 	q8_run(&j);
 }
 
+void dps_linear_mxfp4_q8_here(float *out, const float *x, const uint8_t *blocks,
+			      const uint8_t *scales, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, NULL, 0, NULL, blocks, scales, &q8_act, m, n, k, 1 };
+
+	if (!g.ready) { /* set up by the rank's thread before any pool task runs */
+		fprintf(stderr, "dpshard: a product on a pool thread before the pool was set up\n");
+		abort();
+	}
+	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
+		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
+			"%d x %d product\n", m, k);
+		abort();
+	}
+	linear_slice(&j, 0, 0); /* one chunk: every row */
+}
+
 void dps_linear_q8_ref(float *out, const float *x, const void *W, int m, int n, int k)
 {
 	struct dps_q8_act a = { 0 };

@@ -8,7 +8,9 @@
  * step (dps_shard_step). Every position's logits must have the same bits. Models: a dense
  * Llama, GPT-OSS with f32 experts and with MXFP4 experts (mkmodel presets), so the products,
  * norms, attention (prefill chunk against decode), experts and LM head are all covered. A
- * changed prompt token is caught, so the comparison can fail.
+ * changed prompt token is caught, so the comparison can fail. GPT-OSS under --quantization
+ * int8, four experts a token, decodes a few rows on one thread and on two and three (whole-
+ * expert tasks, or split products), with the same bits.
  */
 #include <check.h>
 #include <stdint.h>
@@ -38,7 +40,7 @@ static uint32_t next_rand(uint32_t *s)
 	return *s >> 8;
 }
 
-static void load(struct dps_shard *sd, const char *preset)
+static void load_q(struct dps_shard *sd, const char *preset, enum dps_shard_quant quant)
 {
 	struct dps_par_cfg par = { 0 };
 	char path[128], err[512];
@@ -48,9 +50,15 @@ static void load(struct dps_shard *sd, const char *preset)
 	ck_assert_msg(!dps_shard_load(sd, NULL, &par, path,
 				      &(struct dps_shard_opts){ .max_pos = MAX_POS,
 								.max_seqs = SEQS,
-								.max_rows = MAX_ROWS + 8 },
+								.max_rows = MAX_ROWS + 8,
+								.quant = quant },
 				      err, sizeof(err)),
 		      "%s", err);
+}
+
+static void load(struct dps_shard *sd, const char *preset)
+{
+	load_q(sd, preset, DPS_SHARD_QUANT_AUTO);
 }
 
 /*
@@ -166,6 +174,56 @@ START_TEST(test_request_alone_equals_in_batch)
 }
 END_TEST
 
+/*
+ * GPT-OSS's MXFP4 experts under --quantization int8 (tiny-gpt-oss with four experts a token,
+ * so the order in which they are added shows), decoding on two and three threads: steps of 1
+ * and 4 rows run whole-expert tasks (moe.c; the path is seen to run), steps of 7 rows have
+ * too many items and split the products as usual; every logit has the bits of one thread's.
+ */
+START_TEST(test_whole_expert_tasks)
+{
+	static const int threads[] = { 2, 3 };
+	static const int batches[] = { 1, 4, 7 };
+	struct dps_shard sd;
+	struct trace alone, got;
+	char msg[256];
+	uint32_t rs = 91;
+	size_t size;
+	int V;
+
+	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
+	load_q(&sd, "gpt-oss-top4", DPS_SHARD_QUANT_INT8);
+	V = sd.cfg.vocab_size;
+	size = (size_t)(P + G - 1) * (size_t)V;
+	alone.logits = malloc(sizeof(float) * size);
+	got.logits = malloc(sizeof(float) * size);
+	for (int p = 0; p < P; p++)
+		alone.tokens[p] = p ? (int)(next_rand(&rs) % (uint32_t)V) : 1;
+	run(&sd, &alone, P, 0, 1, 5);
+	ck_assert_uint_eq(sd.exp_par, 0);
+	for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++)
+		for (size_t b = 0; b < sizeof(batches) / sizeof(batches[0]); b++) {
+			const uint64_t before = sd.exp_par;
+			long d;
+
+			ck_assert_int_eq(dps_gemm_setup("auto", threads[t], msg, sizeof(msg)), 0);
+			memcpy(got.tokens, alone.tokens, sizeof(got.tokens));
+			memset(got.logits, 0, sizeof(float) * size);
+			run(&sd, &got, P, batches[b], 0, 200 + (uint32_t)(t * 8 + b));
+			d = first_diff(alone.logits, got.logits, size);
+			ck_assert_msg(d < 0, "%d threads, steps of %d rows: position %ld token %ld: %a "
+				      "alone, %a here", threads[t], batches[b], d / V, d % V,
+				      (double)alone.logits[d], (double)got.logits[d]);
+			ck_assert_msg((sd.exp_par > before) == (batches[b] < 7),
+				      "%d threads, steps of %d rows: whole-expert tasks %s", threads[t],
+				      batches[b], batches[b] < 7 ? "did not run" : "ran");
+		}
+	free(alone.logits);
+	free(got.logits);
+	dps_shard_free(&sd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("batchinv");
@@ -186,9 +244,20 @@ int main(void)
 			return 1;
 		}
 	}
+	{
+		struct dps_model_config c = dps_mkmodel_preset("tiny-gpt-oss")->cfg;
+
+		c.num_experts_per_tok = 4;
+		snprintf(path, sizeof(path), "%s/gpt-oss-top4", dir);
+		if (dps_mkmodel(&c, 11, DPS_ST_F32, path, err, sizeof(err))) {
+			fprintf(stderr, "mkmodel gpt-oss-top4: %s\n", err);
+			return 1;
+		}
+	}
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_request_alone_equals_in_batch, 0,
 			    (int)(sizeof(presets) / sizeof(presets[0])));
+	tcase_add_test(tc, test_whole_expert_tasks);
 	suite_add_tcase(s, tc);
 	rc = test_run_suite(s);
 	snprintf(path, sizeof(path), "rm -rf '%s'", dir);

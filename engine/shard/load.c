@@ -719,6 +719,7 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->m_gu);
 	free(s->m_eout);
 	free(s->m_ix);
+	free(s->m_par);
 	free(s->m_send);
 	free(s->m_pos);
 	free(s->m_recv);

@@ -190,6 +190,9 @@ struct dps_shard {
 	float *m_gu;                 /* (moe_rows, 2 * im_e) their gate and up */
 	float *m_eout;               /* (moe_rows, hidden) their expert outputs */
 	int *m_ix;                   /* (moe_rows) which (row, choice) each of them is */
+	float *m_par;                /* whole-expert tasks (moe.c): per thread, PAR_ITEMS rows
+				      * of hidden and of 2 * im_e; then PAR_ITEMS outputs */
+	int m_par_nt;                /* the pool threads m_par was sized for (0: none) */
 	int *m_pad;                  /* ((dp + 1) * max_rows) padding flags: gathered, then mine */
 	/* all-to-all-v only: */
 	float *m_send;               /* (max_rows * top_k, hidden + 1) items sent, expert id last */
@@ -237,6 +240,7 @@ struct dps_shard {
 	struct dps_shard_stats stats;  /* since load */
 	uint64_t moe_bytes;            /* router and expert weight bytes read, since load */
 	uint64_t exp_bytes, exp_ns;    /* of which the experts' products, and their time */
+	uint64_t exp_par;              /* expert layers run as whole-expert tasks (moe.c) */
 	uint64_t linear_ns;            /* time in the matrix products, since load */
 	double linear_flops;
 	double linear_bytes;           /* the bytes of W those products read, since load */
