@@ -4,6 +4,7 @@
  * every projection of every layer; the selection runs once.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,9 +529,26 @@ void dps_linear_f16(float *out, const float *x, const uint16_t *W, int m, int n,
 
 /*
  * The calling thread's quantized activations, kept between calls (they grow to the largest
- * m x k seen). Products run from one thread per rank; the pool's threads only read them.
+ * m x k seen). Products run from one thread per rank and the pool's threads read them; a pool
+ * thread running a product of its own (dps_linear_mxfp4_q8_here) grows its own, freed when
+ * the thread ends (the key's destructor; the pool is rebuilt when the thread count changes).
  */
 static __thread struct dps_q8_act q8_act;
+static pthread_key_t q8_act_key;
+static pthread_once_t q8_act_once = PTHREAD_ONCE_INIT;
+
+static void q8_act_release(void *a)
+{
+	dps_q8_act_free(a);
+}
+
+static void q8_act_key_make(void)
+{
+	if (pthread_key_create(&q8_act_key, q8_act_release)) {
+		fprintf(stderr, "dpshard: cannot create a thread key\n");
+		abort();
+	}
+}
 
 int dps_linear_q8_reserve(int m, int k)
 {
@@ -584,6 +602,11 @@ void dps_linear_mxfp4_q8_here(float *out, const float *x, const uint8_t *blocks,
 
 	if (!g.ready) { /* set up by the rank's thread before any pool task runs */
 		fprintf(stderr, "dpshard: a product on a pool thread before the pool was set up\n");
+		abort();
+	}
+	pthread_once(&q8_act_once, q8_act_key_make);
+	if (!pthread_getspecific(q8_act_key) && pthread_setspecific(q8_act_key, &q8_act)) {
+		fprintf(stderr, "dpshard: cannot set a thread key\n");
 		abort();
 	}
 	if (dps_q8_act_quantize(&q8_act, x, m, k)) {

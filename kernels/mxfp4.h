@@ -93,8 +93,9 @@ void dps_gemm_mxfp4q8_ref(float *restrict out, int ldo, const struct dps_q8_act 
 void dps_linear_mxfp4_q8(float *out, const float *x, const uint8_t *blocks,
 			 const uint8_t *scales, int m, int n, int k);
 
-/* The same product on the calling thread alone (a task of the rank's pool, which must have
- * run a product before), x quantized into that thread's own buffer; the same bits. */
+/* The same product on the calling thread alone (a task of the rank's pool, after
+ * dps_gemm_setup), x quantized into that thread's own buffer (freed when the thread ends);
+ * the same bits. */
 void dps_linear_mxfp4_q8_here(float *out, const float *x, const uint8_t *blocks,
 			      const uint8_t *scales, int m, int n, int k);
 
