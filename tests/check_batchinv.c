@@ -56,11 +56,6 @@ static void load_q(struct dps_shard *sd, const char *preset, enum dps_shard_quan
 		      "%s", err);
 }
 
-static void load(struct dps_shard *sd, const char *preset)
-{
-	load_q(sd, preset, DPS_SHARD_QUANT_AUTO);
-}
-
 /*
  * One step of the request's rows [p0, p1) (sequence 0) at place `at` among n rows in all
  * (n >= p1 - p0), the others sequences 1.. at random positions with random tokens; copies the
@@ -128,6 +123,30 @@ static long first_diff(const float *a, const float *b, size_t n)
 	return -1;
 }
 
+/*
+ * On one thread: loads preset (weights as quant says), a prompt of P tokens from seed rs, and
+ * the request alone (its prompt as one prefill step, then greedy decode) into alone; got gets
+ * logits of the same size. Returns the vocabulary size.
+ */
+static int start(struct dps_shard *sd, const char *preset, enum dps_shard_quant quant,
+		 struct trace *alone, struct trace *got, uint32_t rs)
+{
+	const size_t size = (size_t)(P + G - 1);
+	char msg[256];
+	int V;
+
+	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
+	load_q(sd, preset, quant);
+	V = sd->cfg.vocab_size;
+	alone->logits = malloc(sizeof(float) * size * (size_t)V);
+	got->logits = malloc(sizeof(float) * size * (size_t)V);
+	ck_assert(alone->logits && got->logits);
+	for (int p = 0; p < P; p++)
+		alone->tokens[p] = p ? (int)(next_rand(&rs) % (uint32_t)V) : 1;
+	run(sd, alone, P, 0, 1, 5);
+	return V;
+}
+
 START_TEST(test_request_alone_equals_in_batch)
 {
 	static const int chunks[] = { P, 1, 7, 32 };
@@ -135,19 +154,8 @@ START_TEST(test_request_alone_equals_in_batch)
 	struct dps_shard sd;
 	struct trace alone, got;
 	char msg[256];
-	uint32_t rs = 77;
-	size_t size;
-	int V;
-
-	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
-	load(&sd, presets[_i]);
-	V = sd.cfg.vocab_size;
-	size = (size_t)(P + G - 1) * (size_t)V;
-	alone.logits = malloc(sizeof(float) * size);
-	got.logits = malloc(sizeof(float) * size);
-	for (int p = 0; p < P; p++)
-		alone.tokens[p] = p ? (int)(next_rand(&rs) % (uint32_t)V) : 1;
-	run(&sd, &alone, P, 0, 1, 5);
+	const int V = start(&sd, presets[_i], DPS_SHARD_QUANT_AUTO, &alone, &got, 77);
+	const size_t size = (size_t)(P + G - 1) * (size_t)V;
 
 	ck_assert_int_eq(dps_gemm_setup("auto", 3, msg, sizeof(msg)), 0);
 	for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++)
@@ -187,19 +195,8 @@ START_TEST(test_whole_expert_tasks)
 	struct dps_shard sd;
 	struct trace alone, got;
 	char msg[256];
-	uint32_t rs = 91;
-	size_t size;
-	int V;
-
-	ck_assert_int_eq(dps_gemm_setup("auto", 1, msg, sizeof(msg)), 0);
-	load_q(&sd, "gpt-oss-top4", DPS_SHARD_QUANT_INT8);
-	V = sd.cfg.vocab_size;
-	size = (size_t)(P + G - 1) * (size_t)V;
-	alone.logits = malloc(sizeof(float) * size);
-	got.logits = malloc(sizeof(float) * size);
-	for (int p = 0; p < P; p++)
-		alone.tokens[p] = p ? (int)(next_rand(&rs) % (uint32_t)V) : 1;
-	run(&sd, &alone, P, 0, 1, 5);
+	const int V = start(&sd, "gpt-oss-top4", DPS_SHARD_QUANT_INT8, &alone, &got, 91);
+	const size_t size = (size_t)(P + G - 1) * (size_t)V;
 	ck_assert_uint_eq(sd.exp_par, 0);
 	for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++)
 		for (size_t b = 0; b < sizeof(batches) / sizeof(batches[0]); b++) {
