@@ -116,6 +116,14 @@ grep -q '"mxfp4_experts": true' "$tmp/oss8/config.json" || fail "quantize: GPT-O
 # shellcheck disable=SC2086
 run generate --model "$tmp/oss8" $gen --data-parallel-size 2 --enable-expert-parallel "1 5 9"
 expect 0 && same "$tmp/oss-one"
+# Two threads a rank: whole-expert tasks (moe.c) where a rank meets both of a token's experts,
+# alone, in each EP dispatch, and with the dispatch by all-to-all-v (one choice an item).
+for layout in "" "--data-parallel-size 2 --enable-expert-parallel" \
+	"--data-parallel-size 2 --enable-expert-parallel --all2all-backend alltoallv"; do
+	# shellcheck disable=SC2086
+	run generate --model "$tmp/oss8" $gen --threads-per-rank 2 $layout "1 5 9"
+	expect 0 && same "$tmp/oss-one"
+done
 run quantize --quiet "$st260" "$tmp/st8"
 expect 0
 run generate --model "$tmp/st8" -n 64 --temperature 0 "Once upon a time"
