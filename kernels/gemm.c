@@ -530,7 +530,7 @@ void dps_linear_f16(float *out, const float *x, const uint16_t *W, int m, int n,
 /*
  * The calling thread's quantized activations, kept between calls (they grow to the largest
  * m x k seen). Products run from one thread per rank and the pool's threads read them; a pool
- * thread running a product of its own (dps_linear_mxfp4_q8_here) grows its own, freed when
+ * thread running a product of its own (the _here products) grows its own, freed when
  * the thread ends (the key's destructor; the pool is rebuilt when the thread count changes).
  */
 static __thread struct dps_q8_act q8_act;
@@ -595,11 +595,9 @@ void dps_linear_mxfp4_q8(float *out, const float *x, const uint8_t *blocks,
 	q8_run(&j);
 }
 
-void dps_linear_mxfp4_q8_here(float *out, const float *x, const uint8_t *blocks,
-			      const uint8_t *scales, int m, int n, int k)
+/* An integer product on the calling thread alone: x into the thread's own activations. */
+static void here(struct linear_job *j)
 {
-	struct linear_job j = { out, x, NULL, NULL, 0, NULL, blocks, scales, &q8_act, m, n, k, 1 };
-
 	if (!g.ready) { /* set up by the rank's thread before any pool task runs */
 		fprintf(stderr, "dpshard: a product on a pool thread before the pool was set up\n");
 		abort();
@@ -609,12 +607,27 @@ void dps_linear_mxfp4_q8_here(float *out, const float *x, const uint8_t *blocks,
 		fprintf(stderr, "dpshard: cannot set a thread key\n");
 		abort();
 	}
-	if (dps_q8_act_quantize(&q8_act, x, m, k)) {
+	if (dps_q8_act_quantize(&q8_act, j->x, j->m, j->k)) {
 		fprintf(stderr, "dpshard: cannot allocate the quantized activations of a "
-			"%d x %d product\n", m, k);
+			"%d x %d product\n", j->m, j->k);
 		abort();
 	}
-	linear_slice(&j, 0, 0); /* one chunk: every row */
+	linear_slice(j, 0, 0); /* one chunk: every row */
+}
+
+void dps_linear_mxfp4_q8_here(float *out, const float *x, const uint8_t *blocks,
+			      const uint8_t *scales, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, NULL, 0, NULL, blocks, scales, &q8_act, m, n, k, 1 };
+
+	here(&j);
+}
+
+void dps_linear_q8_here(float *out, const float *x, const void *W, int m, int n, int k)
+{
+	struct linear_job j = { out, x, NULL, NULL, 0, W, NULL, NULL, &q8_act, m, n, k, 1 };
+
+	here(&j);
 }
 
 void dps_linear_q8_ref(float *out, const float *x, const void *W, int m, int n, int k)

@@ -107,6 +107,9 @@ void dps_linear_f16(float *out, const float *x, const uint16_t *W, int m, int n,
  * runs dpshard's kernel.
  */
 void dps_linear_q8(float *out, const float *x, const void *W, int m, int n, int k);
+/* The same on the calling thread alone (a task of the rank's pool, after dps_gemm_setup), x
+ * quantized into that thread's own buffer; the same bits. */
+void dps_linear_q8_here(float *out, const float *x, const void *W, int m, int n, int k);
 
 /*
  * Grows the calling thread's quantized activations for products of up to m rows of k, so

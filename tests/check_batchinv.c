@@ -8,9 +8,9 @@
  * step (dps_shard_step). Every position's logits must have the same bits. Models: a dense
  * Llama, GPT-OSS with f32 experts and with MXFP4 experts (mkmodel presets), so the products,
  * norms, attention (prefill chunk against decode), experts and LM head are all covered. A
- * changed prompt token is caught, so the comparison can fail. GPT-OSS under --quantization
- * int8, four experts a token, decodes a few rows on one thread and on two and three (whole-
- * expert tasks, or split products), with the same bits.
+ * changed prompt token is caught, so the comparison can fail. MoE models under --quantization
+ * int8 (MXFP4 and INT8 experts), four experts a token, decode a few rows on one thread and
+ * on two and three (whole-expert tasks, or split products), with the same bits.
  */
 #include <check.h>
 #include <stdint.h>
@@ -183,11 +183,14 @@ START_TEST(test_request_alone_equals_in_batch)
 END_TEST
 
 /*
- * GPT-OSS's MXFP4 experts under --quantization int8 (tiny-gpt-oss with four experts a token,
- * so the order in which they are added shows), decoding on two and three threads: steps of 1
- * and 4 rows run whole-expert tasks (moe.c; the path is seen to run), steps of 7 rows have
- * too many items and split the products as usual; every logit has the bits of one thread's.
+ * Experts under --quantization int8, four a token so that the order in which they are added
+ * shows: GPT-OSS's MXFP4 experts, and tiny-moe's INT8 ones. Decoding on two and three
+ * threads, steps of 1 and 4 rows run whole-expert tasks (moe.c; the path is seen to run),
+ * steps of 7 rows have too many items and split the products as usual; every logit has the
+ * bits of one thread's.
  */
+static const char *const top4[] = { "gpt-oss-top4", "moe-top4" };
+
 START_TEST(test_whole_expert_tasks)
 {
 	static const int threads[] = { 2, 3 };
@@ -195,7 +198,7 @@ START_TEST(test_whole_expert_tasks)
 	struct dps_shard sd;
 	struct trace alone, got;
 	char msg[256];
-	const int V = start(&sd, "gpt-oss-top4", DPS_SHARD_QUANT_INT8, &alone, &got, 91);
+	const int V = start(&sd, top4[_i], DPS_SHARD_QUANT_INT8, &alone, &got, 91);
 	const size_t size = (size_t)(P + G - 1) * (size_t)V;
 	ck_assert_uint_eq(sd.exp_par, 0);
 	for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++)
@@ -208,9 +211,9 @@ START_TEST(test_whole_expert_tasks)
 			memset(got.logits, 0, sizeof(float) * size);
 			run(&sd, &got, P, batches[b], 0, 200 + (uint32_t)(t * 8 + b));
 			d = first_diff(alone.logits, got.logits, size);
-			ck_assert_msg(d < 0, "%d threads, steps of %d rows: position %ld token %ld: %a "
-				      "alone, %a here", threads[t], batches[b], d / V, d % V,
-				      (double)alone.logits[d], (double)got.logits[d]);
+			ck_assert_msg(d < 0, "%s, %d threads, steps of %d rows: position %ld token %ld: "
+				      "%a alone, %a here", top4[_i], threads[t], batches[b], d / V,
+				      d % V, (double)alone.logits[d], (double)got.logits[d]);
 			ck_assert_msg((sd.exp_par > before) == (batches[b] < 7),
 				      "%d threads, steps of %d rows: whole-expert tasks %s", threads[t],
 				      batches[b], batches[b] < 7 ? "did not run" : "ran");
@@ -241,20 +244,20 @@ int main(void)
 			return 1;
 		}
 	}
-	{
-		struct dps_model_config c = dps_mkmodel_preset("tiny-gpt-oss")->cfg;
+	for (int i = 0; i < 2; i++) {
+		struct dps_model_config c = dps_mkmodel_preset(i ? "tiny-moe" : "tiny-gpt-oss")->cfg;
 
 		c.num_experts_per_tok = 4;
-		snprintf(path, sizeof(path), "%s/gpt-oss-top4", dir);
+		snprintf(path, sizeof(path), "%s/%s", dir, top4[i]);
 		if (dps_mkmodel(&c, 11, DPS_ST_F32, path, err, sizeof(err))) {
-			fprintf(stderr, "mkmodel gpt-oss-top4: %s\n", err);
+			fprintf(stderr, "mkmodel %s: %s\n", top4[i], err);
 			return 1;
 		}
 	}
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_request_alone_equals_in_batch, 0,
 			    (int)(sizeof(presets) / sizeof(presets[0])));
-	tcase_add_test(tc, test_whole_expert_tasks);
+	tcase_add_loop_test(tc, test_whole_expert_tasks, 0, 2);
 	suite_add_tcase(s, tc);
 	rc = test_run_suite(s);
 	snprintf(path, sizeof(path), "rm -rf '%s'", dir);

@@ -53,8 +53,8 @@ static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int 
 }
 
 /*
- * Whole-expert tasks: decode of a few rows with MXFP4 experts under --quantization int8, at
- * least as many experts met as the rank has threads. Each pool thread runs whole experts
+ * Whole-expert tasks: decode of a few rows with INT8 weights (--quantization int8; GPT-OSS's
+ * experts MXFP4, others INT8), at least as many experts met as the rank has threads. Each pool thread runs whole experts
  * (gather, gate and up, bias, SwiGLU, down, bias) on its own scratch and activations, so a
  * layer's experts cost one fork and join instead of two a product, and each thread reads
  * whole matrices instead of a quarter of each (bench-gpt-oss -q int8 on two threads: 11% of
@@ -92,7 +92,11 @@ static void par_task(void *arg, int task, int tid)
 			       sizeof(float) * (size_t)dim);
 			ix[cnt++] = q;
 		}
-	dps_linear_mxfp4_q8_here(gu, gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im, dim);
+	if (w->exp_gu_q && w->exp_gu_q[i])
+		dps_linear_mxfp4_q8_here(gu, gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im,
+					 dim);
+	else
+		dps_linear_q8_here(gu, gather, w->exp_gu[i], cnt, 2 * im, dim);
 	if (w->exp_gu_b)
 		dps_add_bias(gu, w->exp_gu_b + (size_t)i * 2 * (size_t)im, cnt, 2 * im);
 	for (int r = 0; r < cnt; r++) {
@@ -102,7 +106,10 @@ static void par_task(void *arg, int task, int tid)
 		memmove(gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
 	}
 	/* the outputs into gather (free now), then each to its item's place */
-	dps_linear_mxfp4_q8_here(gather, gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim, im);
+	if (w->exp_dn_q && w->exp_dn_q[i])
+		dps_linear_mxfp4_q8_here(gather, gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim, im);
+	else
+		dps_linear_q8_here(gather, gu, w->exp_dn[i], cnt, dim, im);
 	if (w->exp_dn_b)
 		dps_add_bias(gather, w->exp_dn_b + (size_t)i * (size_t)dim, cnt, dim);
 	for (int r = 0; r < cnt; r++)
@@ -118,18 +125,22 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 	struct dps_pool *pool = dps_gemm_pool();
 	const int nt = dps_pool_size(pool), dim = s->cfg.hidden_size, im = s->im_e;
 	struct par_job j = { s, w, x, ldx, re, k, n * k, 0, { 0 }, NULL };
+	double q8_flops = 0.0; /* of the INT8 experts, counted as dps_shard_linear counts */
 	uint64_t t0;
 
-	if (nt < 2 || n * k > PAR_ITEMS || s->wt != DPS_WT_Q8 || !w->exp_gu_q || !w->exp_dn_q)
+	if (nt < 2 || n * k > PAR_ITEMS || s->wt != DPS_WT_Q8)
 		return 0;
 	for (int i = 0; i < s->e_n; i++) {
 		int met = 0;
 
-		for (int q = 0; q < n * k && !met; q++)
-			met = re[q] == s->e_lo + i;
+		for (int q = 0; q < n * k; q++)
+			met += re[q] == s->e_lo + i;
 		if (!met)
 			continue;
-		if (!w->exp_gu_q[i] || !w->exp_dn_q[i])
+		if (!(w->exp_gu_q && w->exp_gu_q[i]))
+			q8_flops += 2.0 * met * 3.0 * im * dim;
+		/* MXFP4 (both products) or INT8 (both), as the serial loop reads them */
+		if ((w->exp_gu_q && w->exp_gu_q[i]) != (w->exp_dn_q && w->exp_dn_q[i]))
 			return 0;
 		j.act[j.nact++] = i;
 	}
@@ -145,15 +156,32 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 		s->m_par_nt = nt;
 	}
 	j.outs = s->m_par + (size_t)nt * PAR_ITEMS * ((size_t)dim + 2 * (size_t)im);
-	for (int a = 0; a < j.nact; a++) {
-		const uint64_t eb = 3 * (uint64_t)im * (uint64_t)dim * 17 / 32;
+	for (int a = 0; a < j.nact; a++) { /* counted as the serial loop counts them */
+		const int i = j.act[a];
 
-		s->moe_bytes += eb;
-		s->exp_bytes += eb;
+		if (w->exp_gu_q && w->exp_gu_q[i]) {
+			const uint64_t eb = 3 * (uint64_t)im * (uint64_t)dim * 17 / 32;
+
+			s->moe_bytes += eb;
+			s->exp_bytes += eb;
+		} else {
+			const uint64_t eb = dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
+					    dps_wtype_bytes(s->wt, (size_t)dim, im);
+
+			s->moe_bytes += eb;
+			s->exp_bytes += eb;
+			s->linear_bytes += (double)eb;
+		}
 	}
 	t0 = dps_now_ns();
 	dps_pool_run(pool, j.nact, par_task, &j);
-	s->exp_ns += dps_now_ns() - t0; /* (with the SwiGLU and biases between the products) */
+	t0 = dps_now_ns() - t0;
+	s->exp_ns += t0; /* (with the SwiGLU and biases between the products) */
+	if (q8_flops > 0.0) {
+		s->linear_ns += t0;
+		s->linear_flops += q8_flops;
+	}
+	dps_work(); /* as every product says: the rank works */
 	s->exp_par++;
 	for (int a = 0; a < j.nact; a++) /* experts_run's order */
 		for (int q = 0; q < n * k; q++) {
