@@ -34,6 +34,7 @@
 #include "engine/model/tok.h"
 #include "engine/shard/shard.h"
 #include "kernels/gemm.h"
+#include "kernels/kernels.h"
 #include "kernels/kld.h"
 #include "tools/cmd.h"
 #include "tools/flags.h"
@@ -55,15 +56,6 @@ static const float *q_step(struct qmodel *q, int n, const int *tok, const int *p
 		return dps_shard_step(&q->s, 1, n, tok, pos, seq, NULL, rc);
 	*rc = 0;
 	return dps_model_step(&q->m, n, tok, pos, seq, NULL);
-}
-
-static int argmax(const float *l, int n)
-{
-	int best = 0;
-
-	for (int i = 1; i < n; i++)
-		best = l[i] > l[best] ? i : best;
-	return best;
 }
 
 /* Reads the whole file into a malloc'd buffer; 0 or -errno. */
@@ -115,7 +107,7 @@ static int greedy_text(struct dps_model *m, int *t, int np, int n_tok, int win)
 		if (!lg)
 			return -EIO;
 		if (j + 1 >= np)
-			t[j + 1] = argmax(lg, V);
+			t[j + 1] = dps_argmax(lg, V);
 	}
 	return 0;
 }

@@ -12,6 +12,7 @@
 #include "common/dps.h"
 #include "engine/serve/replica.h"
 #include "engine/shard/kv.h"
+#include "kernels/kernels.h"
 
 int dps_spec_load(struct replica *R, int max_len, int rows, int block_size)
 {
@@ -198,12 +199,8 @@ static int publish_catchup(struct replica *R)
 /* The draft's token: its argmax over the draft vocabulary, as a target id. */
 static int draft_token(const struct dps_shard *dm, const float *lg)
 {
-	const int V = dm->cfg.vocab_size;
-	int best = 0;
+	const int best = dps_argmax(lg, dm->cfg.vocab_size);
 
-	for (int v = 1; v < V; v++)
-		if (lg[v] > lg[best])
-			best = v;
 	return best + dm->d2t[best];
 }
 
