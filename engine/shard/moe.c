@@ -52,6 +52,22 @@ static void moe_route(struct dps_shard *s, const struct dps_shard_layer *w, int 
 	}
 }
 
+/* Whether local expert i's gate and up are MXFP4 (its down is read by its own pointer), and
+ * the bytes of its two products, as experts_run and experts_par count them. */
+static int expert_mx(const struct dps_shard_layer *w, int i)
+{
+	return w->exp_gu_q && w->exp_gu_q[i];
+}
+
+static uint64_t expert_bytes(const struct dps_shard *s, const struct dps_shard_layer *w, int i)
+{
+	const int dim = s->cfg.hidden_size, im = s->im_e;
+
+	return expert_mx(w, i) ? 3 * (uint64_t)im * (uint64_t)dim * 17 / 32
+			       : dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
+					 dps_wtype_bytes(s->wt, (size_t)dim, im);
+}
+
 /*
  * Whole-expert tasks: decode of a few rows with INT8 weights (--quantization int8; GPT-OSS's
  * experts MXFP4, others INT8), at least as many experts met as the rank has threads. Each pool thread runs whole experts
@@ -92,7 +108,7 @@ static void par_task(void *arg, int task, int tid)
 			       sizeof(float) * (size_t)dim);
 			ix[cnt++] = q;
 		}
-	if (w->exp_gu_q && w->exp_gu_q[i])
+	if (expert_mx(w, i))
 		dps_linear_mxfp4_q8_here(gu, gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im,
 					 dim);
 	else
@@ -137,11 +153,8 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 			met += re[q] == s->e_lo + i;
 		if (!met)
 			continue;
-		if (!(w->exp_gu_q && w->exp_gu_q[i]))
+		if (!expert_mx(w, i))
 			q8_flops += 2.0 * met * 3.0 * im * dim;
-		/* MXFP4 (both products) or INT8 (both), as the serial loop reads them */
-		if ((w->exp_gu_q && w->exp_gu_q[i]) != (w->exp_dn_q && w->exp_dn_q[i]))
-			return 0;
 		j.act[j.nact++] = i;
 	}
 	if (j.nact < nt)
@@ -157,21 +170,12 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 	}
 	j.outs = s->m_par + (size_t)nt * PAR_ITEMS * ((size_t)dim + 2 * (size_t)im);
 	for (int a = 0; a < j.nact; a++) { /* counted as the serial loop counts them */
-		const int i = j.act[a];
+		const uint64_t eb = expert_bytes(s, w, j.act[a]);
 
-		if (w->exp_gu_q && w->exp_gu_q[i]) {
-			const uint64_t eb = 3 * (uint64_t)im * (uint64_t)dim * 17 / 32;
-
-			s->moe_bytes += eb;
-			s->exp_bytes += eb;
-		} else {
-			const uint64_t eb = dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
-					    dps_wtype_bytes(s->wt, (size_t)dim, im);
-
-			s->moe_bytes += eb;
-			s->exp_bytes += eb;
-			s->linear_bytes += (double)eb;
-		}
+		s->moe_bytes += eb;
+		s->exp_bytes += eb;
+		if (!expert_mx(w, j.act[a]))
+			s->linear_bytes += (double)eb; /* (dps_shard_linear's count) */
 	}
 	t0 = dps_now_ns();
 	dps_pool_run(pool, j.nact, par_task, &j);
@@ -227,15 +231,12 @@ static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, in
 			}
 		if (!cnt)
 			continue;
-		const uint64_t eb = w->exp_gu_q && w->exp_gu_q[i]
-					    ? 3 * (uint64_t)im * (uint64_t)dim * 17 / 32
-					    : dps_wtype_bytes(s->wt, 2 * (size_t)im, dim) +
-						      dps_wtype_bytes(s->wt, (size_t)dim, im);
+		const uint64_t eb = expert_bytes(s, w, i);
 		uint64_t t0 = dps_now_ns();
 
 		s->moe_bytes += eb;
 		s->exp_bytes += eb;
-		if (w->exp_gu_q && w->exp_gu_q[i]) {
+		if (expert_mx(w, i)) {
 			(s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
 				s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im, dim);
 		} else {
