@@ -76,7 +76,7 @@ float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part
 
 	if (L->rc)
 		return NULL;
-	p = dps_alloc_huge(floats * sizeof(float));
+	p = dps_shard_weights_alloc(L->s, floats * sizeof(float));
 	if (!p) {
 		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of weights",
 			 L->s->w ? L->s->w->rank : 0, floats * sizeof(float));
@@ -631,59 +631,59 @@ void dps_shard_free(struct dps_shard *s)
 		for (int l = 0; l < s->cfg.num_hidden_layers; l++) {
 			struct dps_shard_layer *w = &s->layers[l];
 
-			free(w->attn_norm);
-			free(w->ffn_norm);
-			free(w->wqkv_p);
-			free(w->wo_p);
-			free(w->wq_d);
-			free(w->wo_d);
-			free(w->wkv_d);
-			free(w->bkv_d);
-			free(w->w_gate_up);
-			free(w->w_down);
-			free(w->router);
-			free(w->router_bias);
+			dps_shard_weights_free(s, w->attn_norm);
+			dps_shard_weights_free(s, w->ffn_norm);
+			dps_shard_weights_free(s, w->wqkv_p);
+			dps_shard_weights_free(s, w->wo_p);
+			dps_shard_weights_free(s, w->wq_d);
+			dps_shard_weights_free(s, w->wo_d);
+			dps_shard_weights_free(s, w->wkv_d);
+			dps_shard_weights_free(s, w->bkv_d);
+			dps_shard_weights_free(s, w->w_gate_up);
+			dps_shard_weights_free(s, w->w_down);
+			dps_shard_weights_free(s, w->router);
+			dps_shard_weights_free(s, w->router_bias);
 			for (int i = 0; i < s->e_n; i++) {
 				if (w->exp_gu)
-					free(w->exp_gu[i]);
+					dps_shard_weights_free(s, w->exp_gu[i]);
 				if (w->exp_dn)
-					free(w->exp_dn[i]);
+					dps_shard_weights_free(s, w->exp_dn[i]);
 				/* any of the four may be missing after a failed load */
 				if (w->exp_gu_q)
-					free(w->exp_gu_q[i]);
+					dps_shard_weights_free(s, w->exp_gu_q[i]);
 				if (w->exp_gu_s)
-					free(w->exp_gu_s[i]);
+					dps_shard_weights_free(s, w->exp_gu_s[i]);
 				if (w->exp_dn_q)
-					free(w->exp_dn_q[i]);
+					dps_shard_weights_free(s, w->exp_dn_q[i]);
 				if (w->exp_dn_s)
-					free(w->exp_dn_s[i]);
+					dps_shard_weights_free(s, w->exp_dn_s[i]);
 			}
-			free(w->exp_gu);
-			free(w->exp_dn);
-			free(w->exp_gu_q);
-			free(w->exp_gu_s);
-			free(w->exp_dn_q);
-			free(w->exp_dn_s);
-			free(w->exp_gu_b);
-			free(w->exp_dn_b);
-			free(w->bqkv_p);
-			free(w->bq_d);
-			free(w->bo_p);
-			free(w->bo_d);
-			free(w->q_norm);
-			free(w->k_norm);
-			free(w->sinks);
-			free(w->b_gate_up);
-			free(w->b_down);
+			dps_shard_weights_free(s, w->exp_gu);
+			dps_shard_weights_free(s, w->exp_dn);
+			dps_shard_weights_free(s, w->exp_gu_q);
+			dps_shard_weights_free(s, w->exp_gu_s);
+			dps_shard_weights_free(s, w->exp_dn_q);
+			dps_shard_weights_free(s, w->exp_dn_s);
+			dps_shard_weights_free(s, w->exp_gu_b);
+			dps_shard_weights_free(s, w->exp_dn_b);
+			dps_shard_weights_free(s, w->bqkv_p);
+			dps_shard_weights_free(s, w->bq_d);
+			dps_shard_weights_free(s, w->bo_p);
+			dps_shard_weights_free(s, w->bo_d);
+			dps_shard_weights_free(s, w->q_norm);
+			dps_shard_weights_free(s, w->k_norm);
+			dps_shard_weights_free(s, w->sinks);
+			dps_shard_weights_free(s, w->b_gate_up);
+			dps_shard_weights_free(s, w->b_down);
 		}
 	free(s->layers);
 	if (s->emb_d != s->emb_p)
-		free(s->emb_d);
-	free(s->emb_p);
+		dps_shard_weights_free(s, s->emb_d);
+	dps_shard_weights_free(s, s->emb_p);
 	if (s->lm_d != s->lm_p)
-		free(s->lm_d);
-	free(s->lm_p);
-	free(s->final_norm);
+		dps_shard_weights_free(s, s->lm_d);
+	dps_shard_weights_free(s, s->lm_p);
+	dps_shard_weights_free(s, s->final_norm);
 	free(s->kv_t);
 	free(s->q2kv);
 	free(s->inv_freq);
@@ -727,10 +727,11 @@ void dps_shard_free(struct dps_shard *s)
 	free(s->m_e2);
 	free(s->m_pad);
 	free(s->aux);
-	free(s->fc);
-	free(s->hidden_norm);
+	dps_shard_weights_free(s, s->fc);
+	dps_shard_weights_free(s, s->hidden_norm);
 	free(s->fcin);
 	free(s->d2t);
+	dps_shard_weights_release(s);
 	memset(s, 0, sizeof(*s));
 }
 

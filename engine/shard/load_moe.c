@@ -23,7 +23,7 @@ static uint8_t *alloc_bytes(struct dps_shard_loader *L, size_t n)
 
 	if (L->rc)
 		return NULL;
-	p = dps_alloc_huge(n);
+	p = dps_shard_weights_alloc(L->s, n);
 	if (!p) {
 		snprintf(L->err, L->errlen, "rank %d: cannot allocate %zu bytes of weights",
 			 L->s->w ? L->s->w->rank : 0, n);

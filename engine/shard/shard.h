@@ -148,6 +148,7 @@ struct dps_shard_stats {
 };
 
 struct dps_shard_layer;
+struct dps_wchunk;
 
 struct dps_shard {
 	struct dps_model_config cfg;
@@ -212,6 +213,7 @@ struct dps_shard {
 	float *final_norm;
 	struct dps_shard_layer *layers;
 	size_t bytes[DPS_PART_COUNT];
+	struct dps_wchunk *wchunks;  /* the weight arena's chunks (weights.c) */
 
 	int max_pos, max_seqs, max_rows, max_gather;
 	int block_size, num_blocks, bps; /* bps: blocks of a max_pos sequence */
