@@ -76,7 +76,6 @@ struct dps_shard_loader {
 	int rc;
 };
 
-/* floats of weights for part (counted in s->bytes), or NULL with L->rc set. */
 /*
  * Weights of a rank: dps_shard_weights_alloc gives bytes zeroed, on huge pages (a piece under
  * 2 MiB shares a chunk of the rank's arena); dps_shard_weights_free frees what it gave (and
@@ -85,6 +84,8 @@ struct dps_shard_loader {
 void *dps_shard_weights_alloc(struct dps_shard *s, size_t bytes);
 void dps_shard_weights_free(struct dps_shard *s, void *p);
 void dps_shard_weights_release(struct dps_shard *s);
+
+/* floats of weights for part (counted in s->bytes), or NULL with L->rc set. */
 float *dps_shard_alloc_part(struct dps_shard_loader *L, enum dps_shard_part part, size_t floats);
 
 /*

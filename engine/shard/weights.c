@@ -71,7 +71,7 @@ void *dps_shard_weights_alloc(struct dps_shard *s, size_t bytes)
 void dps_shard_weights_free(struct dps_shard *s, void *p)
 {
 	for (const struct dps_wchunk *c = s->wchunks; c; c = c->next)
-		if ((uint8_t *)p >= c->base && (uint8_t *)p < c->base + ARENA_CHUNK)
+		if ((uintptr_t)p - (uintptr_t)c->base < ARENA_CHUNK)
 			return; /* the chunk goes as a whole */
 	free(p);
 }
