@@ -17,6 +17,8 @@
 #   INT8 checkpoint again, --dtype bf16 on an INT8 checkpoint, a layout whose column shards
 #   start inside a block of an INT8 checkpoint.
 # - bench decode reports the weights as int8, at 34 bytes per 32 weights.
+# - dpshard quantize needs memory for one tensor at a time, not the whole model's staging;
+#   one that fails removes the directory it created.
 # The checks can fail: a differently seeded model must give other ids. Exit status: 0 pass, 1
 # fail, 77 skip.
 
@@ -138,6 +140,29 @@ expect 0 && cp "$tmp/out" "$tmp/greedy"
 run generate --model "$tmp/tiny" -n 24 --temperature 0 --prompt-ids --quantization int8 \
 	--speculative-model "$tmp/draft" --num-speculative-tokens 3 "1 5 9"
 expect 0 && same "$tmp/greedy"
+
+# dpshard quantize holds a tensor's staging buffers (about 6 KB a column) only while it writes
+# that tensor: fourteen linear weights of 1024 x 1024 (a 58 MB model) quantize within 40 MB of
+# data segment (RLIMIT_DATA), where holding every tensor's buffers at once, as it once did,
+# needs about 90 MB (and fails here with "out of memory for tensor").
+run mkmodel --preset tiny --hidden-size 1024 --intermediate-size 1024 --num-attention-heads 8 \
+	--num-key-value-heads 8 --vocab-size 256 --out "$tmp/wide"
+expect 0
+desc="dpshard quantize under a 40 MB data limit"
+(ulimit -d 40960 && exec timeout -k 5 180 "$DPSHARD" quantize --quiet "$tmp/wide" "$tmp/wide8") \
+	>"$tmp/out" 2>"$tmp/err" </dev/null
+rc=$?
+expect 0 && { [ -f "$tmp/wide8/config.json" ] || fail "$desc: no config.json written"; }
+rm -rf "$tmp/wide8"
+# Out of memory while writing (4 MB of data segment): the error names the tensor, and the
+# directory the run created is gone, so that the same command can run again.
+desc="dpshard quantize under a 4 MB data limit"
+(ulimit -d 4096 && exec timeout -k 5 180 "$DPSHARD" quantize --quiet "$tmp/wide" "$tmp/wide8") \
+	>"$tmp/out" 2>"$tmp/err" </dev/null
+rc=$?
+expect 1 && { grep -q "out of memory for tensor" "$tmp/err" || fail "$desc: $(head -c 300 "$tmp/err")"; }
+[ ! -e "$tmp/wide8" ] || fail "$desc: left $tmp/wide8 behind"
+rm -rf "$tmp/wide" "$tmp/wide8"
 
 # Refusals.
 run quantize "$tmp/tiny" "$tmp/tiny8"

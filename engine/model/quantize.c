@@ -6,9 +6,13 @@
  *
  * The output is written tensor by tensor (a quantized tensor is read and quantized 1024 rows
  * at a time, the others copied byte for byte), so the memory it needs is a few MB whatever
- * the model's size, plus the scales of the largest tensor. Files are written under temporary
+ * the model's size, plus the scales of the largest tensor: a tensor's staging buffers are
+ * allocated when its first rows are read and freed after its last values are written, its
+ * scales after they are written (the writer goes through the tensors in order, the values
+ * of a weight just before its scales). Files are written under temporary
  * names and renamed when whole; config.json comes last, so a directory without it is an
- * interrupted run, never a checkpoint that loads.
+ * interrupted run, never a checkpoint that loads. A run that fails removes the directory it
+ * created.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -78,12 +82,32 @@ struct quant {
 	size_t errlen;
 };
 
+static void job_drop_stage(struct q8_job *j)
+{
+	free(j->vals);
+	free(j->f);
+	free(j->q);
+	j->vals = NULL, j->f = NULL, j->q = NULL;
+	j->r0 = j->r1 = 0;
+}
+
 static int job_fill(struct quant *qs, struct q8_job *j, uint64_t r0)
 {
 	const uint64_t m = j->n - r0 < STAGE_ROWS ? j->n - r0 : STAGE_ROWS;
 	const uint64_t shape[2] = { j->n, j->k };
 	int rc;
 
+	if (!j->vals) {
+		j->vals = malloc(STAGE_ROWS * j->k + 1);
+		j->f = malloc(sizeof(float) * STAGE_ROWS * j->k + 1);
+		j->q = malloc(dps_q8_bytes(STAGE_ROWS, (int)j->k) + 1);
+	}
+	if (!j->scales)
+		j->scales = malloc(sizeof(uint16_t) * j->n * j->kb + 1);
+	if (!j->vals || !j->f || !j->q || !j->scales) {
+		snprintf(qs->err, qs->errlen, "out of memory for tensor '%s'", j->name);
+		return -ENOMEM;
+	}
 	rc = dps_ckpt_load_range(&qs->ck, j->name, 2, shape, 0, (int64_t)r0, m, j->f, qs->err,
 				 qs->errlen);
 	if (rc)
@@ -131,7 +155,16 @@ static int gen(void *dst, uint64_t start, uint64_t count, void *arg)
 		return 0;
 	}
 	if (o->role == 2) {
+		if (!j->scales) { /* the writer's order is values then scales, once each */
+			snprintf(qs->err, qs->errlen, "the scales of '%s' were asked for out of order",
+				 j->name);
+			return -EIO;
+		}
 		memcpy(d, (const unsigned char *)j->scales + start, count);
+		if (start + count == sizeof(uint16_t) * j->n * j->kb) {
+			free(j->scales);
+			j->scales = NULL;
+		}
 		return 0;
 	}
 	while (count) {
@@ -149,6 +182,8 @@ static int gen(void *dst, uint64_t start, uint64_t count, void *arg)
 		memcpy(d, j->vals + (row - j->r0) * j->k + col, take);
 		d += take, start += take, count -= take;
 	}
+	if (start == j->n * j->k) /* the last values: the scales are all filled */
+		job_drop_stage(j);
 	return 0;
 }
 
@@ -240,6 +275,23 @@ static int copied(const char *name)
 	return !(len > 12 && !strcmp(name + len - 12, ".safetensors"));
 }
 
+/* Removes directory dir, which this run created, and the files it wrote there. */
+static void remove_made(const char *dir)
+{
+	char path[4200];
+	DIR *d = opendir(dir);
+
+	if (d) {
+		for (struct dirent *e; (e = readdir(d));)
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+				snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+				(void)unlink(path);
+			}
+		closedir(d);
+	}
+	(void)rmdir(dir);
+}
+
 int dps_quantize_dir(const char *in, const char *out, int verbose, char *err, size_t errlen)
 {
 	struct quant qs = { .verbose = verbose, .err = err, .errlen = errlen };
@@ -247,7 +299,7 @@ int dps_quantize_dir(const char *in, const char *out, int verbose, char *err, si
 	struct out_tensor *ot = NULL;
 	struct q8_job *jobs = NULL;
 	char path[4096], tmp[4200];
-	int n_in = 0, n_out = 0, n_jobs = 0, rc;
+	int n_in = 0, n_out = 0, n_jobs = 0, made = 0, rc;
 	struct stat st;
 	DIR *dir;
 
@@ -303,17 +355,7 @@ int dps_quantize_dir(const char *in, const char *out, int verbose, char *err, si
 					struct q8_job *j = &jobs[n_jobs++];
 
 					j->name = t->name, j->n = t->shape[0], j->k = t->shape[1];
-					j->kb = (j->k + 31) / 32;
-					j->vals = malloc(STAGE_ROWS * j->k + 1);
-					j->f = malloc(sizeof(float) * STAGE_ROWS * j->k + 1);
-					j->q = malloc(dps_q8_bytes(STAGE_ROWS, (int)j->k) + 1);
-					j->scales = malloc(sizeof(uint16_t) * j->n * j->kb + 1);
-					if (!j->vals || !j->f || !j->q || !j->scales) {
-						rc = -ENOMEM;
-						snprintf(err, errlen, "out of memory for tensor '%s'",
-							 t->name);
-						goto out;
-					}
+					j->kb = (j->k + 31) / 32; /* buffers: job_fill */
 				}
 				o->job = &jobs[n_jobs - 1];
 				w->shape[1] = role == 2 ? o->job->kb : w->shape[1];
@@ -325,6 +367,7 @@ int dps_quantize_dir(const char *in, const char *out, int verbose, char *err, si
 		snprintf(err, errlen, "cannot create %s: %s", out, strerror(errno));
 		goto out;
 	}
+	made = 1;
 	snprintf(path, sizeof(path), "%s/model.safetensors", out);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	err[0] = 0;
@@ -355,6 +398,8 @@ int dps_quantize_dir(const char *in, const char *out, int verbose, char *err, si
 	if (!rc)
 		rc = write_config(&qs, in, out);
 out:
+	if (rc && made) /* no half-written checkpoint left to refuse the next run */
+		remove_made(out);
 	for (int i = 0; i < n_jobs; i++) {
 		free(jobs[i].vals);
 		free(jobs[i].f);
