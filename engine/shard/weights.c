@@ -21,8 +21,8 @@
 /*
  * The rank's weight arena. A piece of 2 MiB or more gets an allocation of its own on
  * transparent huge pages (dps_alloc_huge); a smaller one (an INT8 model's attention and down
- * matrices, a BF16 model's output projection, every expert of GPT-OSS's MXFP4 layers and every
- * norm and bias) is carved from a chunk of ARENA_CHUNK bytes that is on huge pages too. Alone,
+ * matrices, a BF16 model's output projection, the MXFP4 experts of a model the size of
+ * bench-gpt-oss and every expert's scales, every norm and bias) is carved from a chunk of ARENA_CHUNK bytes that is on huge pages too. Alone,
  * each went to calloc on 4 KiB pages, where a streamed matrix costs a TLB walk every 4 KiB
  * and the hardware prefetcher stops at every page (one thread summing 140 MB on 4 KiB pages:
  * 21-23 GB/s, on 2 MiB pages 25-29 GB/s; bench-gpt-oss -q int8 on one thread, the experts at
@@ -33,6 +33,22 @@
 #define ARENA_ALIGN ((size_t)256)
 #define HUGE_PAGE ((size_t)2 << 20)
 
+/*
+ * Under AddressSanitizer each piece is followed by ARENA_ALIGN poisoned bytes, and a chunk's
+ * free space is poisoned, so that reading or writing past a weight is still caught there as
+ * it was when each weight was an allocation of its own.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ARENA_REDZONE ARENA_ALIGN
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define ARENA_REDZONE ((size_t)0)
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 struct dps_wchunk {
 	struct dps_wchunk *next;
 	uint8_t *base;
@@ -41,12 +57,13 @@ struct dps_wchunk {
 
 void *dps_shard_weights_alloc(struct dps_shard *s, size_t bytes)
 {
-	const size_t need = dps_align_up(bytes ? bytes : 1, ARENA_ALIGN);
 	struct dps_wchunk *c;
+	size_t need;
 	uint8_t *p;
 
 	if (bytes >= HUGE_PAGE)
 		return dps_alloc_huge(bytes);
+	need = dps_align_up((bytes ? bytes : 1) + ARENA_REDZONE, ARENA_ALIGN);
 	for (c = s->wchunks; c && ARENA_CHUNK - c->used < need; c = c->next)
 		;
 	if (!c) {
@@ -58,12 +75,14 @@ void *dps_shard_weights_alloc(struct dps_shard *s, size_t bytes)
 			return NULL;
 		}
 		(void)madvise(base, ARENA_CHUNK, MADV_HUGEPAGE);
+		POISON(base, ARENA_CHUNK);
 		c->base = base;
 		c->next = s->wchunks;
 		s->wchunks = c;
 	}
 	p = c->base + c->used;
 	c->used += need;
+	UNPOISON(p, bytes);
 	memset(p, 0, bytes);
 	return p;
 }
@@ -82,6 +101,7 @@ void dps_shard_weights_release(struct dps_shard *s)
 		struct dps_wchunk *c = s->wchunks;
 
 		s->wchunks = c->next;
+		UNPOISON(c->base, ARENA_CHUNK);
 		free(c->base);
 		free(c);
 	}
