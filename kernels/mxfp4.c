@@ -339,7 +339,7 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const uint8_t
 	const __m512 values = _mm512_loadu_ps(dps_mxfp4_values);
 	const int nb = k / 32;
 	const size_t span = (size_t)GROUP * (size_t)nb * 16; /* a group's codes */
-	const size_t lead = (LEAD_MIN + span - 1) / span * span;
+	const size_t lead = span ? (LEAD_MIN + span - 1) / span * span : 0;
 	const uint8_t *bq[GROUP], *sq[GROUP];
 	const float *pq[GROUP];
 	__m512 a[MR_AVX512][GROUP];
