@@ -423,9 +423,9 @@ struct dps_flag dps_flag_quantization(int *choice)
 	return (struct dps_flag){ "quantization", DPS_FLAG_CHOICE, choice, "int8",
 				  "quantize the linear weights and the LM head at load: int8, blocks "
 				  "of 32 with an F16 scale (34 bytes per 32 weights; MXFP4 experts "
-				  "stay MXFP4 and multiply INT8 activations, about 3x faster than "
-				  "their exact f32 form); unset: as the checkpoint is (dpshard "
-				  "quantize writes INT8 checkpoints)",
+				  "stay MXFP4 and multiply INT8 activations, at batch 1 about 3x "
+				  "as fast as their exact f32 products); unset: as the checkpoint is "
+				  "(dpshard quantize writes INT8 checkpoints)",
 				  0, 0, 'q' };
 }
 
