@@ -9,10 +9,9 @@
  * the model's size, plus the scales of the largest tensor: a tensor's staging buffers are
  * allocated when its first rows are read and freed after its last values are written, its
  * scales after they are written (the writer goes through the tensors in order, the values
- * of a weight just before its scales). Files are written under temporary
- * names and renamed when whole; config.json comes last, so a directory without it is an
- * interrupted run, never a checkpoint that loads. A run that fails removes the directory it
- * created.
+ * of a weight just before its scales). Files are written under temporary names and renamed
+ * when whole; config.json comes last, so a directory without it is an interrupted run, never
+ * a checkpoint that loads. A run that fails removes the directory it created.
  */
 #include <dirent.h>
 #include <errno.h>
