@@ -23,11 +23,12 @@
  * transparent huge pages (dps_alloc_huge); a smaller one (an INT8 model's attention and down
  * matrices, a BF16 model's output projection, the MXFP4 experts of a model the size of
  * bench-gpt-oss and every expert's scales, every norm and bias) is carved from a chunk of
- * ARENA_CHUNK bytes that is on huge pages too. Alone, each went to calloc on 4 KiB pages, where a streamed matrix costs a TLB walk every 4 KiB
- * and the hardware prefetcher stops at every page (one thread summing 140 MB on 4 KiB pages:
- * 21-23 GB/s, on 2 MiB pages 25-29 GB/s; bench-gpt-oss -q int8 on one thread, the experts at
- * 74-83% -> 88-90% of the measured bandwidth, 2026-12-06). Pieces start on ARENA_ALIGN bytes.
- * The chunks go with the shard (dps_shard_weights_release).
+ * ARENA_CHUNK bytes that is on huge pages too. Alone, each went to calloc on 4 KiB pages,
+ * where a streamed matrix costs a TLB walk every 4 KiB and the hardware prefetcher stops at
+ * every page (one thread summing 140 MB on 4 KiB pages: 21-23 GB/s, on 2 MiB pages 25-29
+ * GB/s; bench-gpt-oss -q int8 on one thread, the experts at 74-83% -> 88-90% of the measured
+ * bandwidth, 2026-12-06). Pieces start on ARENA_ALIGN bytes. The chunks go with the shard
+ * (dps_shard_weights_release).
  */
 #define ARENA_CHUNK ((size_t)16 << 20)
 #define ARENA_ALIGN ((size_t)256)
