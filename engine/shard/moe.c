@@ -69,6 +69,83 @@ static uint64_t expert_bytes(const struct dps_shard *s, const struct dps_shard_l
 }
 
 /*
+ * The rows of the nk items (row q / k of x, stride ldx) that chose global expert e, gathered
+ * into gather (rows of dim) with their item indices in ix; returns how many (at most max).
+ */
+static int gather_rows(const float *x, size_t ldx, const int *re, int nk, int k, int e, int dim,
+		       float *gather, int *ix, int max)
+{
+	int cnt = 0;
+
+	for (int q = 0; q < nk; q++)
+		if (re[q] == e) {
+			DPS_ASSERT(cnt < max);
+			memcpy(gather + (size_t)cnt * (size_t)dim, x + (size_t)(q / k) * ldx,
+			       sizeof(float) * (size_t)dim);
+			ix[cnt++] = q;
+		}
+	return cnt;
+}
+
+/*
+ * Local expert i on cnt gathered rows: gate and up, their bias, GPT-OSS's clamped SwiGLU, down
+ * and its bias (on the rank that adds it, load_moe.c); y (cnt, hidden) gets the outputs, gu
+ * (cnt, 2 im_e) is scratch. here: the products on the calling thread alone (a whole-expert
+ * task, INT8 weights), else over the rank's pool; ns (NULL in a task) gets the products' time.
+ */
+static void expert_rows(struct dps_shard *s, const struct dps_shard_layer *w, int i,
+			const float *gather, int cnt, float *gu, float *y, int here, uint64_t *ns)
+{
+	const int dim = s->cfg.hidden_size, im = s->im_e;
+	uint64_t t0 = dps_now_ns();
+
+	if (expert_mx(w, i))
+		(here ? dps_linear_mxfp4_q8_here
+		      : s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
+			gu, gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im, dim);
+	else if (here)
+		dps_linear_q8_here(gu, gather, w->exp_gu[i], cnt, 2 * im, dim);
+	else
+		dps_shard_linear(s, gu, gather, w->exp_gu[i], cnt, 2 * im, dim);
+	if (ns)
+		*ns += dps_now_ns() - t0;
+	if (w->exp_gu_b)
+		dps_add_bias(gu, w->exp_gu_b + (size_t)i * 2 * (size_t)im, cnt, 2 * im);
+	for (int r = 0; r < cnt; r++) {
+		float *g = gu + (size_t)r * 2 * (size_t)im;
+
+		dps_swiglu_clamped(g, g + im, im, (float)s->cfg.swiglu_limit); /* limit 7.0 */
+		memmove(gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
+	}
+	t0 = dps_now_ns();
+	if (w->exp_dn_q && w->exp_dn_q[i])
+		(here ? dps_linear_mxfp4_q8_here
+		      : s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
+			y, gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim, im);
+	else if (here)
+		dps_linear_q8_here(y, gu, w->exp_dn[i], cnt, dim, im);
+	else
+		dps_shard_linear(s, y, gu, w->exp_dn[i], cnt, dim, im);
+	if (ns)
+		*ns += dps_now_ns() - t0;
+	if (w->exp_dn_b)
+		dps_add_bias(y, w->exp_dn_b + (size_t)i * (size_t)dim, cnt, dim);
+}
+
+/* Item q's expert output y into its row of out: copied (no weights, k == 1) or added weighted. */
+static void add_item(float *out, const float *y, const float *rw, int q, int k, int dim)
+{
+	float *o = out + (size_t)(q / k) * (size_t)dim;
+
+	if (!rw) {
+		memcpy(o, y, sizeof(float) * (size_t)dim);
+		return;
+	}
+	for (int d = 0; d < dim; d++)
+		o[d] += rw[q] * y[d];
+}
+
+/*
  * Whole-expert tasks: decode of a few rows with INT8 weights (--quantization int8; GPT-OSS's
  * experts MXFP4, others INT8), at least as many experts met as the rank has threads. Each pool thread runs whole experts
  * (gather, gate and up, bias, SwiGLU, down, bias) on its own scratch and activations, so a
@@ -95,39 +172,15 @@ static void par_task(void *arg, int task, int tid)
 {
 	const struct par_job *j = arg;
 	struct dps_shard *s = j->s;
-	const struct dps_shard_layer *w = j->w;
-	const int i = j->act[task], e = s->e_lo + i, dim = s->cfg.hidden_size, im = s->im_e;
-	const int k = j->k;
+	const int i = j->act[task], dim = s->cfg.hidden_size, im = s->im_e;
 	float *gather = s->m_par + (size_t)tid * PAR_ITEMS * ((size_t)dim + 2 * (size_t)im);
 	float *gu = gather + (size_t)PAR_ITEMS * (size_t)dim;
-	int ix[PAR_ITEMS], cnt = 0;
+	int ix[PAR_ITEMS];
+	const int cnt = gather_rows(j->x, j->ldx, j->re, j->nk, j->k, s->e_lo + i, dim, gather, ix,
+				    PAR_ITEMS);
 
-	for (int q = 0; q < j->nk; q++)
-		if (j->re[q] == e) {
-			memcpy(gather + (size_t)cnt * (size_t)dim, j->x + (size_t)(q / k) * j->ldx,
-			       sizeof(float) * (size_t)dim);
-			ix[cnt++] = q;
-		}
-	if (expert_mx(w, i))
-		dps_linear_mxfp4_q8_here(gu, gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im,
-					 dim);
-	else
-		dps_linear_q8_here(gu, gather, w->exp_gu[i], cnt, 2 * im, dim);
-	if (w->exp_gu_b)
-		dps_add_bias(gu, w->exp_gu_b + (size_t)i * 2 * (size_t)im, cnt, 2 * im);
-	for (int r = 0; r < cnt; r++) {
-		float *g = gu + (size_t)r * 2 * (size_t)im;
-
-		dps_swiglu_clamped(g, g + im, im, (float)s->cfg.swiglu_limit);
-		memmove(gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
-	}
-	/* the outputs into gather (free now), then each to its item's place */
-	if (w->exp_dn_q && w->exp_dn_q[i])
-		dps_linear_mxfp4_q8_here(gather, gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim, im);
-	else
-		dps_linear_q8_here(gather, gu, w->exp_dn[i], cnt, dim, im);
-	if (w->exp_dn_b)
-		dps_add_bias(gather, w->exp_dn_b + (size_t)i * (size_t)dim, cnt, dim);
+	/* the outputs into gather (free once gate and up are done), then each to its place */
+	expert_rows(s, j->w, i, gather, cnt, gu, gather, 1, NULL);
 	for (int r = 0; r < cnt; r++)
 		memcpy(j->outs + (size_t)ix[r] * (size_t)dim, gather + (size_t)r * (size_t)dim,
 		       sizeof(float) * (size_t)dim);
@@ -188,19 +241,9 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 	dps_work(); /* as every product says: the rank works */
 	s->exp_par++;
 	for (int a = 0; a < j.nact; a++) /* experts_run's order */
-		for (int q = 0; q < n * k; q++) {
-			const float *y = j.outs + (size_t)q * (size_t)dim;
-			float *o = out + (size_t)(q / k) * (size_t)dim;
-
-			if (re[q] != s->e_lo + j.act[a])
-				continue;
-			if (!rw) {
-				memcpy(o, y, sizeof(float) * (size_t)dim);
-				continue;
-			}
-			for (int d = 0; d < dim; d++)
-				o[d] += rw[q] * y[d];
-		}
+		for (int q = 0; q < n * k; q++)
+			if (re[q] == s->e_lo + j.act[a])
+				add_item(out, j.outs + (size_t)q * (size_t)dim, rw, q, k, dim);
 	return 1;
 }
 
@@ -213,66 +256,23 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 static void experts_run(struct dps_shard *s, const struct dps_shard_layer *w, int n,
 			const float *x, size_t ldx, const int *re, const float *rw, int k, float *out)
 {
-	const int dim = s->cfg.hidden_size, im = s->im_e;
-	const float limit = (float)s->cfg.swiglu_limit;
+	const int dim = s->cfg.hidden_size;
 
 	if (experts_par(s, w, n, x, ldx, re, rw, k, out))
 		return;
 	for (int i = 0; i < s->e_n; i++) {
-		const int e = s->e_lo + i;
-		int cnt = 0;
+		const int cnt = gather_rows(x, ldx, re, n * k, k, s->e_lo + i, dim, s->m_gather,
+					    s->m_ix, s->moe_rows);
 
-		for (int q = 0; q < n * k; q++)
-			if (re[q] == e) {
-				DPS_ASSERT(cnt < s->moe_rows);
-				memcpy(s->m_gather + (size_t)cnt * (size_t)dim, x + (size_t)(q / k) * ldx,
-				       sizeof(float) * (size_t)dim);
-				s->m_ix[cnt++] = q;
-			}
 		if (!cnt)
 			continue;
 		const uint64_t eb = expert_bytes(s, w, i);
-		uint64_t t0 = dps_now_ns();
 
 		s->moe_bytes += eb;
 		s->exp_bytes += eb;
-		if (expert_mx(w, i)) {
-			(s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
-				s->m_gu, s->m_gather, w->exp_gu_q[i], w->exp_gu_s[i], cnt, 2 * im, dim);
-		} else {
-			dps_shard_linear(s, s->m_gu, s->m_gather, w->exp_gu[i], cnt, 2 * im, dim);
-		}
-		s->exp_ns += dps_now_ns() - t0;
-		if (w->exp_gu_b)
-			dps_add_bias(s->m_gu, w->exp_gu_b + (size_t)i * 2 * (size_t)im, cnt, 2 * im);
-		for (int r = 0; r < cnt; r++) {
-			float *g = s->m_gu + (size_t)r * 2 * (size_t)im;
-
-			dps_swiglu_clamped(g, g + im, im, limit); /* GPT-OSS's, limit 7.0 */
-			memmove(s->m_gu + (size_t)r * (size_t)im, g, sizeof(float) * (size_t)im);
-		}
-		t0 = dps_now_ns();
-		if (w->exp_dn_q && w->exp_dn_q[i])
-			(s->wt == DPS_WT_Q8 ? dps_linear_mxfp4_q8 : dps_linear_mxfp4)(
-				s->m_eout, s->m_gu, w->exp_dn_q[i], w->exp_dn_s[i], cnt, dim, im);
-		else
-			dps_shard_linear(s, s->m_eout, s->m_gu, w->exp_dn[i], cnt, dim, im);
-		s->exp_ns += dps_now_ns() - t0;
-		if (w->exp_dn_b) /* on the rank that adds it (load_moe.c) */
-			dps_add_bias(s->m_eout, w->exp_dn_b + (size_t)i * (size_t)dim, cnt, dim);
-		for (int r = 0; r < cnt; r++) {
-			const float *y = s->m_eout + (size_t)r * (size_t)dim;
-			float *o = out + (size_t)(s->m_ix[r] / k) * (size_t)dim;
-
-			if (!rw) {
-				memcpy(o, y, sizeof(float) * (size_t)dim);
-				continue;
-			}
-			const float wt = rw[s->m_ix[r]];
-
-			for (int d = 0; d < dim; d++)
-				o[d] += wt * y[d];
-		}
+		expert_rows(s, w, i, s->m_gather, cnt, s->m_gu, s->m_eout, 0, &s->exp_ns);
+		for (int r = 0; r < cnt; r++)
+			add_item(out, s->m_eout + (size_t)r * (size_t)dim, rw, s->m_ix[r], k, dim);
 	}
 }
 
