@@ -47,8 +47,22 @@
  * 1, one thread, three interleaved rounds of 2026-12-06: the experts at 61-66% of the measured
  * read bandwidth with gemm_dot.c's page-ahead prefetch, 74-77% with this one 8 or 16 KiB
  * ahead, 65-68% at 4 KiB; 144-168 -> 174-193 tokens/s).
+ *
+ * Each line of the codes is asked for twice: LINE_FAR ahead (PREFETCHT2) and again LINE_AHEAD
+ * ahead, and neither past the end of the call's rows (what lies there is not this product's).
+ * Once is not enough on this CPU: with the weights on huge pages, a throwaway harness running
+ * bench-gpt-oss's products (32 random experts of 1024 x 1024 a round, 40 rounds, each round's
+ * kernel time against a plain summing loop over the same bytes) read at a median 0.86-0.88 of
+ * the plain loop with the one request, 0.94-0.95 with the two (0.91 -> 0.98 for 2880 x 2880,
+ * GPT-OSS-20B's shape). Asking only far, or for lines 4 or 12 KiB ahead instead of 8, did
+ * worse; a third request, or the scales asked for twice, changed nothing. In the bench (ten
+ * interleaved runs of bench-gpt-oss -q int8 on one thread, 2026-12-06) the experts went from a
+ * median 83% of the measured bandwidth to 90% with the two requests and 92% with them stopped
+ * at the end. Our guess, not measured: a request the core cannot queue when it is issued is
+ * dropped, and the second one catches most of those lines.
  */
 #define LINE_AHEAD 8192
+#define LINE_FAR 16384
 
 /* 2v for each code (the values of dps_mxfp4_values, doubled). */
 static const int8_t twice[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
@@ -255,11 +269,11 @@ block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0,
  * block_avx512 for one row of W (codes w, scales e) against mr rows of x from row 0, one group
  * of t blocks from block g0: the same integer sums (in two chains, low and high nibbles, added
  * before the FMA: integers, exact) and the same FMA per output, so the same bits. Each line of
- * the codes and scales is asked for LINE_AHEAD bytes ahead.
+ * the codes is asked for LINE_FAR and LINE_AHEAD bytes ahead, each of the scales LINE_AHEAD.
  */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), always_inline)) static inline void
 row_group_avx512(__m512 sum[2], const struct dps_q8_act *a, const uint8_t *w, const uint8_t *e,
-		 size_t kb, size_t g0, size_t t, const int mr, const int full)
+		 size_t kb, size_t g0, size_t t, const int mr, const int full, const char *wend)
 {
 	const size_t kp = kb * DPS_Q8_BLOCK, sl = 4 * t;
 	const __mmask64 mv = full ? ~(__mmask64)0 : ((__mmask64)1 << sl) - 1;
@@ -270,13 +284,19 @@ row_group_avx512(__m512 sum[2], const struct dps_q8_act *a, const uint8_t *w, co
 		(char)120, (char)116));
 	const __m512i nib = _mm512_set1_epi8(15);
 	const char *pw = (const char *)(w + g0 * 16), *pe = (const char *)(e + g0);
+	const ptrdiff_t left = wend - pw; /* bytes of codes from this group on */
 	__m512i p[2][2];
 	__mmask16 nan;
 	__m512 ex;
 
-	for (int z = 0; z < 4; z++)
-		_mm_prefetch(pw + LINE_AHEAD + 64 * z, _MM_HINT_T1);
-	_mm_prefetch(pe + LINE_AHEAD / 16, _MM_HINT_T1);
+	if (left > LINE_FAR)
+		for (int z = 0; z < 4; z++)
+			_mm_prefetch(pw + LINE_FAR + 64 * z, _MM_HINT_T2);
+	if (left > LINE_AHEAD) { /* (the scales' line lies as far into the scales) */
+		for (int z = 0; z < 4; z++)
+			_mm_prefetch(pw + LINE_AHEAD + 64 * z, _MM_HINT_T1);
+		_mm_prefetch(pe + LINE_AHEAD / 16, _MM_HINT_T1);
+	}
 #pragma GCC unroll 2
 	for (int i = 0; i < mr; i++) {
 		p[i][0] = full ? _mm512_loadu_si512(a->nc + (size_t)i * kb + g0)
@@ -323,7 +343,7 @@ row_group_avx512(__m512 sum[2], const struct dps_q8_act *a, const uint8_t *w, co
  */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), always_inline)) static inline void
 rows_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
-	    const uint8_t *scales, int r0, int nr, const int mr)
+	    const uint8_t *scales, int r0, int nr, const int mr, const char *wend)
 {
 	const size_t kb = dps_q8_blocks(a->k), rb = kb * 16;
 	__m512 acc[GROUP][2];
@@ -337,9 +357,9 @@ rows_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint
 			size_t g0 = 0;
 
 			for (; g0 + DPS_Q8_GROUP <= kb; g0 += DPS_Q8_GROUP)
-				row_group_avx512(sum, a, w, e, kb, g0, DPS_Q8_GROUP, mr, 1);
+				row_group_avx512(sum, a, w, e, kb, g0, DPS_Q8_GROUP, mr, 1, wend);
 			if (g0 < kb)
-				row_group_avx512(sum, a, w, e, kb, g0, kb - g0, mr, 0);
+				row_group_avx512(sum, a, w, e, kb, g0, kb - g0, mr, 0, wend);
 		}
 		acc[q][0] = sum[0];
 		acc[q][1] = sum[1];
@@ -355,16 +375,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"
 rows1_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
 	     const uint8_t *scales, int n)
 {
+	const char *wend = (const char *)blocks + (size_t)n * dps_q8_blocks(a->k) * 16;
+
 	for (int r0 = 0; r0 < n; r0 += GROUP)
-		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 1);
+		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 1, wend);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), noinline)) static void
 rows2_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
 	     const uint8_t *scales, int n)
 {
+	const char *wend = (const char *)blocks + (size_t)n * dps_q8_blocks(a->k) * 16;
+
 	for (int r0 = 0; r0 < n; r0 += GROUP)
-		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 2);
+		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 2, wend);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"))) void
