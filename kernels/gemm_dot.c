@@ -223,8 +223,10 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
  */
 #define PAGE_AHEAD 4096
 #define PAGE_AHEAD_LINES 8
-/* How far ahead the one-row BF16/F16 kernel (rows16_avx512) asks for each line, into L2. */
+/* How far ahead the one-row BF16/F16 kernel (rows16_avx512) asks for each line: twice, into
+ * L2 and before that with PREFETCHT2 (kernels/mxfp4_q8.c says why). */
 #define LINE_AHEAD ((size_t)8 << 10)
+#define LINE_FAR ((size_t)16 << 10)
 
 /*
  * The GROUP lines W_PREFETCH_BYTES past the read position at column c (c a multiple of 16)
@@ -345,9 +347,14 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 			const char *p = w + (size_t)c * (h16 ? sizeof(uint16_t) : sizeof(float));
 			const __m512 wv = wload_avx512(w, c, h16);
 
-			if (((uintptr_t)p & (PAGE_AHEAD - 1)) < 64)
-				for (int z = 0; z < PAGE_AHEAD_LINES; z++)
-					_mm_prefetch(p + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
+			if (h16) {
+				if (((uintptr_t)p & (PAGE_AHEAD - 1)) < 64)
+					for (int z = 0; z < PAGE_AHEAD_LINES; z++)
+						_mm_prefetch(p + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
+			} else {
+				_mm_prefetch(p + 2 * LINE_AHEAD, _MM_HINT_T2);
+				_mm_prefetch(p + LINE_AHEAD, _MM_HINT_T1);
+			}
 #pragma GCC unroll 2
 			for (int i = 0; i < mr; i++)
 				a[i][q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)i * (size_t)k + c),
@@ -371,14 +378,16 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 
 /*
  * BF16 or F16 at batch 1: the rows one after the other as rows_avx512, 32 columns (one line of
- * W) a pass, each line asked for into L2 LINE_AHEAD bytes ahead in address order (the rows are
- * contiguous, so the prefetch runs on into the next rows and tiles). Each output's sum is
- * rows_avx512's, lane for lane. One Zen 5 core, the bench-110m shapes in BF16 from huge pages,
- * runs of 21-25 interleaved rounds (2026-12-06): this 24.4-29.0 GB/s, the page-ahead prefetch
- * of f32 24.2, two rows side by side (two chains) with a prefetch stream 8 KiB ahead into L1
- * (the kernel before) 21.5-26.7, 8-14% behind this (medians of the ratios); 4, 12 and 16 KiB
- * ahead measured behind 8. (f32, whose FMA eats a whole line, keeps the page-ahead prefetch:
- * a prefetch a line there measured 9% slower; so did INT8, 30%.)
+ * W) a pass, each line asked for LINE_FAR and LINE_AHEAD bytes ahead in address order (the
+ * rows are contiguous, so the prefetch runs on into the next rows and tiles). Each output's
+ * sum is rows_avx512's, lane for lane. One Zen 5 core, the bench-110m shapes in BF16 from huge
+ * pages, runs of 21-25 interleaved rounds (2026-12-06): one request 8 KiB ahead 24.4-29.0
+ * GB/s, the page-ahead prefetch of f32 24.2, two rows side by side (two chains) with a
+ * prefetch stream 8 KiB ahead into L1 (the kernel before) 21.5-26.7, 8-14% behind (medians of
+ * the ratios); 4, 12 and 16 KiB ahead measured behind 8. The second, farther request: eight
+ * interleaved runs of bench decode, the products at a median 86% -> 100% of the measured
+ * bandwidth, 112 -> 131 tokens/s. (f32, whose FMA eats a whole line, keeps the page-ahead
+ * prefetch: one request a line measured 9% slower there, the two requests 12%.)
  */
 __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void
 rows16_avx512(float *restrict out, const float *restrict x, const void *restrict W, int r0,
@@ -397,6 +406,8 @@ rows16_avx512(float *restrict out, const float *restrict x, const void *restrict
 		if (q >= nr)
 			continue;
 		for (; c + 32 <= k; c += 32) {
+			_mm_prefetch(w + 2 * LINE_AHEAD + (size_t)c * sizeof(uint16_t), _MM_HINT_T2);
+			_mm_prefetch(w + LINE_FAR + (size_t)c * sizeof(uint16_t), _MM_HINT_T2);
 			_mm_prefetch(w + LINE_AHEAD + (size_t)c * sizeof(uint16_t), _MM_HINT_T1);
 			s = _mm512_fmadd_ps(wload_avx512(w, c, h16), _mm512_loadu_ps(x + c), s);
 			s = _mm512_fmadd_ps(wload_avx512(w, c + 16, h16), _mm512_loadu_ps(x + c + 16),
