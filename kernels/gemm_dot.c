@@ -347,14 +347,9 @@ rows_avx512(float *restrict out, int ldo, const float *restrict x, const void *r
 			const char *p = w + (size_t)c * (h16 ? sizeof(uint16_t) : sizeof(float));
 			const __m512 wv = wload_avx512(w, c, h16);
 
-			if (h16) {
-				if (((uintptr_t)p & (PAGE_AHEAD - 1)) < 64)
-					for (int z = 0; z < PAGE_AHEAD_LINES; z++)
-						_mm_prefetch(p + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
-			} else {
-				_mm_prefetch(p + 2 * LINE_AHEAD, _MM_HINT_T2);
-				_mm_prefetch(p + LINE_AHEAD, _MM_HINT_T1);
-			}
+			if (((uintptr_t)p & (PAGE_AHEAD - 1)) < 64)
+				for (int z = 0; z < PAGE_AHEAD_LINES; z++)
+					_mm_prefetch(p + PAGE_AHEAD + 64 * z, _MM_HINT_T0);
 #pragma GCC unroll 2
 			for (int i = 0; i < mr; i++)
 				a[i][q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)i * (size_t)k + c),
@@ -406,7 +401,6 @@ rows16_avx512(float *restrict out, const float *restrict x, const void *restrict
 		if (q >= nr)
 			continue;
 		for (; c + 32 <= k; c += 32) {
-			_mm_prefetch(w + 2 * LINE_AHEAD + (size_t)c * sizeof(uint16_t), _MM_HINT_T2);
 			_mm_prefetch(w + LINE_FAR + (size_t)c * sizeof(uint16_t), _MM_HINT_T2);
 			_mm_prefetch(w + LINE_AHEAD + (size_t)c * sizeof(uint16_t), _MM_HINT_T1);
 			s = _mm512_fmadd_ps(wload_avx512(w, c, h16), _mm512_loadu_ps(x + c), s);
