@@ -15,9 +15,9 @@
  * three (AVX2) rows of x per register tile. Decode (one or two rows of x on AVX-512, one on
  * AVX2) reads W one row after the other instead (rows_avx512, rows_avx2): the rows are
  * contiguous, so W is one sequential stream, which this CPU's prefetcher follows far better
- * than four rows side by side, with one software prefetch of the page after next as each 4 KiB
- * page begins. The blocking changes which tile computes an output and when, never the order of
- * its sum.
+ * than four rows side by side: f32 asks for the next page's first lines as each 4 KiB page
+ * begins, BF16/F16 for every line twice (rows16_avx512). The blocking changes which tile
+ * computes an output and when, never the order of its sum.
  */
 #include <math.h>
 #include <stddef.h>
@@ -217,9 +217,9 @@ wload_tail_avx2(const char *w, int c, int cnt, __m256i mask, const int h16)
 #define W_PREFETCH_BYTES ((size_t)32 << 10)
 /*
  * The one-row kernels' prefetch: as the read position enters a 4 KiB page, the first lines of
- * the page after next, so the hardware's stream (which stops at a page's end) already runs
- * there. Worth little: one Zen 5 core, bench-110m f32, batch 1, four interleaved rounds of
- * bench decode, medians 62.4 tok/s without it and 63.8 with (8 lines; 4 and 16 no better).
+ * the next page, so the hardware's stream (which stops at a page's end) already runs there.
+ * Worth little: one Zen 5 core, bench-110m f32, batch 1, four interleaved rounds of bench
+ * decode, medians 62.4 tok/s without it and 63.8 with (8 lines; 4 and 16 no better).
  */
 #define PAGE_AHEAD 4096
 #define PAGE_AHEAD_LINES 8

@@ -49,7 +49,7 @@
  * ahead, 65-68% at 4 KiB; 144-168 -> 174-193 tokens/s).
  *
  * Each line of the codes is asked for twice: LINE_FAR ahead (PREFETCHT2) and again LINE_AHEAD
- * ahead, and neither past the end of the call's rows (what lies there is not this product's).
+ * ahead, and no line past the end of the call's rows (what lies there is not this product's).
  * Once is not enough on this CPU: with the weights on huge pages, a throwaway harness running
  * bench-gpt-oss's products (32 random experts of 1024 x 1024 a round, 40 rounds, each round's
  * kernel time against a plain summing loop over the same bytes) read at a median 0.86-0.88 of
@@ -289,14 +289,14 @@ row_group_avx512(__m512 sum[2], const struct dps_q8_act *a, const uint8_t *w, co
 	__mmask16 nan;
 	__m512 ex;
 
-	if (left > LINE_FAR)
-		for (int z = 0; z < 4; z++)
+	for (int z = 0; z < 4; z++) /* (only lines of the call's codes) */
+		if (left > LINE_FAR + 64 * z)
 			_mm_prefetch(pw + LINE_FAR + 64 * z, _MM_HINT_T2);
-	if (left > LINE_AHEAD) { /* (the scales' line lies as far into the scales) */
-		for (int z = 0; z < 4; z++)
+	for (int z = 0; z < 4; z++)
+		if (left > LINE_AHEAD + 64 * z)
 			_mm_prefetch(pw + LINE_AHEAD + 64 * z, _MM_HINT_T1);
+	if (left > LINE_AHEAD) /* (the scales' line lies as far into the scales) */
 		_mm_prefetch(pe + LINE_AHEAD / 16, _MM_HINT_T1);
-	}
 #pragma GCC unroll 2
 	for (int i = 0; i < mr; i++) {
 		p[i][0] = full ? _mm512_loadu_si512(a->nc + (size_t)i * kb + g0)
@@ -378,7 +378,8 @@ rows1_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uin
 	const char *wend = (const char *)blocks + (size_t)n * dps_q8_blocks(a->k) * 16;
 
 	for (int r0 = 0; r0 < n; r0 += GROUP)
-		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 1, wend);
+		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 1,
+			    wend);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), noinline)) static void
@@ -388,7 +389,8 @@ rows2_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uin
 	const char *wend = (const char *)blocks + (size_t)n * dps_q8_blocks(a->k) * 16;
 
 	for (int r0 = 0; r0 < n; r0 += GROUP)
-		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 2, wend);
+		rows_avx512(out, ldo, a, blocks, scales, r0, n - r0 < GROUP ? n - r0 : GROUP, 2,
+			    wend);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"))) void

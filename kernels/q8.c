@@ -34,8 +34,8 @@
  * measurements are). A row's scales follow its values in the same stream and are left to the
  * hardware (asking for them too measured the same). One Zen 5 core, bench-110m INT8, batch 1,
  * six interleaved runs of bench decode (2026-12-06): the products read W at a median 77% of
- * the measured bandwidth with gemm_dot.c's page-ahead prefetch (the page after next as a page
- * begins), 100% with this; 175 -> 230 tokens/s.
+ * the measured bandwidth with gemm_dot.c's page-ahead prefetch (the next page's first lines as
+ * a page begins), 100% with this; 175 -> 230 tokens/s.
  */
 #define LINE_AHEAD 8192
 #define LINE_FAR 16384
