@@ -299,6 +299,8 @@ if expect_rc 0; then
 	[ "$(grep -c '^| tiny-seed0 ' "$tmp/out")" -eq 4 ] || { fail "$desc: want 4 result rows"; show stdout "$tmp/out"; }
 	grep -q "memory read [0-9.]* GB/s (.*), sgemm [0-9]* GFLOP/s" "$tmp/out" ||
 		fail "$desc: the measured limits are missing"
+	grep -q "memory read [0-9.]* GB/s (2 threads; [0-9.]* before the runs, [0-9.]* after)" \
+		"$tmp/out" || fail "$desc: the bandwidth before and after the runs is missing"
 fi
 run bench decode --preset tiny -p 8 -n 4 -b 2 -r 1 --json
 if expect_rc 0; then
@@ -309,6 +311,9 @@ r = d["results"]
 assert [x["test"] for x in r] == ["pp8", "tg4"], r
 assert all(x["tokens_per_s"] > 0 for x in r), r
 assert d["read_bandwidth_gbs"] > 0 and d["sgemm_gflops"] > 0, d
+# the bound is the faster of the bandwidth measured before the runs and after them
+bb, ba = d["read_bandwidth_before_gbs"], d["read_bandwidth_after_gbs"]
+assert bb > 0 and ba > 0 and abs(d["read_bandwidth_gbs"] - max(bb, ba)) < 0.011, d
 assert r[1]["batch"] == 2 and r[1]["bytes_per_step"] > 0, r
 assert d["version"] and d["git_commit"] and d["cpu"] and d["cpus"] >= 1 and d["numa_nodes"] >= 1, d
 # the products of a decode step read every linear weight once, whatever the batch: the

@@ -14,7 +14,10 @@
  * Per layout it also reports the step time split into compute and collectives, the
  * collectives per layer of a decode step, and the weight and KV bytes per rank. Every replica
  * runs the same tests at once (pp: one prompt each; tg: B sequences each; tokens/s count all
- * replicas); the limits are measured after the ranks have exited.
+ * replicas); the limits are measured after the ranks have exited, and the read bandwidth also
+ * before they start (read_bw_before): the larger of the two is the bound, and a warning says
+ * when they differ by more than a fifth (some machines' memory changes speed minute to minute,
+ * and the fractions then say more of that than of the engine).
  *
  * --load gives each replica its share of the B sequences of a decode test (unbalanced
  * loads): coupled replicas (component sizes above 1, expert parallelism) still step at B rows,
@@ -426,6 +429,25 @@ static void layout_name(const struct dps_par_cfg *p, char *buf, size_t len)
 		snprintf(buf + n, len - (size_t)n, " on %d nodes", p->nodes);
 }
 
+/*
+ * The read bandwidth (bytes/s, 0 when the pool cannot be set up) with the threads the ranks
+ * will use, before they are forked: the pool is left at one thread, so the supervisor forks
+ * from a process with no other thread alive.
+ */
+static double read_bw_before(const char *blis_arch, int world, int threads)
+{
+	const int ncpu = dps_cpus_allowed();
+	const int per = threads ? threads : (ncpu / world > 0 ? ncpu / world : 1);
+	char msg[256];
+	double bw = 0;
+
+	fprintf(stderr, "dpshard bench decode: measuring read bandwidth before the runs ...\n");
+	if (!dps_gemm_setup(blis_arch, world * per < ncpu ? world * per : ncpu, msg, sizeof(msg)))
+		bw = dps_limits_read_bandwidth((size_t)1 << 30, 7);
+	dps_gemm_setup(blis_arch, 1, msg, sizeof(msg));
+	return bw;
+}
+
 int dps_bench_decode(int argc, char **argv)
 {
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
@@ -438,7 +460,7 @@ int dps_bench_decode(int argc, char **argv)
 	struct dps_par_cfg par = DPS_PAR_CFG_DEFAULT;
 	struct bench b = { 0 };
 	char *positional[1], err[512], dir[4096], lname[96];
-	double bw, peak;
+	double bw, bw0, bw1, peak;
 	int nres = 0;
 	struct dps_flag flags[32];
 	const struct dps_flag base[] = {
@@ -555,6 +577,7 @@ int dps_bench_decode(int argc, char **argv)
 	b.gens = gens;
 	b.batches = batches;
 	world = par.tp * par.dp;
+	bw0 = read_bw_before(blis_arch, world, threads);
 	fprintf(stderr, "dpshard bench decode: %s on %d rank(s), model %s ...\n", lname, world,
 		model_dir);
 	{
@@ -594,7 +617,8 @@ int dps_bench_decode(int argc, char **argv)
 			free(b.rows);
 			return 1;
 		}
-		bw = dps_limits_read_bandwidth((size_t)1 << 30, 7);
+		bw1 = dps_limits_read_bandwidth((size_t)1 << 30, 7);
+		bw = bw0 > bw1 ? bw0 : bw1; /* the bound: what the memory did at its faster end */
 		dps_gemm_setup(blis_arch, per, msg, sizeof(msg));
 		peak = dps_limits_sgemm_rate(1536, 5);
 		threads = per;
@@ -703,9 +727,11 @@ int dps_bench_decode(int argc, char **argv)
 		dps_json_string(stdout, model_dir, strlen(model_dir));
 		printf(", \"weight_dtype\": \"%s\", \"weight_bytes_per_rank\": %.0f, "
 		       "\"kv_bytes_per_rank\": %.0f, \"params\": %llu,\n \"read_bandwidth_gbs\": %.2f, "
+		       "\"read_bandwidth_before_gbs\": %.2f, \"read_bandwidth_after_gbs\": %.2f, "
 		       "\"sgemm_gflops\": %.1f,\n"
 		       " \"results\": [\n", dps_wtype_name((enum dps_wtype)b.rank0_wt), b.rank0_bytes, b.rank0_kv,
-		       (unsigned long long)dps_model_config_params(&b.cfg), bw / 1e9, peak);
+		       (unsigned long long)dps_model_config_params(&b.cfg), bw / 1e9, bw0 / 1e9,
+		       bw1 / 1e9, peak);
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
 
@@ -738,7 +764,7 @@ int dps_bench_decode(int argc, char **argv)
 	} else {
 		const struct bench_table t = { res, nres, model_dir, lname, world, threads,
 					       world * threads < ncpu ? world * threads : ncpu, &mach,
-					       bw, peak, b.rank0_bytes, b.rank0_wt, b.rank0_kv,
+					       bw, bw0, bw1, peak, b.rank0_bytes, b.rank0_wt, b.rank0_kv,
 					       load_s != NULL, b.load, par.dp, &b.cfg };
 
 		dps_bench_decode_table(&t);

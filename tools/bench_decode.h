@@ -30,7 +30,8 @@ struct bench_table {
 	const char *model_dir, *lname;
 	int world, threads, bw_threads;    /* ranks, threads per rank, threads of the bandwidth run */
 	const struct dps_machine *mach;
-	double bw, peak;                   /* measured read bytes/s, sgemm GFLOP/s */
+	double bw, bw0, bw1, peak;         /* read bytes/s: the bound, before and after the runs;
+					    * sgemm GFLOP/s */
 	double rank0_bytes;
 	int rank0_wt;                      /* enum dps_wtype */
 	double rank0_kv;

@@ -37,8 +37,13 @@ void dps_bench_decode_table(const struct bench_table *t)
 	snprintf(name, sizeof(name), "%s", base_name && base_name[1] ? base_name + 1 : t->model_dir);
 	dps_machine_line(stdout, t->mach);
 	printf("%s, %d rank(s) x %d thread(s)\n%s\n", t->lname, t->world, t->threads, t->mach->blis);
-	printf("measured in this run: memory read %.1f GB/s (%d threads), sgemm %.0f GFLOP/s "
-	       "(1536^3, %d thread(s))\n", t->bw / 1e9, t->bw_threads, t->peak, t->threads);
+	printf("measured in this run: memory read %.1f GB/s (%d threads; %.1f before the runs, %.1f "
+	       "after), sgemm %.0f GFLOP/s (1536^3, %d thread(s))\n", t->bw / 1e9, t->bw_threads,
+	       t->bw0 / 1e9, t->bw1 / 1e9, t->peak, t->threads);
+	if (t->bw0 > 0 && t->bw1 > 0 && (t->bw0 > 1.2 * t->bw1 || t->bw1 > 1.2 * t->bw0))
+		printf("warning: the memory read %.0f%% faster at one end of the run than at the other; "
+		       "the fractions below are of the faster, and the runs may have met either\n",
+		       100 * ((t->bw0 > t->bw1 ? t->bw0 / t->bw1 : t->bw1 / t->bw0) - 1));
 	printf("per rank (rank 0): %.1f MB of weights (%s), %.1f MB of KV cache\n", t->rank0_bytes
 	       / 1e6, dps_wtype_name((enum dps_wtype)t->rank0_wt), t->rank0_kv / 1e6);
 	if (t->load_given) {
