@@ -23,6 +23,7 @@
 #include "common/dps.h"
 #include "engine/shard/shard.h"
 #include "engine/shard/shard_int.h"
+#include "tests/testutil.h"
 
 #define PIECES 96
 
@@ -172,8 +173,6 @@ int main(void)
 {
 	Suite *su = suite_create("arena");
 	TCase *tc = tcase_create("arena");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_pieces_apart_zeroed_aligned);
@@ -182,9 +181,5 @@ int main(void)
 	tcase_add_exit_test(tc, test_overrun_caught, 1);
 #endif
 	suite_add_tcase(su, tc);
-	sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return test_run_suite(su);
 }
