@@ -70,6 +70,8 @@ void *dps_shard_weights_alloc(struct dps_shard *s, size_t bytes)
 	if (!c) {
 		void *base;
 
+		/* not dps_alloc_huge, which zeroes (and so faults in) the whole chunk at once: a
+		 * small model's rank would hold 16 MiB instead of the pages its pieces touch */
 		c = calloc(1, sizeof(*c));
 		if (!c || posix_memalign(&base, HUGE_PAGE, ARENA_CHUNK)) {
 			free(c);
