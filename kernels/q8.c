@@ -207,12 +207,129 @@ act_block_avx2(const float *v, int cnt, float *d, int8_t *q)
 	return -128 * total;
 }
 
-/* 1: act_block_avx2, 0: act_block_ref, -1: not chosen yet (the CPU decides). */
+/*
+ * Sixteen vectors v[0..15] folded into one whose lane u is the max (op 0) of v[u]'s lanes, or
+ * their sum (op 1, in integers); four levels, each pairing the vectors and halving the lanes
+ * each keeps (a lane of v[u] meets only lanes of v[u]). The max of numbers >= 0 without NaN
+ * and a sum of integers modulo 2^32 do not depend on the order.
+ */
+__attribute__((target("avx512f"))) static __m512i fold16_avx512(__m512i v[16], int op)
+{
+	static const int32_t idx[4][2][16] = {
+		{ { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 },
+		  { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 } },
+		{ { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 },
+		  { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 } },
+		{ { 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29 },
+		  { 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31 } },
+		{ { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 },
+		  { 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 } },
+	};
+
+	for (int lv = 0, n = 16; lv < 4; lv++, n /= 2) {
+		const __m512i ia = _mm512_loadu_si512(idx[lv][0]), ib = _mm512_loadu_si512(idx[lv][1]);
+
+		for (int i = 0; i < n / 2; i++) {
+			const __m512i a = _mm512_permutex2var_epi32(v[2 * i], ia, v[2 * i + 1]);
+			const __m512i b = _mm512_permutex2var_epi32(v[2 * i], ib, v[2 * i + 1]);
+
+			v[i] = op ? _mm512_add_epi32(a, b)
+				  : _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(a),
+								      _mm512_castsi512_ps(b)));
+		}
+	}
+	return v[0];
+}
+
+/*
+ * A whole group (sixteen blocks of 32 values from v) with AVX-512, as act_block_avx2 does each
+ * block: the same max (exact), the same two divisions (sixteen at once), the same products
+ * rounded the same way (vcvtps2dq), the same saturation to eight bits (vpmovsdb, as the two
+ * packs), the same sums; then the group's slots in their order (q8.h): slot j is word j (bytes
+ * 4j..4j+3) of each block in turn, gathered from the blocks' words. d, nc: the group's sixteen
+ * scales and sums. About five times as fast as the blocks one at a time with act_block_avx2 and
+ * the slots copied a word at a time (an INT8 product quantizes its rows of x each time it
+ * runs: 8 times a layer for GPT-OSS's experts at batch 1).
+ */
+__attribute__((target("avx512f"))) static void act_group_avx512(const float *v, float *d,
+								 int32_t *nc, int8_t *q)
+{
+	/* the slots: a 16 x 8 transpose of words in three levels (see below) */
+	static const int32_t tr[3][2][16] = {
+		{ { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 },
+		  { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 } },
+		{ { 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29 },
+		  { 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31 } },
+		{ { 0, 2, 16, 18, 8, 10, 24, 26, 4, 6, 20, 22, 12, 14, 28, 30 },
+		  { 1, 3, 17, 19, 9, 11, 25, 27, 5, 7, 21, 23, 13, 15, 29, 31 } },
+	};
+	float id[DPS_Q8_GROUP];
+	__m512i f[DPS_Q8_GROUP], w[8], t[8];
+	__m256i half[2];
+	__m512 amax;
+
+	for (int u = 0; u < DPS_Q8_GROUP; u++) /* |x| first: a NaN is passed over, as in block_amax */
+		f[u] = _mm512_castps_si512(_mm512_max_ps(
+			_mm512_abs_ps(_mm512_loadu_ps(v + DPS_Q8_BLOCK * u + 16)),
+			_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + DPS_Q8_BLOCK * u)),
+				      _mm512_setzero_ps())));
+	amax = _mm512_castsi512_ps(fold16_avx512(f, 0));
+	_mm512_storeu_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(),
+								    _CMP_GT_OQ),
+						 _mm512_set1_ps(127.0f), amax));
+	_mm512_storeu_ps(d, _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+	for (int u = 0; u < DPS_Q8_GROUP; u++) {
+		const __m512 s = _mm512_set1_ps(id[u]);
+		const __m512i t0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 32 * u), s));
+		const __m512i t1 =
+			_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 32 * u + 16), s));
+
+		f[u] = _mm512_add_epi32(t0, t1);
+		/* the block's 32 bytes as 8 words; w[p]: block 2p's words, then block 2p + 1's */
+		half[u % 2] = _mm256_inserti128_si256(_mm256_castsi128_si256(
+							      _mm512_cvtsepi32_epi8(t0)),
+						      _mm512_cvtsepi32_epi8(t1), 1);
+		if (u % 2)
+			w[u / 2] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+	}
+	_mm512_storeu_si512(nc, _mm512_mullo_epi32(fold16_avx512(f, 1), _mm512_set1_epi32(-128)));
+	/*
+	 * Word j of block u is in w[u / 2], lane 8 (u % 2) + j; slot j wants it in lane u. Each
+	 * level pairs two vectors and trades one bit of the vector's number for one of the lane's:
+	 * (w[p], w[p + 4]) then (c, c + 2) then (r, r + 1), the last also putting the lanes in
+	 * block order.
+	 */
+	for (int p = 0; p < 4; p++) {
+		t[p] = _mm512_permutex2var_epi32(w[p], _mm512_loadu_si512(tr[0][0]), w[p + 4]);
+		t[p + 4] = _mm512_permutex2var_epi32(w[p], _mm512_loadu_si512(tr[0][1]), w[p + 4]);
+	}
+	for (int c0 = 0; c0 < 8; c0 += 4)
+		for (int c = c0; c < c0 + 2; c++) {
+			w[c] = _mm512_permutex2var_epi32(t[c], _mm512_loadu_si512(tr[1][0]), t[c + 2]);
+			w[c + 2] = _mm512_permutex2var_epi32(t[c], _mm512_loadu_si512(tr[1][1]),
+							     t[c + 2]);
+		}
+	for (int r = 0; r < 8; r += 2) {
+		_mm512_storeu_si512(q + 64 * r, _mm512_permutex2var_epi32(
+							w[r], _mm512_loadu_si512(tr[2][0]), w[r + 1]));
+		_mm512_storeu_si512(q + 64 * (r + 1),
+				    _mm512_permutex2var_epi32(w[r], _mm512_loadu_si512(tr[2][1]),
+							      w[r + 1]));
+	}
+}
+
+/* 2: act_group_avx512 for whole groups, act_block_avx2 for the rest; 1: act_block_avx2; 0:
+ * act_block_ref; -1: not chosen yet (the CPU decides). */
 static int act_isa = -1;
 
 void dps_q8_act_plain(int on)
 {
 	act_isa = on ? 0 : -1;
+}
+
+void dps_q8_act_isa(int isa)
+{
+	act_isa = isa;
 }
 
 int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k)
@@ -223,9 +340,11 @@ int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k)
 
 	if (act_isa < 0) {
 		__builtin_cpu_init();
-		act_isa = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+		act_isa = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 0
+			  : __builtin_cpu_supports("avx512f")				     ? 2
+											     : 1;
 	}
-	avx2 = act_isa;
+	avx2 = act_isa > 0;
 	if (grow((void **)&a->q, &a->cap_q, rows * kp, 1) ||
 	    grow((void **)&a->d, &a->cap_d, rows * kb, sizeof(float)) ||
 	    grow((void **)&a->nc, &a->cap_nc, rows * kb, sizeof(int32_t)))
@@ -240,6 +359,12 @@ int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k)
 			const size_t t = kb - g0 < DPS_Q8_GROUP ? kb - g0 : DPS_Q8_GROUP;
 			int32_t blk[DPS_Q8_GROUP][DPS_Q8_BLOCK / 4]; /* each block's 8 slots of 4 */
 
+			if (act_isa == 2 && t == DPS_Q8_GROUP &&
+			    (g0 + DPS_Q8_GROUP) * DPS_Q8_BLOCK <= (size_t)k) { /* every value there */
+				act_group_avx512(v + g0 * DPS_Q8_BLOCK, a->d + i * kb + g0,
+						 a->nc + i * kb + g0, q + g0 * DPS_Q8_BLOCK);
+				continue;
+			}
 			for (size_t u = 0; u < t; u++) {
 				const size_t b = g0 + u;
 				const int c0 = (int)b * DPS_Q8_BLOCK;

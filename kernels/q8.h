@@ -121,6 +121,11 @@ int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k);
  * allows (0, the default). */
 void dps_q8_act_plain(int on);
 
+/* Tests: the same with a choice: 0 plain C, 1 AVX2 (and FMA), 2 AVX-512F for whole groups of
+ * sixteen blocks and AVX2 for the rest, -1 as the CPU allows (the caller checks the CPU). Every
+ * choice gives the same bytes for inputs without NaN. */
+void dps_q8_act_isa(int isa);
+
 /* Frees a's buffers. */
 void dps_q8_act_free(struct dps_q8_act *a);
 

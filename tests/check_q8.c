@@ -222,8 +222,19 @@ END_TEST
 
 START_TEST(test_plain_activations)
 {
-	/* The plain-C quantizer of the activations gives the SIMD one's bytes (and the oracle's
-	 * products), NaN-free inputs with partial blocks and groups. */
+	/* The plain-C quantizer of the activations gives the SIMD ones' bytes (and the oracle's
+	 * products), NaN-free inputs with partial blocks and groups: AVX2 (_i 0) and AVX-512
+	 * (_i 1, whole groups; the rest AVX2). */
+	const int isa = _i + 1;
+
+	if (isa == 2 && !__builtin_cpu_supports("avx512f")) {
+		printf("skipped: the AVX-512 quantizer of activations needs AVX-512F\n");
+		return;
+	}
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+		printf("skipped: the SIMD quantizers of activations need AVX2 and FMA\n");
+		return;
+	}
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		struct prob p;
 		struct dps_q8_act a = { 0 }, b = { 0 };
@@ -231,6 +242,7 @@ START_TEST(test_plain_activations)
 		float *got;
 
 		prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2], 31u + (unsigned)s, 0);
+		dps_q8_act_isa(isa);
 		ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, p.m, p.k), 0);
 		dps_q8_act_plain(1);
 		ck_assert_int_eq(dps_q8_act_quantize(&b, p.x, p.m, p.k), 0);
@@ -383,7 +395,7 @@ int main(void)
 	else
 		printf("skipped: dps_gemm_q8_avx512 needs AVX-512 BW, VL and VNNI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
-	tcase_add_test(tc, test_plain_activations);
+	tcase_add_loop_test(tc, test_plain_activations, 0, 2);
 	tcase_add_test(tc, test_row_slices);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
 	tcase_add_test(tc, test_close_to_f32);
