@@ -8,7 +8,9 @@
  * plain-C twin, AVX2 and AVX-512 VNNI - is held to that oracle bit for bit at m = 1 .. 129
  * with whole and partial groups of sixteen blocks, partial last blocks and tails in n, and
  * dps_linear_q8 over 1, 2 and 3 threads; a row's result is the same alone and in a batch. The
- * product is also within the quantization error of the f32 product. Two wrong kernels are
+ * product is also within the quantization error of the f32 product. The activations'
+ * quantizers (plain C, AVX2 a block at a time, AVX-512 a group at a time) give the same bytes,
+ * and the two SIMD ones agree even on NaN and infinities. Two wrong kernels are
  * shown to be caught: blocks in lanes b mod 8, and the activations' scales left out of the
  * per-block product (applied at the end instead).
  */
@@ -261,6 +263,46 @@ START_TEST(test_plain_activations)
 }
 END_TEST
 
+START_TEST(test_simd_activations_agree_on_nan_and_inf)
+{
+	/* Where the plain twin may differ (lrintf of NaN), the two SIMD quantizers still give the
+	 * same bytes, scales and sums: blocks with NaN, an infinity, both, huge and tiny values. */
+	enum { K = 1056 }; /* two whole groups and a partial one */
+	static float x[3 * K];
+	struct dps_q8_act a = { 0 }, b = { 0 };
+	const size_t kb = dps_q8_blocks(K);
+	unsigned seed = 5;
+
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
+	    !__builtin_cpu_supports("fma")) {
+		printf("skipped: comparing the SIMD quantizers needs AVX-512F, AVX2 and FMA\n");
+		return;
+	}
+	for (int i = 0; i < 3 * K; i++)
+		x[i] = frand(&seed) * (i % 7 == 0 ? 1e30f : i % 5 == 0 ? 1e-30f : 1.0f);
+	for (int b0 = 0; b0 < 3 * K; b0 += 32 * 5) {
+		x[b0 + 3] = __builtin_nanf("");
+		x[b0 + 40] = __builtin_inff();
+		x[b0 + 70] = -__builtin_inff();
+		x[b0 + 71] = __builtin_nanf("");
+	}
+	dps_q8_act_isa(1);
+	ck_assert_int_eq(dps_q8_act_quantize(&a, x, 3, K), 0);
+	dps_q8_act_isa(2);
+	ck_assert_int_eq(dps_q8_act_quantize(&b, x, 3, K), 0);
+	dps_q8_act_isa(-1);
+	ck_assert(!memcmp(a.q, b.q, 3 * kb * 32));
+	ck_assert(!memcmp(a.d, b.d, sizeof(float) * 3 * kb));
+	ck_assert(!memcmp(a.nc, b.nc, sizeof(int32_t) * 3 * kb));
+	/* the check can fail: one value changed changes the bytes */
+	x[98] *= 0.25f; /* one of its block's large values: the bytes change */
+	ck_assert_int_eq(dps_q8_act_quantize(&b, x, 3, K), 0);
+	ck_assert(memcmp(a.q, b.q, 3 * kb * 32));
+	dps_q8_act_free(&a);
+	dps_q8_act_free(&b);
+}
+END_TEST
+
 /* A slice of rows [lo, hi) of a bigger weight gives those columns (the threads' split). */
 START_TEST(test_row_slices)
 {
@@ -396,6 +438,7 @@ int main(void)
 		printf("skipped: dps_gemm_q8_avx512 needs AVX-512 BW, VL and VNNI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
 	tcase_add_loop_test(tc, test_plain_activations, 0, 2);
+	tcase_add_test(tc, test_simd_activations_agree_on_nan_and_inf);
 	tcase_add_test(tc, test_row_slices);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
 	tcase_add_test(tc, test_close_to_f32);
