@@ -10,7 +10,8 @@
  *
  * Quantization of a block v[0..31] (weights): d = F16(max|v| / 127) (round to nearest even),
  * q[j] = clamp(rne(v[j] / f32(d)), -127, 127), 0 for every q when d is 0. Activations the same
- * with an f32 scale: d = max|v| / 127, q[j] = rne(v[j] * (127 / max|v|)). A row whose k is not
+ * with an f32 scale: d = max|v| / 127, q[j] = rne(v[j] * (127 / max|v|)), every q 0 when
+ * 127 / max|v| is not a finite f32 (max|v| 0, or under 127 / FLT_MAX). A row whose k is not
  * a multiple of 32 is zero-padded to the next multiple, weights and activations alike.
  *
  * The order of the sum, for out[i][r] with kb = ceil(k / 32) blocks and sixteen f32 lanes
@@ -123,7 +124,7 @@ void dps_q8_act_plain(int on);
 
 /* Tests: the same with a choice: 0 plain C, 1 AVX2 (and FMA), 2 AVX-512F for whole groups of
  * sixteen blocks and AVX2 for the rest, -1 as the CPU allows (the caller checks the CPU). Every
- * choice gives the same bytes for inputs without NaN. */
+ * choice gives the same bytes, scales and sums for finite inputs; the two SIMD ones for any. */
 void dps_q8_act_isa(int isa);
 
 /* Frees a's buffers. */

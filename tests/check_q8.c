@@ -9,8 +9,9 @@
  * with whole and partial groups of sixteen blocks, partial last blocks and tails in n, and
  * dps_linear_q8 over 1, 2 and 3 threads; a row's result is the same alone and in a batch. The
  * product is also within the quantization error of the f32 product. The activations'
- * quantizers (plain C, AVX2 a block at a time, AVX-512 a group at a time) give the same bytes,
- * and the two SIMD ones agree even on NaN and infinities. Two wrong kernels are
+ * quantizers (plain C, AVX2 a block at a time, AVX-512 a group at a time) follow q8.h's rule
+ * (zero blocks, subnormals, blocks too small to scale, ties), and the two SIMD ones agree even
+ * on NaN and infinities. Two wrong kernels are
  * shown to be caught: blocks in lanes b mod 8, and the activations' scales left out of the
  * per-block product (applied at the end instead).
  */
@@ -30,7 +31,8 @@ static const int shapes[][3] = { { 1, 67, 70 },	  { 1, 2048, 768 }, { 2, 9, 32 }
 				 { 3, 21, 33 },	  { 4, 40, 64 },    { 5, 13, 96 },
 				 { 47, 21, 129 }, { 48, 37, 160 },  { 129, 67, 40 },
 				 { 1, 9, 2063 },  { 7, 5, 1 },      { 129, 100, 771 },
-				 { 1, 6, 512 },   { 3, 6, 544 },    { 2, 5, 800 } };
+				 { 1, 6, 512 },   { 3, 6, 544 },    { 2, 5, 800 },
+				 { 3, 7, 1000 },  { 2, 5, 2047 } };
 
 static float frand(unsigned *s)
 {
@@ -263,10 +265,93 @@ START_TEST(test_plain_activations)
 }
 END_TEST
 
+START_TEST(test_activations_by_the_rule)
+{
+	/*
+	 * Each quantizer of activations (plain C, AVX2, AVX-512) against the rule of q8.h written
+	 * here: rows with whole and partial groups and a partial last block (k 1000, 2047), and
+	 * blocks of zeros, of -0.0, of subnormals, of values under 127 / FLT_MAX (zeros by the
+	 * rule), of huge values, and of halves that round to even.
+	 */
+	static const int ks[] = { 1, 31, 33, 511, 512, 513, 1000, 1024, 2047, 2880 };
+	enum { M = 3, KMAX = 2880 };
+	static float x[M * KMAX];
+	static int8_t want[M * KMAX];
+
+	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+		const int k = ks[ki], kb = (k + 31) / 32;
+		float wd[M * 90];
+		int32_t wnc[M * 90];
+		unsigned seed = 17u + (unsigned)ki;
+
+		for (int i = 0; i < M * k; i++) {
+			const int blk = (i % k) / 32, kind = (blk + i / k) % 8;
+
+			x[i] = frand(&seed);
+			x[i] = kind == 1 ? 0.0f
+			       : kind == 2 ? -0.0f
+			       : kind == 3 ? x[i] * 1e-39f			/* subnormal */
+			       : kind == 4 ? x[i] * 1e-37f			/* max under 127/FLT_MAX */
+			       : kind == 5 ? x[i] * 1e37f			/* huge */
+			       : kind == 6 ? (float)((int)(x[i] * 8) * 2 + 1) * 0.5f /* halves */
+					   : x[i];
+		}
+		for (int i = 0; i < M; i++)
+			for (int b = 0; b < kb; b++) {
+				const float *v = x + (size_t)i * k + 32 * b;
+				const int cnt = k - 32 * b < 32 ? k - 32 * b : 32;
+				float amax = 0.0f, id;
+				int sum = 0;
+
+				for (int j = 0; j < cnt; j++)
+					amax = fmaxf(amax, fabsf(v[j]));
+				id = 127.0f / amax;
+				if (!(amax > 0.0f) || isinf(id))
+					id = 0.0f;
+				wd[i * kb + b] = amax / 127.0f;
+				for (int j = 0; j < 32; j++) {
+					const int qv = j < cnt ? (int)nearbyintf(v[j] * id) : 0;
+
+					want[(size_t)i * kb * 32 + 32 * b + j] = (int8_t)qv;
+					sum += qv;
+				}
+				wnc[i * kb + b] = -128 * sum;
+			}
+		for (int isa = 0; isa <= 2; isa++) {
+			struct dps_q8_act a = { 0 };
+
+			if ((isa >= 1 && (!__builtin_cpu_supports("avx2") ||
+					  !__builtin_cpu_supports("fma"))) ||
+			    (isa == 2 && !__builtin_cpu_supports("avx512f")))
+				continue;
+			dps_q8_act_isa(isa);
+			ck_assert_int_eq(dps_q8_act_quantize(&a, x, M, k), 0);
+			for (int i = 0; i < M; i++)
+				for (int b = 0; b < kb; b++) {
+					ck_assert_msg(!memcmp(&a.d[i * kb + b], &wd[i * kb + b], 4),
+						      "isa %d k %d row %d block %d: scale %a, rule %a",
+						      isa, k, i, b, (double)a.d[i * kb + b],
+						      (double)wd[i * kb + b]);
+					ck_assert_int_eq(a.nc[i * kb + b], wnc[i * kb + b]);
+					for (int j = 0; j < 32; j++)
+						ck_assert_msg(a.q[(size_t)i * kb * 32 +
+								  dps_q8_pos((size_t)kb, (size_t)b, j)] ==
+								      want[(size_t)i * kb * 32 + 32 * b + j],
+							      "isa %d k %d row %d block %d value %d", isa,
+							      k, i, b, j);
+				}
+			dps_q8_act_free(&a);
+		}
+		dps_q8_act_isa(-1);
+	}
+}
+END_TEST
+
 START_TEST(test_simd_activations_agree_on_nan_and_inf)
 {
 	/* Where the plain twin may differ (lrintf of NaN), the two SIMD quantizers still give the
-	 * same bytes, scales and sums: blocks with NaN, an infinity, both, huge and tiny values. */
+	 * same bytes, scales and sums: blocks with NaN, an infinity, both, and values far apart in
+	 * size. */
 	enum { K = 1056 }; /* two whole groups and a partial one */
 	static float x[3 * K];
 	struct dps_q8_act a = { 0 }, b = { 0 };
@@ -438,6 +523,7 @@ int main(void)
 		printf("skipped: dps_gemm_q8_avx512 needs AVX-512 BW, VL and VNNI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
 	tcase_add_loop_test(tc, test_plain_activations, 0, 2);
+	tcase_add_test(tc, test_activations_by_the_rule);
 	tcase_add_test(tc, test_simd_activations_agree_on_nan_and_inf);
 	tcase_add_test(tc, test_row_slices);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
