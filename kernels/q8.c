@@ -224,18 +224,22 @@ act_block_avx2(const float *v, int cnt, float *d, int8_t *q)
  * each keeps (a lane of v[u] meets only lanes of v[u]). The max of numbers >= 0 without NaN
  * and a sum of integers modulo 2^32 do not depend on the order.
  */
+/* vpermt2d's lanes that pair two vectors (a's lanes 0-15, b's 16-31): level lv keeps, of each,
+ * the lanes whose bit 3 - lv is 0 (first) or 1 (second), in order. */
+static const int32_t pair_lanes[4][2][16] = {
+	{ { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 },
+	  { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 } },
+	{ { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 },
+	  { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 } },
+	{ { 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29 },
+	  { 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31 } },
+	{ { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 },
+	  { 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 } },
+};
+
 __attribute__((target("avx512f"))) static __m512i fold16_avx512(__m512i v[16], int op)
 {
-	static const int32_t idx[4][2][16] = {
-		{ { 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 },
-		  { 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 } },
-		{ { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 },
-		  { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 } },
-		{ { 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29 },
-		  { 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31 } },
-		{ { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 },
-		  { 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 } },
-	};
+	const int32_t(*idx)[2][16] = pair_lanes;
 
 	for (int lv = 0, n = 16; lv < 4; lv++, n /= 2) {
 		const __m512i ia = _mm512_loadu_si512(idx[lv][0]);
@@ -267,14 +271,12 @@ __attribute__((target("avx512f"))) static __m512i fold16_avx512(__m512i v[16], i
 __attribute__((target("avx512f"))) static void act_group_avx512(const float *v, float *d,
 								 int32_t *nc, int8_t *q)
 {
-	/* the slots: a 16 x 8 transpose of words in three levels (see below) */
-	static const int32_t tr[3][2][16] = {
-		{ { 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27 },
-		  { 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31 } },
-		{ { 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29 },
-		  { 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31 } },
-		{ { 0, 2, 16, 18, 8, 10, 24, 26, 4, 6, 20, 22, 12, 14, 28, 30 },
-		  { 1, 3, 17, 19, 9, 11, 25, 27, 5, 7, 21, 23, 13, 15, 29, 31 } },
+	/* the slots: a 16 x 8 transpose of words in three levels (see below), the first two as
+	 * fold16_avx512's second and third, the last also putting the lanes in block order */
+	const int32_t(*tr)[2][16] = pair_lanes + 1;
+	static const int32_t last[2][16] = {
+		{ 0, 2, 16, 18, 8, 10, 24, 26, 4, 6, 20, 22, 12, 14, 28, 30 },
+		{ 1, 3, 17, 19, 9, 11, 25, 27, 5, 7, 21, 23, 13, 15, 29, 31 },
 	};
 	float id[DPS_Q8_GROUP];
 	__m512i f[DPS_Q8_GROUP], w[8], t[8];
@@ -328,7 +330,7 @@ __attribute__((target("avx512f"))) static void act_group_avx512(const float *v, 
 			w[c + 2] = _mm512_permutex2var_epi32(t[c], hi, t[c + 2]);
 		}
 	for (int r = 0; r < 8; r += 2) {
-		const __m512i lo = _mm512_loadu_si512(tr[2][0]), hi = _mm512_loadu_si512(tr[2][1]);
+		const __m512i lo = _mm512_loadu_si512(last[0]), hi = _mm512_loadu_si512(last[1]);
 
 		_mm512_storeu_si512(q + 64 * r, _mm512_permutex2var_epi32(w[r], lo, w[r + 1]));
 		_mm512_storeu_si512(q + 64 * r + 64, _mm512_permutex2var_epi32(w[r], hi, w[r + 1]));
