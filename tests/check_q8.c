@@ -16,6 +16,7 @@
  * per-block product (applied at the end instead).
  */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -265,36 +266,66 @@ START_TEST(test_plain_activations)
 }
 END_TEST
 
+/* a (m rows of k) holds the rule's values want (block after block, in column order), scales
+ * wd and sums wnc. */
+static void act_matches(const struct dps_q8_act *a, int isa, int m, int k, const int8_t *want,
+			const float *wd, const int32_t *wnc)
+{
+	const int kb = (k + 31) / 32;
+
+	for (int ib = 0; ib < m * kb; ib++) { /* row ib / kb, block ib % kb */
+		const int i = ib / kb, b = ib % kb;
+		const int8_t *q = a->q + (size_t)i * kb * 32, *w = want + (size_t)ib * 32;
+
+		ck_assert_msg(!memcmp(&a->d[ib], &wd[ib], sizeof(float)),
+			      "isa %d k %d row %d block %d: scale %a, rule %a", isa, k, i, b,
+			      (double)a->d[ib], (double)wd[ib]);
+		ck_assert_int_eq(a->nc[ib], wnc[ib]);
+		for (int j = 0; j < 32; j++)
+			ck_assert_msg(q[dps_q8_pos((size_t)kb, (size_t)b, j)] == w[j],
+				      "isa %d k %d row %d block %d value %d", isa, k, i, b, j);
+	}
+}
+
 START_TEST(test_activations_by_the_rule)
 {
 	/*
 	 * Each quantizer of activations (plain C, AVX2, AVX-512) against the rule of q8.h written
-	 * here: rows with whole and partial groups and a partial last block (k 1000, 2047), and
-	 * blocks of zeros, of -0.0, of subnormals, of values under 127 / FLT_MAX (zeros by the
-	 * rule), of huge values, and of halves that round to even.
+	 * here: rows with whole and partial groups and a partial last block (k 1000, 2047; the
+	 * values past a row, the next row's first block or what follows the last row, are not
+	 * zeros, so a quantizer that read them would be seen), and blocks of zeros, of -0.0, of
+	 * subnormals, of values under 127 / FLT_MAX (zeros by the rule), with their max at that
+	 * bound (B: 127 / B is FLT_MAX, so they quantize) and one step under it (zeros), of huge
+	 * values, and of halves with a max of 127 (scaled by 1: ties that round to even).
 	 */
 	static const int ks[] = { 1, 31, 33, 511, 512, 513, 1000, 1024, 2047, 2880 };
-	enum { M = 3, KMAX = 2880 };
-	static float x[M * KMAX];
+	enum { M = 3, KMAX = 2880, KINDS = 10 };
+	static float x[M * KMAX + 32];
 	static int8_t want[M * KMAX];
+	const float bound = 0x1.fc0002p-122f, under = 0x1.fcp-122f; /* 127 / FLT_MAX, rounded */
 
+	ck_assert(127.0f / bound == FLT_MAX && isinf(127.0f / under));
 	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
 		const int k = ks[ki], kb = (k + 31) / 32;
 		float wd[M * 90];
 		int32_t wnc[M * 90];
 		unsigned seed = 17u + (unsigned)ki;
 
-		for (int i = 0; i < M * k; i++) {
-			const int blk = (i % k) / 32, kind = (blk + i / k) % 8;
+		for (int i = 0; i < M * k + 32; i++) {
+			/* every row's first block plain; the others by kind in turn */
+			const int blk = (i % k) / 32, c = (i % k) % 32;
+			const int kind = i >= M * k || blk == 0 ? 0 : (blk + i / k) % KINDS;
+			const float r = frand(&seed);
 
-			x[i] = frand(&seed);
-			x[i] = kind == 1 ? 0.0f
+			x[i] = kind == 1   ? 0.0f
 			       : kind == 2 ? -0.0f
-			       : kind == 3 ? x[i] * 1e-39f			/* subnormal */
-			       : kind == 4 ? x[i] * 1e-37f			/* max under 127/FLT_MAX */
-			       : kind == 5 ? x[i] * 1e37f			/* huge */
-			       : kind == 6 ? (float)((int)(x[i] * 8) * 2 + 1) * 0.5f /* halves */
-					   : x[i];
+			       : kind == 3 ? r * 1e-39f /* subnormal */
+			       : kind == 4 ? r * 1e-37f /* max under 127 / FLT_MAX */
+			       : kind == 5 ? c ? r * 0.5f * bound : bound  /* max at the bound */
+			       : kind == 6 ? c ? r * 0.5f * under : -under /* a step under it */
+			       : kind == 7 ? r * 1e37f			   /* huge */
+			       : kind == 8 ? c ? (float)((int)(r * 8) * 2 + 1) * 0.5f : 127.0f
+					   : r;
 		}
 		for (int i = 0; i < M; i++)
 			for (int b = 0; b < kb; b++) {
@@ -326,20 +357,7 @@ START_TEST(test_activations_by_the_rule)
 				continue;
 			dps_q8_act_isa(isa);
 			ck_assert_int_eq(dps_q8_act_quantize(&a, x, M, k), 0);
-			for (int i = 0; i < M; i++)
-				for (int b = 0; b < kb; b++) {
-					ck_assert_msg(!memcmp(&a.d[i * kb + b], &wd[i * kb + b], 4),
-						      "isa %d k %d row %d block %d: scale %a, rule %a",
-						      isa, k, i, b, (double)a.d[i * kb + b],
-						      (double)wd[i * kb + b]);
-					ck_assert_int_eq(a.nc[i * kb + b], wnc[i * kb + b]);
-					for (int j = 0; j < 32; j++)
-						ck_assert_msg(a.q[(size_t)i * kb * 32 +
-								  dps_q8_pos((size_t)kb, (size_t)b, j)] ==
-								      want[(size_t)i * kb * 32 + 32 * b + j],
-							      "isa %d k %d row %d block %d value %d", isa,
-							      k, i, b, j);
-				}
+			act_matches(&a, isa, M, k, want, wd, wnc);
 			dps_q8_act_free(&a);
 		}
 		dps_q8_act_isa(-1);
