@@ -219,12 +219,6 @@ act_block_avx2(const float *v, int cnt, float *d, int8_t *q)
 	return (int32_t)(total * (uint32_t)-128); /* (modulo 2^32, as vpmulld) */
 }
 
-/*
- * Sixteen vectors v[0..15] folded into one whose lane u is the max (op 0) of v[u]'s lanes, or
- * their sum (op 1, in integers); four levels, each pairing the vectors and halving the lanes
- * each keeps (a lane of v[u] meets only lanes of v[u]). The max of numbers >= 0 without NaN
- * and a sum of integers modulo 2^32 do not depend on the order.
- */
 /* vpermt2d's lanes that pair two vectors (a's lanes 0-15, b's 16-31): level lv keeps, of each,
  * the lanes whose bit 3 - lv is 0 (first) or 1 (second), in order. */
 static const int32_t pair_lanes[4][2][16] = {
@@ -238,13 +232,17 @@ static const int32_t pair_lanes[4][2][16] = {
 	  { 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 } },
 };
 
+/*
+ * Sixteen vectors v[0..15] folded into one whose lane u is the max (op 0) of v[u]'s lanes, or
+ * their sum (op 1, in integers); four levels, each pairing the vectors and halving the lanes
+ * each keeps (a lane of v[u] meets only lanes of v[u]). The max of numbers >= 0 without NaN
+ * and a sum of integers modulo 2^32 do not depend on the order.
+ */
 __attribute__((target("avx512f"))) static __m512i fold16_avx512(__m512i v[16], int op)
 {
-	const int32_t(*idx)[2][16] = pair_lanes;
-
 	for (int lv = 0, n = 16; lv < 4; lv++, n /= 2) {
-		const __m512i ia = _mm512_loadu_si512(idx[lv][0]);
-		const __m512i ib = _mm512_loadu_si512(idx[lv][1]);
+		const __m512i ia = _mm512_loadu_si512(pair_lanes[lv][0]);
+		const __m512i ib = _mm512_loadu_si512(pair_lanes[lv][1]);
 
 		for (int i = 0; i < n / 2; i++) {
 			const __m512i a = _mm512_permutex2var_epi32(v[2 * i], ia, v[2 * i + 1]);
