@@ -226,27 +226,28 @@ static int q8_selfcheck(enum own_isa isa)
  * Whether the integer MXFP4 kernel of `isa` gives its plain-C twin's bits, on one row and on
  * many, with k = 544: a whole group of sixteen blocks and a partial one, and a tail of rows.
  */
-static int mxq8_selfcheck(enum own_isa isa)
+/* The integer MXFP4 kernel of isa against its twin on N rows of k (m = 1, and mmax when 6). */
+static int mxq8_check(enum own_isa isa, int k, int mmax)
 {
-	enum { M = 6, N = 7, K = 544 };
-	static float x[M * K], got[M * N], want[M * N];
-	static uint8_t mb[N * K / 2], ms[N * K / 32];
+	enum { M = 6, N = 7, KMAX = 544 };
+	static float x[M * KMAX], got[M * N], want[M * N];
+	static uint8_t mb[N * KMAX / 2], ms[N * KMAX / 32];
 	struct dps_q8_act a = { 0 };
 	uint32_t r = 0x27d4eb2fu;
 	int ok = 1;
 
-	for (int i = 0; i < M * K; i++) {
+	for (int i = 0; i < M * k; i++) {
 		r = r * 1664525u + 1013904223u;
 		x[i] = (float)((int)(r >> 8) % 2001 - 1000) / 256.0f;
 	}
-	for (int i = 0; i < N * K / 2; i++)
+	for (int i = 0; i < N * k / 2; i++)
 		mb[i] = (uint8_t)(i * 37 + 11);
-	for (int i = 0; i < N * K / 32; i++)
+	for (int i = 0; i < N * k / 32; i++)
 		ms[i] = (uint8_t)(110 + i % 20);
-	if (dps_mxfp4_interleave(mb, N, K))
+	if (dps_mxfp4_interleave(mb, N, k))
 		return 0;
-	for (int m = 1; m <= M && ok; m += M - 1) {
-		if (dps_q8_act_quantize(&a, x, m, K)) {
+	for (int m = 1; m <= mmax && ok; m += M - 1) {
+		if (dps_q8_act_quantize(&a, x, m, k)) {
 			ok = 0;
 			break;
 		}
@@ -259,6 +260,13 @@ static int mxq8_selfcheck(enum own_isa isa)
 	}
 	dps_q8_act_free(&a);
 	return ok;
+}
+
+/* k 544 (a partial group) at one and six rows of x, and k 512 (whole groups: the one-row
+ * kernel's whole tile and its tail) at one. */
+static int mxq8_selfcheck(enum own_isa isa)
+{
+	return mxq8_check(isa, 544, 6) && mxq8_check(isa, 512, 1);
 }
 
 /* The integer MXFP4 kernel for this CPU (AVX-512 also needs VBMI), checked against its twin. */

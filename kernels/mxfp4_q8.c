@@ -444,7 +444,8 @@ rows1_whole(float *restrict out, const struct dps_q8_act *a, const uint8_t *bloc
 	}
 }
 
-/* rows_avx512 over every tile, one function a count of rows of x. */
+/* One row of x: rows1_whole for the whole tiles when every group is whole, rows_avx512 for the
+ * other tiles (rows2_avx512: rows_avx512 over every tile, for two rows of x). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma"), noinline)) static void
 rows1_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, const uint8_t *blocks,
 	     const uint8_t *scales, int n)

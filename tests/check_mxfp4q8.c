@@ -28,7 +28,7 @@ static const int shapes[][3] = { { 1, 7, 32 },	  { 1, 64, 2880 }, { 2, 9, 96 },
 				 { 3, 13, 512 },  { 5, 6, 544 },   { 129, 10, 64 },
 				 { 4, 5, 1024 },  { 47, 21, 160 }, { 2, 3, 800 },
 				 { 1, 2048, 64 }, { 1, 37, 1024 }, { 1, 40, 512 },
-				 { 1, 3, 1536 } };
+				 { 1, 3, 1536 },  { 1, 39, 1024 } };
 
 static unsigned next(unsigned *s)
 {
@@ -200,24 +200,26 @@ START_TEST(test_extreme_scales)
 {
 	/* The scales 0 and 1 (subnormal powers), 2, 254 (overflow to infinity) and 255 (NaN):
 	 * every path gives the oracle's bits, or NaN where it does, and a block with the NaN
-	 * scale makes its output NaN. */
+	 * scale makes its output NaN. _i 0: three rows of x, k 544 (a partial group); _i 1: one
+	 * row, k 1024 (whole groups: the one-row kernel's whole tiles, then a tail of two rows). */
+	const int m = _i ? 1 : 3, n = _i ? 18 : 16, k = _i ? 1024 : 544, kb = k / 32;
 	struct prob p;
 	struct dps_q8_act a = { 0 };
 	float *want, *got;
 	static const uint8_t ex[] = { 0, 1, 2, 254, 255, 3, 127, 128 };
 
-	prob_make(&p, 3, 16, 544, 41u, 0);
+	prob_make(&p, m, n, k, 41u, 0);
 	for (int r = 0; r < p.n; r++)
-		for (int b = 0; b < 17; b++)
-			p.scales[r * 17 + b] = r < 8 && b == r ? ex[r] : r < 8 ? 0 : (uint8_t)(1 + r % 3);
+		for (int b = 0; b < kb; b++)
+			p.scales[r * kb + b] = r < 8 && b == r ? ex[r] : r < 8 ? 0 : (uint8_t)(1 + r % 3);
 	want = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
 	got = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
 	ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, p.m, p.k), 0);
 	for (int i = 0; i < p.m; i++)
 		for (int r = 0; r < p.n; r++)
 			want[(size_t)i * p.n + r] = dot_oracle(p.x + (size_t)i * p.k,
-							       p.blocks + (size_t)r * 17 * 16,
-							       p.scales + (size_t)r * 17, p.k, 0);
+							       p.blocks + (size_t)r * kb * 16,
+							       p.scales + (size_t)r * kb, p.k, 0);
 	for (int i = 0; i < p.m; i++)
 		ck_assert(isnan(want[(size_t)i * p.n + 4]));
 	for (int path = 0; path < n_paths; path++) {
@@ -225,7 +227,7 @@ START_TEST(test_extreme_scales)
 		for (int i = 0; i < p.m * p.n; i++)
 			ck_assert_msg(isnan(want[i]) ? isnan(got[i])
 						     : !memcmp(&got[i], &want[i], sizeof(float)),
-				      "path %d, output %d: %a, oracle %a", paths[path], i,
+				      "path %d, k %d, output %d: %a, oracle %a", paths[path], k, i,
 				      (double)got[i], (double)want[i]);
 	}
 	dps_q8_act_free(&a);
@@ -237,12 +239,13 @@ END_TEST
 
 START_TEST(test_row_slices)
 {
-	/* A slice of rows [lo, hi) gives those columns: the threads' split. */
+	/* A slice of rows [lo, hi) gives those columns: the threads' split. _i 0: three rows of
+	 * x, k 544; _i 1: one row, k 1024 (slices of 13 rows: whole tiles and tails of one). */
 	struct prob p;
 	struct dps_q8_act a = { 0 };
 	float *got;
 
-	prob_make(&p, 3, 50, 544, 5u, 0);
+	prob_make(&p, _i ? 1 : 3, 50, _i ? 1024 : 544, 5u, 0);
 	got = calloc((size_t)p.m * (size_t)p.n, sizeof(float));
 	ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, p.m, p.k), 0);
 	for (int lo = 0; lo < p.n; lo += 13) {
@@ -370,8 +373,8 @@ int main(void)
 	else
 		printf("skipped: dps_gemm_mxfp4q8_avx512 needs AVX-512 BW, VL, VNNI and VBMI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
-	tcase_add_test(tc, test_extreme_scales);
-	tcase_add_test(tc, test_row_slices);
+	tcase_add_loop_test(tc, test_extreme_scales, 0, 2);
+	tcase_add_loop_test(tc, test_row_slices, 0, 2);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
 	tcase_add_test(tc, test_close_to_exact);
 	tcase_add_test(tc, test_wrong_orders_are_caught);
