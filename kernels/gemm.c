@@ -222,11 +222,8 @@ static int q8_selfcheck(enum own_isa isa)
 	return ok;
 }
 
-/*
- * Whether the integer MXFP4 kernel of `isa` gives its plain-C twin's bits, on one row and on
- * many, with k = 544: a whole group of sixteen blocks and a partial one, and a tail of rows.
- */
-/* The integer MXFP4 kernel of isa against its twin on N rows of k (m = 1, and mmax when 6). */
+/* Whether the integer MXFP4 kernel of `isa` gives its plain-C twin's bits on N = 7 rows of W
+ * (a whole tile and a tail) of k (at most 544), against one row of x and, mmax 6, six. */
 static int mxq8_check(enum own_isa isa, int k, int mmax)
 {
 	enum { M = 6, N = 7, KMAX = 544 };

@@ -170,6 +170,33 @@ exps16_avx512(const uint8_t *e, __mmask16 mb, __mmask16 *nan)
 	return _mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_set1_epi32(128)));
 }
 
+/* 2v + 128 of each code, in every 128-bit lane: what vpshufb looks a low nibble up in, and
+ * vpermb an index's low six bits (the sixteen values four times over). */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512i
+code_table(void)
+{
+	return _mm512_broadcast_i32x4(_mm_setr_epi8(
+		(char)128, (char)129, (char)130, (char)131, (char)132, (char)134, (char)136,
+		(char)140, (char)128, (char)127, (char)126, (char)125, (char)124, (char)122,
+		(char)120, (char)116));
+}
+
+/* The one-row kernels' requests for a group of codes at pw (and its scales at pe), `left`
+ * bytes of the call's codes from pw on: the group's four lines LINE_FAR and LINE_AHEAD ahead,
+ * its scales' line LINE_AHEAD / 16 ahead, none past the call's codes. */
+__attribute__((always_inline)) static inline void ask_ahead(const char *pw, const char *pe,
+							    ptrdiff_t left)
+{
+	for (int z = 0; z < 4; z++)
+		if (left > LINE_FAR + 64 * z)
+			_mm_prefetch(pw + LINE_FAR + 64 * z, _MM_HINT_T2);
+	for (int z = 0; z < 4; z++)
+		if (left > LINE_AHEAD + 64 * z)
+			_mm_prefetch(pw + LINE_AHEAD + 64 * z, _MM_HINT_T1);
+	if (left > LINE_AHEAD) /* (the scales' line lies as far into the scales) */
+		_mm_prefetch(pe + LINE_AHEAD / 16, _MM_HINT_T1);
+}
+
 /*
  * mr (1 or 2) rows of x from row i0 of a against rows r0 .. r0 + nr - 1 of W: per group of
  * sixteen blocks, four loads of each row's bytes, their nibbles looked up as 2v + 128 and
@@ -180,11 +207,7 @@ block_avx512(float *restrict out, int ldo, const struct dps_q8_act *a, int i0,
 	     const uint8_t *blocks, const uint8_t *scales, int r0, int nr, const int mr)
 {
 	const size_t kb = dps_q8_blocks(a->k), kp = kb * DPS_Q8_BLOCK, rb = kb * 16;
-	/* vpermb reads an index's low six bits: 2v + 128 of its low nibble, four times over */
-	const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
-		(char)128, (char)129, (char)130, (char)131, (char)132, (char)134, (char)136,
-		(char)140, (char)128, (char)127, (char)126, (char)125, (char)124, (char)122,
-		(char)120, (char)116));
+	const __m512i table = code_table();
 	const uint8_t *w[GROUP], *e[GROUP];
 	__m512 acc[2][GROUP];
 
@@ -278,25 +301,14 @@ row_group_avx512(__m512 sum[2], const struct dps_q8_act *a, const uint8_t *w, co
 	const size_t kp = kb * DPS_Q8_BLOCK, sl = 4 * t;
 	const __mmask64 mv = full ? ~(__mmask64)0 : ((__mmask64)1 << sl) - 1;
 	const __mmask16 mb = full ? (__mmask16)0xffff : (__mmask16)((1u << t) - 1);
-	const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
-		(char)128, (char)129, (char)130, (char)131, (char)132, (char)134, (char)136,
-		(char)140, (char)128, (char)127, (char)126, (char)125, (char)124, (char)122,
-		(char)120, (char)116));
+	const __m512i table = code_table();
 	const __m512i nib = _mm512_set1_epi8(15);
 	const char *pw = (const char *)(w + g0 * 16), *pe = (const char *)(e + g0);
-	const ptrdiff_t left = wend - pw; /* bytes of codes from this group on */
 	__m512i p[2][2];
 	__mmask16 nan;
 	__m512 ex;
 
-	for (int z = 0; z < 4; z++) /* (only lines of the call's codes) */
-		if (left > LINE_FAR + 64 * z)
-			_mm_prefetch(pw + LINE_FAR + 64 * z, _MM_HINT_T2);
-	for (int z = 0; z < 4; z++)
-		if (left > LINE_AHEAD + 64 * z)
-			_mm_prefetch(pw + LINE_AHEAD + 64 * z, _MM_HINT_T1);
-	if (left > LINE_AHEAD) /* (the scales' line lies as far into the scales) */
-		_mm_prefetch(pe + LINE_AHEAD / 16, _MM_HINT_T1);
+	ask_ahead(pw, pe, wend - pw);
 #pragma GCC unroll 2
 	for (int i = 0; i < mr; i++) {
 		p[i][0] = full ? _mm512_loadu_si512(a->nc + (size_t)i * kb + g0)
@@ -386,10 +398,7 @@ rows1_whole(float *restrict out, const struct dps_q8_act *a, const uint8_t *bloc
 	    const uint8_t *scales, int n, const char *wend)
 {
 	const size_t kb = dps_q8_blocks(a->k), rb = kb * 16;
-	const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(
-		(char)128, (char)129, (char)130, (char)131, (char)132, (char)134, (char)136,
-		(char)140, (char)128, (char)127, (char)126, (char)125, (char)124, (char)122,
-		(char)120, (char)116));
+	const __m512i table = code_table();
 	const __m512i nib = _mm512_set1_epi8(15);
 
 	for (int r0 = 0; r0 + GROUP <= n; r0 += GROUP) {
@@ -402,22 +411,13 @@ rows1_whole(float *restrict out, const struct dps_q8_act *a, const uint8_t *bloc
 
 			for (size_t g0 = 0; g0 < kb; g0 += DPS_Q8_GROUP) {
 				const char *pw = w + g0 * 16;
-				const ptrdiff_t left = wend - pw;
 				const int8_t *xq = a->q + g0 * DPS_Q8_BLOCK;
 				__m512i p0 = _mm512_loadu_si512(a->nc + g0),
 					p1 = _mm512_setzero_si512();
 				__mmask16 nan;
 				__m512 ex, sx;
 
-				for (int z = 0; z < 4; z++) /* as row_group_avx512 asks */
-					if (left > LINE_FAR + 64 * z)
-						_mm_prefetch(pw + LINE_FAR + 64 * z, _MM_HINT_T2);
-				for (int z = 0; z < 4; z++)
-					if (left > LINE_AHEAD + 64 * z)
-						_mm_prefetch(pw + LINE_AHEAD + 64 * z, _MM_HINT_T1);
-				if (left > LINE_AHEAD)
-					_mm_prefetch((const char *)(e + g0) + LINE_AHEAD / 16,
-						     _MM_HINT_T1);
+				ask_ahead(pw, (const char *)(e + g0), wend - pw);
 #pragma GCC unroll 1
 				for (int l = 0; l < 4; l++) {
 					const __m512i v = _mm512_loadu_si512(pw + 64 * l);
