@@ -434,15 +434,26 @@ static void layout_name(const struct dps_par_cfg *p, char *buf, size_t len)
  * will use, before they are forked: the pool is left at one thread, so the supervisor forks
  * from a process with no other thread alive.
  */
-static double read_bw_before(const char *blis_arch, int world, int threads)
+/* The threads of a rank (threads, or 0: the CPUs shared out) and, in *all, of every rank
+ * together (at most the CPUs): what the limits are measured with. */
+static int limit_threads(int world, int threads, int *all)
 {
 	const int ncpu = dps_cpus_allowed();
 	const int per = threads ? threads : (ncpu / world > 0 ? ncpu / world : 1);
+
+	*all = world * per < ncpu ? world * per : ncpu;
+	return per;
+}
+
+static double read_bw_before(const char *blis_arch, int world, int threads)
+{
 	char msg[256];
 	double bw = 0;
+	int all;
 
+	limit_threads(world, threads, &all);
 	fprintf(stderr, "dpshard bench decode: measuring read bandwidth before the runs ...\n");
-	if (!dps_gemm_setup(blis_arch, world * per < ncpu ? world * per : ncpu, msg, sizeof(msg)))
+	if (!dps_gemm_setup(blis_arch, all, msg, sizeof(msg)))
 		bw = dps_limits_read_bandwidth((size_t)1 << 30, 7);
 	dps_gemm_setup(blis_arch, 1, msg, sizeof(msg));
 	return bw;
@@ -453,7 +464,7 @@ int dps_bench_decode(int argc, char **argv)
 	const char *model_dir = NULL, *preset = "bench-110m", *blis_arch = "auto";
 	const char *prompts_s = "512", *gens_s = "128", *batches_s = "1,8", *cpu_bind = "auto";
 	const char *load_s = NULL, *plot = NULL, *spec_model = NULL, *spec_s = NULL;
-	int dtype = 0 /* --dtype */, quant = 0 /* --quantization */, reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, ncpu;
+	int dtype = 0 /* --dtype */, quant = 0 /* --quantization */, reps = 3, threads = 0, json = 0, csv = 0, npos, rc, world, all;
 	struct dps_machine mach;
 	int prompts[MAX_LIST], gens[MAX_LIST], batches[MAX_LIST], ks[MAX_LIST], np, ng, nb, nk = 0;
 	struct result res[3 * MAX_LIST * MAX_LIST];
@@ -605,11 +616,9 @@ int dps_bench_decode(int argc, char **argv)
 		return 1;
 	}
 	/* The machine's limits, now that the ranks are gone: as many threads as they used. */
-	ncpu = dps_cpus_allowed();
 	fprintf(stderr, "dpshard bench decode: measuring read bandwidth and the sgemm rate ...\n");
 	{
-		const int per = threads ? threads : (ncpu / world > 0 ? ncpu / world : 1);
-		const int all = world * per < ncpu ? world * per : ncpu;
+		const int per = limit_threads(world, threads, &all);
 		char msg[256];
 
 		if (dps_gemm_setup(blis_arch, all, msg, sizeof(msg))) {
@@ -763,7 +772,7 @@ int dps_bench_decode(int argc, char **argv)
 		printf(" ]}\n");
 	} else {
 		const struct bench_table t = { res, nres, model_dir, lname, world, threads,
-					       world * threads < ncpu ? world * threads : ncpu, &mach,
+					       all, &mach,
 					       bw, bw0, bw1, peak, b.rank0_bytes, b.rank0_wt, b.rank0_kv,
 					       load_s != NULL, b.load, par.dp, &b.cfg };
 
