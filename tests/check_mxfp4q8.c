@@ -237,6 +237,75 @@ START_TEST(test_extreme_scales)
 }
 END_TEST
 
+START_TEST(test_every_scale_byte)
+{
+	/* Each row of W has one live block (the others' codes are zeros, their scales 127), so
+	 * an output is that block's multiplier dx * 2^(e - 128) times its integer sum, rounded
+	 * once: every scale byte e 0 .. 255 against blocks of x whose own scales (amax / 127) are
+	 * subnormal (amax not under 127 / FLT_MAX, where q8.h makes a block zeros), normal or
+	 * near overflow, so that the multipliers underflow, round to subnormals or overflow, and
+	 * every path gives the oracle's bits (NaN where it is NaN). _i 0: one row of x, k 1024
+	 * (the one-row kernel's whole tiles, then a tail of three); _i 1: three rows, k 544 (a
+	 * partial group). */
+	const int m = _i ? 3 : 1, k = _i ? 544 : 1024, n = 7 * 256 + 3, kb = k / 32;
+	static const float mag[] = { 1e-36f, 4e-37f, 5.5e-37f, 1.0f, 3e-20f, 2e29f, 1e34f };
+	struct prob p;
+	struct dps_q8_act a = { 0 };
+	float *want, *got;
+	unsigned seed = 23;
+	int subnormal = 0, infinite = 0;
+
+	prob_make(&p, m, n, k, 43u, 0);
+	for (int i = 0; i < m; i++)
+		for (int b = 0; b < kb; b++) {
+			/* the block's largest value is +-f, so its own scale is f / 127 */
+			const float f = mag[(i * kb + b) % 7];
+
+			for (int j = 0; j < 32; j++)
+				p.x[(size_t)i * k + 32 * (size_t)b + (size_t)j] =
+					f * (float)((int)(next(&seed) % 255) - 127) / 127.0f;
+			p.x[(size_t)i * k + 32 * (size_t)b + (size_t)(b % 32)] = b % 2 ? f : -f;
+		}
+	for (int r = 0; r < n; r++) {
+		const int live = (r / 256) % 7 + 7 * (r % (_i ? 2 : 4)); /* its magnitude: r / 256 */
+
+		for (int b = 0; b < kb; b++) {
+			p.scales[r * kb + b] = b == live ? (uint8_t)(r % 256) : 127;
+			if (b != live)
+				memset(p.blocks + ((size_t)r * kb + (size_t)b) * 16, 0, 16);
+		}
+	}
+	memcpy(p.relaid, p.blocks, dps_mxfp4_block_bytes(n, k));
+	ck_assert_int_eq(dps_mxfp4_interleave(p.relaid, (size_t)n, k), 0);
+	want = malloc(sizeof(float) * (size_t)m * (size_t)n);
+	got = malloc(sizeof(float) * (size_t)m * (size_t)n);
+	ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, m, k), 0);
+	for (int i = 0; i < m; i++)
+		for (int r = 0; r < n; r++) {
+			const float w = dot_oracle(p.x + (size_t)i * k, p.blocks + (size_t)r * kb * 16,
+						   p.scales + (size_t)r * kb, k, 0);
+
+			want[(size_t)i * n + r] = w;
+			subnormal += w != 0 && fabsf(w) < 0x1p-126f;
+			infinite += isinf(w) != 0;
+		}
+	ck_assert_int_gt(subnormal, 20); /* (what the rows are for) */
+	ck_assert_int_gt(infinite, 20);
+	for (int path = 0; path < n_paths; path++) {
+		run_path(paths[path], got, n, &a, p.relaid, p.scales, n);
+		for (int i = 0; i < m * n; i++)
+			ck_assert_msg(isnan(want[i]) ? isnan(got[i])
+						     : !memcmp(&got[i], &want[i], sizeof(float)),
+				      "path %d, k %d, output %d: %a, oracle %a", paths[path], k, i,
+				      (double)got[i], (double)want[i]);
+	}
+	dps_q8_act_free(&a);
+	free(want);
+	free(got);
+	prob_free(&p);
+}
+END_TEST
+
 START_TEST(test_row_slices)
 {
 	/* A slice of rows [lo, hi) gives those columns: the threads' split. _i 0: three rows of
@@ -374,6 +443,7 @@ int main(void)
 		printf("skipped: dps_gemm_mxfp4q8_avx512 needs AVX-512 BW, VL, VNNI and VBMI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
 	tcase_add_loop_test(tc, test_extreme_scales, 0, 2);
+	tcase_add_loop_test(tc, test_every_scale_byte, 0, 2);
 	tcase_add_loop_test(tc, test_row_slices, 0, 2);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
 	tcase_add_test(tc, test_close_to_exact);
