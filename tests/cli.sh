@@ -316,6 +316,9 @@ bb, ba = d["read_bandwidth_before_gbs"], d["read_bandwidth_after_gbs"]
 assert bb > 0 and ba > 0 and abs(d["read_bandwidth_gbs"] - max(bb, ba)) < 0.011, d
 assert r[1]["batch"] == 2 and r[1]["bytes_per_step"] > 0, r
 assert d["version"] and d["git_commit"] and d["cpu"] and d["cpus"] >= 1 and d["numa_nodes"] >= 1, d
+# the commit the binary was built from (make writes it at each build), where there is git
+assert not sys.argv[2] or d["git_commit"].split("-")[0] == sys.argv[2], (d["git_commit"], sys.argv[2])
+assert r[1]["expert_threads_busy"] is None, r  # (no experts)
 # the products of a decode step read every linear weight once, whatever the batch: the
 # projections of each layer and the LM head (tied here), in f32, from the config
 c = json.load(open(sys.argv[1]))
@@ -328,8 +331,22 @@ assert r[1]["product_bytes_per_step"] == want, (r[1]["product_bytes_per_step"], 
 assert r[1]["product_read_gbs"] > 0, r
 assert "BLIS" in d["blis"] or "dpshard" in d["blis"], d
 ' "$(find "$tmp/cache-bench" -path '*tiny-seed0/config.json' | head -n 1)" \
+		"$(git -C "${DPSHARD_SRCDIR:-.}" rev-parse --short=12 HEAD 2>/dev/null)" \
 		<"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
 fi
+# MoE experts run as whole-expert tasks on two threads: the part of those tasks' thread time
+# spent running experts is reported; on one thread no such tasks run
+for t in 1 2; do
+	run bench decode --preset tiny-gpt-oss -p 4 -n 8 -b 1 -r 1 -q int8 --threads-per-rank $t --json
+	if expect_rc 0; then
+		python3 -c '
+import json, sys
+r = json.load(sys.stdin)["results"][1]
+busy = r["expert_threads_busy"]
+assert (busy is None) if sys.argv[1] == "1" else (0 < busy <= 1), r
+' $t <"$tmp/out" >"$tmp/py.err" 2>&1 || { fail "$desc: bad JSON"; sed 's/^/    /' "$tmp/py.err"; }
+	fi
+done
 run bench decode --preset tiny -p 8 -n 4 -b 1,2 -r 1 --csv
 if expect_rc 0; then
 	python3 -c '

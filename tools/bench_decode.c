@@ -81,6 +81,7 @@ struct bmsg {
 	int32_t type, rank, test, p, b, g, rep, gi, bi, wt; /* wt: MSG_BYTES, the weights' type */
 	double moe_bytes, ep_bytes; /* MSG_MOE: this rank's, over the G steps of one run */
 	double exp_bytes, exp_secs; /* MSG_MOE: of which the expert products, and their time */
+	double exp_thr_s, exp_run_s; /* MSG_MOE: whole-expert tasks: threads x time, time running */
 	double prod_bytes, prod_secs; /* MSG_MOE: the products' W bytes and time (every model) */
 	double secs, coll_s, lin_s, lin_flops, steps;
 	double decode_bytes, all_bytes, kv_bytes;
@@ -96,6 +97,7 @@ struct bench {
 	int load[DPS_MAX_WORLD];   /* per replica: percent of the batch (100: all) */
 	double moe_sum[MAX_LIST][MAX_LIST], ep_sum[MAX_LIST][MAX_LIST]; /* [gi][bi], all ranks */
 	double exp_bytes[MAX_LIST][MAX_LIST], exp_secs[MAX_LIST][MAX_LIST];
+	double exp_thr[MAX_LIST][MAX_LIST], exp_run[MAX_LIST][MAX_LIST];
 	double prod_bytes[MAX_LIST][MAX_LIST], prod_secs[MAX_LIST][MAX_LIST];
 	/* collected by the supervisor */
 	struct bmsg *rows;
@@ -276,7 +278,7 @@ static int rank_main(struct dps_world *w, void *arg)
 				/* Coupled replicas step at B rows, padded; others run their own rows. */
 				const int rows = dps_shard_coupled(&s) ? B : real;
 				struct dps_shard_stats st0;
-				uint64_t t0, c0, moe0, ep0, xb0, xt0, pt0;
+				uint64_t t0, c0, moe0, ep0, xb0, xt0, xthr0, xrun0, pt0;
 				double pb0;
 				const float *lg = NULL;
 
@@ -298,6 +300,8 @@ static int rank_main(struct dps_world *w, void *arg)
 				moe0 = s.moe_bytes;
 				xb0 = s.exp_bytes;
 				xt0 = s.exp_ns;
+				xthr0 = s.exp_thr_ns;
+				xrun0 = s.exp_run_ns;
 				pb0 = s.linear_bytes;
 				pt0 = s.linear_ns;
 				ep0 = dispatch_bytes(&s);
@@ -342,6 +346,8 @@ static int rank_main(struct dps_world *w, void *arg)
 					e.ep_bytes = (double)(dispatch_bytes(&s) - ep0);
 					e.exp_bytes = (double)(s.exp_bytes - xb0);
 					e.exp_secs = (double)(s.exp_ns - xt0) / 1e9;
+					e.exp_thr_s = (double)(s.exp_thr_ns - xthr0) / 1e9;
+					e.exp_run_s = (double)(s.exp_run_ns - xrun0) / 1e9;
 					e.prod_bytes = s.linear_bytes - pb0;
 					e.prod_secs = (double)(s.linear_ns - pt0) / 1e9;
 					rc = dps_ring_push(&w->to_sup, &e, sizeof(e), 0);
@@ -376,6 +382,8 @@ static void on_msg(int rank, const void *msg, size_t len, void *arg)
 			b->ep_sum[m.gi][m.bi] += m.ep_bytes;
 			b->exp_bytes[m.gi][m.bi] += m.exp_bytes;
 			b->exp_secs[m.gi][m.bi] += m.exp_secs;
+			b->exp_thr[m.gi][m.bi] += m.exp_thr_s;
+			b->exp_run[m.gi][m.bi] += m.exp_run_s;
 			b->prod_bytes[m.gi][m.bi] += m.prod_bytes;
 			b->prod_secs[m.gi][m.bi] += m.prod_secs;
 		}
@@ -695,6 +703,7 @@ int dps_bench_decode(int argc, char **argv)
 			r->dispatch_bytes = k ? b.ep_sum[gi][bi] / k / G : 0;
 			r->expert_gbs = b.exp_secs[gi][bi] > 0
 						? b.exp_bytes[gi][bi] / b.exp_secs[gi][bi] / 1e9 : 0;
+			r->expert_busy = b.exp_thr[gi][bi] > 0 ? b.exp_run[gi][bi] / b.exp_thr[gi][bi] : -1;
 			r->product_gbs = b.prod_secs[gi][bi] > 0
 						 ? b.prod_bytes[gi][bi] / b.prod_secs[gi][bi] / 1e9 : 0;
 			r->product_bytes = k ? b.prod_bytes[gi][bi] / k / G : 0;
@@ -717,7 +726,7 @@ int dps_bench_decode(int argc, char **argv)
 			       bn && bn[1] ? bn + 1 : model_dir, lname, world, r->test, r->batch,
 			       r->prompt ? par.dp : r->real, r->mean, r->sd, r->step_ms, r->coll_ms,
 			       r->bytes_per_step, r->gbs, r->bound, r->dispatch_bytes, b.rank0_bytes,
-			       b.rank0_kv, PACKAGE_VERSION, DPS_GIT_COMMIT, mach.cpu, mach.cpus,
+			       b.rank0_kv, PACKAGE_VERSION, dps_git_commit, mach.cpu, mach.cpus,
 			       mach.nodes, mach.blis);
 		}
 	} else if (json) {
@@ -743,7 +752,10 @@ int dps_bench_decode(int argc, char **argv)
 		       bw1 / 1e9, peak);
 		for (int i = 0; i < nres; i++) {
 			const struct result *r = &res[i];
+			char busy[32] = "null"; /* (no whole-expert tasks ran) */
 
+			if (r->expert_busy >= 0)
+				snprintf(busy, sizeof(busy), "%.3f", r->expert_busy);
 			if (r->prompt)
 				printf("  {\"test\": \"%s\", \"batch\": 1, \"tokens_per_s\": %.2f, "
 				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
@@ -758,7 +770,8 @@ int dps_bench_decode(int argc, char **argv)
 				       "\"bytes_per_step\": %.0f, \"expert_bytes_per_step\": %.0f, "
 				       "\"dispatch_bytes_per_step\": %.0f, \"sequences\": %d, "
 				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f, "
-				       "\"expert_read_gbs\": %.2f, \"product_read_gbs\": %.2f, "
+				       "\"expert_read_gbs\": %.2f, \"expert_threads_busy\": %s, "
+				       "\"product_read_gbs\": %.2f, "
 				       "\"product_bytes_per_step\": %.0f}%s\n", r->test,
 				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
 				       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
@@ -766,7 +779,8 @@ int dps_bench_decode(int argc, char **argv)
 				       r->calls_per_layer[DPS_COLL_ALLTOALL],
 				       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,
 				       r->expert_bytes, r->dispatch_bytes, r->real, r->gbs,
-				       r->bound, r->expert_gbs, r->product_gbs, r->product_bytes,
+				       r->bound, r->expert_gbs, busy, r->product_gbs,
+				       r->product_bytes,
 				       i + 1 < nres ? "," : "");
 		}
 		printf(" ]}\n");

@@ -18,6 +18,8 @@ struct result {
 	double calls_per_layer[DPS_COLL_KINDS]; /* decode steps, rank 0 */
 	double dispatch_bytes, expert_bytes;    /* decode: per step, every rank */
 	double expert_gbs;     /* decode, MoE: bytes / time of the expert products, a rank's mean */
+	double expert_busy;    /* decode, MoE: the part of the whole-expert tasks' thread time spent
+				* running experts (the rest waited at the join); -1: none ran */
 	double product_gbs;    /* decode: bytes / time of the products (dps_shard_linear), likewise */
 	double product_bytes;  /* decode: the W bytes those products read per step, every rank */
 	int real;              /* decode: sequences of every replica together */

@@ -114,4 +114,10 @@ void dps_bench_decode_table(const struct bench_table *t)
 	for (int i = 0; i < t->nres; i++)
 		read_rate(t, &t->res[i], "experts", "their products read", " expert",
 			  t->res[i].expert_gbs);
+	for (int i = 0; i < t->nres; i++)
+		if (!t->res[i].prompt && t->res[i].expert_busy >= 0)
+			printf("experts, %s b%d: run as whole-expert tasks, the pool's threads ran "
+			       "experts %.0f%% of those tasks' time (the rest waited at the join for the "
+			       "last expert)\n",
+			       t->res[i].test, t->res[i].batch, 100 * t->res[i].expert_busy);
 }

@@ -518,7 +518,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 
 			dps_machine_get(&mach);
 			json_object_set_new(res, "version", json_string(PACKAGE_VERSION));
-			json_object_set_new(res, "git_commit", json_string(DPS_GIT_COMMIT));
+			json_object_set_new(res, "git_commit", json_string(dps_git_commit));
 			json_object_set_new(res, "cpu", json_string(mach.cpu));
 			json_object_set_new(res, "cpus", json_integer(mach.cpus));
 			json_object_set_new(res, "numa_nodes", json_integer(mach.nodes));

@@ -292,7 +292,7 @@ int dps_bench_spec(const struct dps_bench_spec_opts *o)
 			       o->layout, o->par.tp * o->par.dp, r->gen, r->batch, r->k, r->median,
 			       r->min, r->max, base->median > 0 ? r->median / base->median : 0,
 			       r->accept, r->mean_len, r->passes_per_token, PACKAGE_VERSION,
-			       DPS_GIT_COMMIT, mach.cpu);
+			       dps_git_commit, mach.cpu);
 		else {
 			char rate[40], acc[16] = "-", len[16] = "-";
 

@@ -312,7 +312,7 @@ int dps_bench_sweep(int argc, char **argv)
 			printf("%d,%d,%d,%d,%d,%d,%d,%s,%.3f,%.3f,%.3f,%.4f,%.4f,%.0f,%.0f,%s,%s,\"%s\",%d,"
 			       "%d,\"%s\"\n", r->ok ? i + 1 : 0, tp, dp, r->sizes[0], r->sizes[1],
 			       r->sizes[2], r->sizes[3], r->ok ? "true" : "false", r->tg, r->tg_sd, r->pp,
-			       r->step_ms, r->coll_ms, r->weights, r->kv, PACKAGE_VERSION, DPS_GIT_COMMIT,
+			       r->step_ms, r->coll_ms, r->weights, r->kv, PACKAGE_VERSION, dps_git_commit,
 			       mach.cpu, mach.cpus, mach.nodes, mach.blis);
 		}
 	} else if (json) {

@@ -52,7 +52,7 @@ void dps_machine_json(FILE *o, const struct dps_machine *m)
 {
 	str(o, "version", PACKAGE_VERSION);
 	fputs(", ", o);
-	str(o, "git_commit", DPS_GIT_COMMIT);
+	str(o, "git_commit", dps_git_commit);
 	fputs(", ", o);
 	str(o, "cpu", m->cpu);
 	fprintf(o, ", \"cpus\": %d, \"numa_nodes\": %d, ", m->cpus, m->nodes);
@@ -62,5 +62,5 @@ void dps_machine_json(FILE *o, const struct dps_machine *m)
 void dps_machine_line(FILE *o, const struct dps_machine *m)
 {
 	fprintf(o, "dpshard %s (commit %s) on %s, %d CPU(s) in %d NUMA node(s)\n", PACKAGE_VERSION,
-		DPS_GIT_COMMIT, m->cpu, m->cpus, m->nodes);
+		dps_git_commit, m->cpu, m->cpus, m->nodes);
 }

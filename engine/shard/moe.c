@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common/dps.h"
@@ -166,6 +167,7 @@ struct par_job {
 	int k, nk, nact;
 	int act[PAR_ITEMS]; /* the local experts met, ascending */
 	float *outs;        /* (nk, hidden): each item's expert output */
+	_Atomic uint64_t *run_ns; /* the tasks' time, summed over the threads */
 };
 
 static void par_task(void *arg, int task, int tid)
@@ -175,6 +177,7 @@ static void par_task(void *arg, int task, int tid)
 	const int i = j->act[task], dim = s->cfg.hidden_size, im = s->im_e;
 	float *gather = s->m_par + (size_t)tid * PAR_ITEMS * ((size_t)dim + 2 * (size_t)im);
 	float *gu = gather + (size_t)PAR_ITEMS * (size_t)dim;
+	const uint64_t t0 = dps_now_ns();
 	int ix[PAR_ITEMS];
 	const int cnt = gather_rows(j->x, j->ldx, j->re, j->nk, j->k, s->e_lo + i, dim, gather, ix,
 				    PAR_ITEMS);
@@ -184,6 +187,7 @@ static void par_task(void *arg, int task, int tid)
 	for (int r = 0; r < cnt; r++)
 		memcpy(j->outs + (size_t)ix[r] * (size_t)dim, gather + (size_t)r * (size_t)dim,
 		       sizeof(float) * (size_t)dim);
+	atomic_fetch_add_explicit(j->run_ns, dps_now_ns() - t0, memory_order_relaxed);
 }
 
 /* experts_run by whole-expert tasks when they apply (see above): 1 when done, 0 when not. */
@@ -193,7 +197,8 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 {
 	struct dps_pool *pool = dps_gemm_pool();
 	const int nt = dps_pool_size(pool), dim = s->cfg.hidden_size, im = s->im_e;
-	struct par_job j = { s, w, x, ldx, re, k, n * k, 0, { 0 }, NULL };
+	_Atomic uint64_t run_ns = 0;
+	struct par_job j = { s, w, x, ldx, re, k, n * k, 0, { 0 }, NULL, &run_ns };
 	double q8_flops = 0.0; /* of the INT8 experts, counted as dps_shard_linear counts */
 	uint64_t t0;
 
@@ -234,6 +239,8 @@ static int experts_par(struct dps_shard *s, const struct dps_shard_layer *w, int
 	dps_pool_run(pool, j.nact, par_task, &j);
 	t0 = dps_now_ns() - t0;
 	s->exp_ns += t0; /* (with the SwiGLU and biases between the products) */
+	s->exp_thr_ns += (uint64_t)nt * t0;
+	s->exp_run_ns += atomic_load_explicit(&run_ns, memory_order_relaxed);
 	if (q8_flops > 0.0) {
 		s->linear_ns += t0;
 		s->linear_flops += q8_flops;
