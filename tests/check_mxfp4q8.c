@@ -141,6 +141,23 @@ static void run_path(int path, float *out, int ldo, const struct dps_q8_act *a,
 		dps_gemm_mxfp4q8_ref(out, ldo, a, blocks, scales, n);
 }
 
+/* Every path's product of a and p's weights gives want's bits (NaN where want is NaN). */
+static void paths_give(const float *want, const struct dps_q8_act *a, const struct prob *p)
+{
+	float *got = malloc(sizeof(float) * (size_t)p->m * (size_t)p->n);
+
+	ck_assert(got);
+	for (int path = 0; path < n_paths; path++) {
+		run_path(paths[path], got, p->n, a, p->relaid, p->scales, p->n);
+		for (int i = 0; i < p->m * p->n; i++)
+			ck_assert_msg(isnan(want[i]) ? isnan(got[i])
+						     : !memcmp(&got[i], &want[i], sizeof(float)),
+				      "path %d, k %d, output %d: %a, oracle %a", paths[path], p->k,
+				      i, (double)got[i], (double)want[i]);
+	}
+	free(got);
+}
+
 START_TEST(test_relaid_reads_back)
 {
 	/* Every stored value, including the subnormal scales 0 and 1 and the NaN scale 255. */
@@ -205,7 +222,7 @@ START_TEST(test_extreme_scales)
 	const int m = _i ? 1 : 3, n = _i ? 18 : 16, k = _i ? 1024 : 544, kb = k / 32;
 	struct prob p;
 	struct dps_q8_act a = { 0 };
-	float *want, *got;
+	float *want;
 	static const uint8_t ex[] = { 0, 1, 2, 254, 255, 3, 127, 128 };
 
 	prob_make(&p, m, n, k, 41u, 0);
@@ -213,7 +230,6 @@ START_TEST(test_extreme_scales)
 		for (int b = 0; b < kb; b++)
 			p.scales[r * kb + b] = r < 8 && b == r ? ex[r] : r < 8 ? 0 : (uint8_t)(1 + r % 3);
 	want = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
-	got = malloc(sizeof(float) * (size_t)p.m * (size_t)p.n);
 	ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, p.m, p.k), 0);
 	for (int i = 0; i < p.m; i++)
 		for (int r = 0; r < p.n; r++)
@@ -222,17 +238,9 @@ START_TEST(test_extreme_scales)
 							       p.scales + (size_t)r * kb, p.k, 0);
 	for (int i = 0; i < p.m; i++)
 		ck_assert(isnan(want[(size_t)i * p.n + 4]));
-	for (int path = 0; path < n_paths; path++) {
-		run_path(paths[path], got, p.n, &a, p.relaid, p.scales, p.n);
-		for (int i = 0; i < p.m * p.n; i++)
-			ck_assert_msg(isnan(want[i]) ? isnan(got[i])
-						     : !memcmp(&got[i], &want[i], sizeof(float)),
-				      "path %d, k %d, output %d: %a, oracle %a", paths[path], k, i,
-				      (double)got[i], (double)want[i]);
-	}
+	paths_give(want, &a, &p);
 	dps_q8_act_free(&a);
 	free(want);
-	free(got);
 	prob_free(&p);
 }
 END_TEST
@@ -251,7 +259,7 @@ START_TEST(test_every_scale_byte)
 	static const float mag[] = { 1e-36f, 4e-37f, 5.5e-37f, 1.0f, 3e-20f, 2e29f, 1e34f };
 	struct prob p;
 	struct dps_q8_act a = { 0 };
-	float *want, *got;
+	float *want;
 	unsigned seed = 23;
 	int subnormal = 0, infinite = 0;
 
@@ -278,7 +286,6 @@ START_TEST(test_every_scale_byte)
 	memcpy(p.relaid, p.blocks, dps_mxfp4_block_bytes(n, k));
 	ck_assert_int_eq(dps_mxfp4_interleave(p.relaid, (size_t)n, k), 0);
 	want = malloc(sizeof(float) * (size_t)m * (size_t)n);
-	got = malloc(sizeof(float) * (size_t)m * (size_t)n);
 	ck_assert_int_eq(dps_q8_act_quantize(&a, p.x, m, k), 0);
 	for (int i = 0; i < m; i++)
 		for (int r = 0; r < n; r++) {
@@ -291,17 +298,9 @@ START_TEST(test_every_scale_byte)
 		}
 	ck_assert_int_gt(subnormal, 20); /* (what the rows are for) */
 	ck_assert_int_gt(infinite, 20);
-	for (int path = 0; path < n_paths; path++) {
-		run_path(paths[path], got, n, &a, p.relaid, p.scales, n);
-		for (int i = 0; i < m * n; i++)
-			ck_assert_msg(isnan(want[i]) ? isnan(got[i])
-						     : !memcmp(&got[i], &want[i], sizeof(float)),
-				      "path %d, k %d, output %d: %a, oracle %a", paths[path], k, i,
-				      (double)got[i], (double)want[i]);
-	}
+	paths_give(want, &a, &p);
 	dps_q8_act_free(&a);
 	free(want);
-	free(got);
 	prob_free(&p);
 }
 END_TEST
