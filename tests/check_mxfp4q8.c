@@ -253,9 +253,10 @@ START_TEST(test_every_scale_byte)
 	 * subnormal (amax not under 127 / FLT_MAX, where q8.h makes a block zeros), normal or
 	 * near overflow, so that the multipliers underflow, round to subnormals or overflow, and
 	 * every path gives the oracle's bits (NaN where it is NaN). _i 0: one row of x, k 1024
-	 * (the one-row kernel's whole tiles, then a tail of three); _i 1: three rows, k 544 (a
-	 * partial group). */
-	const int m = _i ? 3 : 1, k = _i ? 544 : 1024, n = 7 * 256 + 3, kb = k / 32;
+	 * (the one-row kernel's whole tiles, then a tail of three); _i 1: three rows, k 544, the
+	 * live blocks in the whole group and in the partial one; _i 2: two rows (the two-row
+	 * kernel), k 1024. */
+	const int m = (int[]){ 1, 3, 2 }[_i], k = _i == 1 ? 544 : 1024, n = 7 * 256 + 3, kb = k / 32;
 	static const float mag[] = { 1e-36f, 4e-37f, 5.5e-37f, 1.0f, 3e-20f, 2e29f, 1e34f };
 	struct prob p;
 	struct dps_q8_act a = { 0 };
@@ -275,7 +276,8 @@ START_TEST(test_every_scale_byte)
 			p.x[(size_t)i * k + 32 * (size_t)b + (size_t)(b % 32)] = b % 2 ? f : -f;
 		}
 	for (int r = 0; r < n; r++) {
-		const int live = (r / 256) % 7 + 7 * (r % (_i ? 2 : 4)); /* its magnitude: r / 256 */
+		/* its magnitude r / 256 (for x's first row), in blocks 0 .. 27, or 0 .. 16 */
+		const int live = (r / 256) % 7 + (_i == 1 ? 10 * (r % 2) : 7 * (r % 4));
 
 		for (int b = 0; b < kb; b++) {
 			p.scales[r * kb + b] = b == live ? (uint8_t)(r % 256) : 127;
@@ -442,7 +444,7 @@ int main(void)
 		printf("skipped: dps_gemm_mxfp4q8_avx512 needs AVX-512 BW, VL, VNNI and VBMI, which this CPU lacks\n");
 	tcase_add_loop_test(tc, test_paths_give_the_order, 0, n_paths);
 	tcase_add_loop_test(tc, test_extreme_scales, 0, 2);
-	tcase_add_loop_test(tc, test_every_scale_byte, 0, 2);
+	tcase_add_loop_test(tc, test_every_scale_byte, 0, 3);
 	tcase_add_loop_test(tc, test_row_slices, 0, 2);
 	tcase_add_loop_test(tc, test_linear_threads_and_batches, 0, 3);
 	tcase_add_test(tc, test_close_to_exact);

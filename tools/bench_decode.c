@@ -750,39 +750,8 @@ int dps_bench_decode(int argc, char **argv)
 		       " \"results\": [\n", dps_wtype_name((enum dps_wtype)b.rank0_wt), b.rank0_bytes, b.rank0_kv,
 		       (unsigned long long)dps_model_config_params(&b.cfg), bw / 1e9, bw0 / 1e9,
 		       bw1 / 1e9, peak);
-		for (int i = 0; i < nres; i++) {
-			const struct result *r = &res[i];
-			char busy[32] = "null"; /* (no whole-expert tasks ran) */
-
-			if (r->expert_busy >= 0)
-				snprintf(busy, sizeof(busy), "%.3f", r->expert_busy);
-			if (r->prompt)
-				printf("  {\"test\": \"%s\", \"batch\": 1, \"tokens_per_s\": %.2f, "
-				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
-				       ": %.3f, \"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n", r->test, r->mean,
-				       r->sd, r->step_ms, r->coll_ms, r->step_ms - r->coll_ms, r->gbs, r->bound,
-				       i + 1 < nres ? "," : "");
-			else
-				printf("  {\"test\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.2f, "
-				       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
-				       ": %.3f, \"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
-				       "\"alltoall_per_layer\": %.2f, \"reducescatter_per_layer\": %.2f, "
-				       "\"bytes_per_step\": %.0f, \"expert_bytes_per_step\": %.0f, "
-				       "\"dispatch_bytes_per_step\": %.0f, \"sequences\": %d, "
-				       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f, "
-				       "\"expert_read_gbs\": %.2f, \"expert_threads_busy\": %s, "
-				       "\"product_read_gbs\": %.2f, "
-				       "\"product_bytes_per_step\": %.0f}%s\n", r->test,
-				       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
-				       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
-				       r->calls_per_layer[DPS_COLL_ALLGATHER],
-				       r->calls_per_layer[DPS_COLL_ALLTOALL],
-				       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,
-				       r->expert_bytes, r->dispatch_bytes, r->real, r->gbs,
-				       r->bound, r->expert_gbs, busy, r->product_gbs,
-				       r->product_bytes,
-				       i + 1 < nres ? "," : "");
-		}
+		for (int i = 0; i < nres; i++)
+			dps_bench_decode_json_result(&res[i], i + 1 == nres);
 		printf(" ]}\n");
 	} else {
 		const struct bench_table t = { res, nres, model_dir, lname, world, threads,

@@ -19,7 +19,7 @@ struct result {
 	double dispatch_bytes, expert_bytes;    /* decode: per step, every rank */
 	double expert_gbs;     /* decode, MoE: bytes / time of the expert products, a rank's mean */
 	double expert_busy;    /* decode, MoE: the part of the whole-expert tasks' thread time spent
-				* running experts (the rest waited at the join); -1: none ran */
+				* running experts (the rest: the fork and the join); -1: none ran */
 	double product_gbs;    /* decode: bytes / time of the products (dps_shard_linear), likewise */
 	double product_bytes;  /* decode: the W bytes those products read per step, every rank */
 	int real;              /* decode: sequences of every replica together */
@@ -45,5 +45,8 @@ struct bench_table {
 
 /* Prints the machine, the layout, llama-bench's table and the expert products' read rate. */
 void dps_bench_decode_table(const struct bench_table *t);
+
+/* One result as a JSON object of --json's "results", with a comma after it unless last. */
+void dps_bench_decode_json_result(const struct result *r, int last);
 
 #endif

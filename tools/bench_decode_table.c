@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* tools/bench_decode_table.c - bench decode's human-readable output: the machine and layout,
  * a table of llama-bench's columns beside dpshard's (step time, collectives, the limit each
- * test meets), and the rates at which the decode products and MoE experts read their bytes. */
+ * test meets), and the rates at which the decode products and MoE experts read their bytes;
+ * and each result as JSON for --json. */
 #include <stdio.h>
 #include <string.h>
 
@@ -117,7 +118,42 @@ void dps_bench_decode_table(const struct bench_table *t)
 	for (int i = 0; i < t->nres; i++)
 		if (!t->res[i].prompt && t->res[i].expert_busy >= 0)
 			printf("experts, %s b%d: run as whole-expert tasks, the pool's threads ran "
-			       "experts %.0f%% of those tasks' time (the rest waited at the join for the "
-			       "last expert)\n",
+			       "experts %.0f%% of those tasks' time (the rest: starting, and waiting at "
+			       "the join for the last expert)\n",
 			       t->res[i].test, t->res[i].batch, 100 * t->res[i].expert_busy);
+}
+
+/* One result as a JSON object of --json's "results", with a comma after it unless last. */
+void dps_bench_decode_json_result(const struct result *r, int last)
+{
+	char busy[32] = "null"; /* (no whole-expert tasks ran) */
+
+	if (r->expert_busy >= 0)
+		snprintf(busy, sizeof(busy), "%.3f", r->expert_busy);
+	if (r->prompt)
+		printf("  {\"test\": \"%s\", \"batch\": 1, \"tokens_per_s\": %.2f, "
+		       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
+		       ": %.3f, \"gemm_gflops\": %.1f, \"of_sgemm\": %.3f}%s\n", r->test, r->mean,
+		       r->sd, r->step_ms, r->coll_ms, r->step_ms - r->coll_ms, r->gbs, r->bound,
+		       last ? "" : ",");
+	else
+		printf("  {\"test\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.2f, "
+		       "\"sd\": %.2f, \"step_ms\": %.3f, \"collective_ms\": %.3f, \"compute_ms\""
+		       ": %.3f, \"allreduce_per_layer\": %.2f, \"allgather_per_layer\": %.2f, "
+		       "\"alltoall_per_layer\": %.2f, \"reducescatter_per_layer\": %.2f, "
+		       "\"bytes_per_step\": %.0f, \"expert_bytes_per_step\": %.0f, "
+		       "\"dispatch_bytes_per_step\": %.0f, \"sequences\": %d, "
+		       "\"read_gbs\": %.2f, \"of_bandwidth_bound\": %.3f, "
+		       "\"expert_read_gbs\": %.2f, \"expert_threads_busy\": %s, "
+		       "\"product_read_gbs\": %.2f, "
+		       "\"product_bytes_per_step\": %.0f}%s\n", r->test,
+		       r->batch, r->mean, r->sd, r->step_ms, r->coll_ms,
+		       r->step_ms - r->coll_ms, r->calls_per_layer[DPS_COLL_ALLREDUCE],
+		       r->calls_per_layer[DPS_COLL_ALLGATHER],
+		       r->calls_per_layer[DPS_COLL_ALLTOALL],
+		       r->calls_per_layer[DPS_COLL_REDUCESCATTER], r->bytes_per_step,
+		       r->expert_bytes, r->dispatch_bytes, r->real, r->gbs,
+		       r->bound, r->expert_gbs, busy, r->product_gbs,
+		       r->product_bytes,
+		       last ? "" : ",");
 }

@@ -9,8 +9,8 @@
 
 #include <stdio.h>
 
-/* The commit dpshard was built from (12 hex digits, "-dirty" with uncommitted changes to
- * tracked files), written by make at each build; configure's where there is no git. */
+/* The commit dpshard was built from (at least 12 hex digits, "-dirty" with uncommitted changes
+ * to tracked files), written by make at each build; configure's where there is no git. */
 extern const char dps_git_commit[];
 
 struct dps_machine {

@@ -244,7 +244,7 @@ struct dps_shard {
 	uint64_t exp_bytes, exp_ns;    /* of which the experts' products, and their time */
 	uint64_t exp_par;              /* expert layers run as whole-expert tasks (moe.c) */
 	uint64_t exp_thr_ns, exp_run_ns; /* those tasks: threads x their wall time, and the part the
-					  * threads ran experts (the rest waited at the join) */
+					  * threads ran experts (the rest: the fork and the join) */
 	uint64_t linear_ns;            /* time in the matrix products, since load */
 	double linear_flops;
 	double linear_bytes;           /* the bytes of W those products read, since load */
