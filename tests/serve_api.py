@@ -264,7 +264,9 @@ def test_surface(tmp, model):
           "GET /v1/models/other: %d %r" % (st, b))
 
     req = {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0}
-    msgs = {"messages": [{"role": "user", "content": "Lily"}], "max_tokens": 4}
+    # (greedy: a sampled reply could end early, on its end-of-text token, and then count as
+    # "stop" below, with no time per output token)
+    msgs = {"messages": [{"role": "user", "content": "Lily"}], "max_tokens": 4, "temperature": 0}
     fps = []
     for path, body in [("/v1/completions", req), ("/v1/chat/completions", msgs)]:
         st, _, b = http(srv, "POST", path, body)
