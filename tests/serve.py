@@ -407,15 +407,23 @@ def run(tmp):
     check(b.returncode == 0 and len(rows) == 2 and [r["completed"] for r in rows] == ["4", "4"] and
           rows[1]["request_rate"] == '"inf"'.strip('"') and rows[0]["git_commit"],
           "bench serve --csv: %r" % b.stdout[:300])
+    # A dataset's lines are the requests (greedy: a sampled reply may end on its first token).
+    # The last one stops on its first token, 432 (greedy after this prompt): a reply of no
+    # tokens, which completed all the same.
     ds = os.path.join(tmp, "dataset.jsonl")
     with open(ds, "w") as f:
         for i in range(5):
-            f.write(json.dumps({"prompt": prompts[i % len(prompts)], "max_tokens": 4 + i}) + "\n")
+            f.write(json.dumps({"prompt": prompts[i % len(prompts)], "max_tokens": 4 + i,
+                                "temperature": 0}) + "\n")
+        f.write(json.dumps({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
+                            "stop_token_ids": [432]}) + "\n")
     b = subprocess.run([DPSHARD, "bench", "serve", "--port", str(srv.port), "--dataset", ds,
-                        "--num-prompts", "5", "--json"], capture_output=True, text=True, timeout=120)
+                        "--num-prompts", "6", "--json"], capture_output=True, text=True, timeout=120)
     try:
         d = json.loads(b.stdout)
-        check(b.returncode == 0 and d["completed"] == 5 and d["failed"] == 0, "bench serve --dataset: %s" % d)
+        check(b.returncode == 0 and d["completed"] == 6 and d["failed"] == 0 and
+              sorted(d["output_lens"])[0] == 0 and sorted(d["output_lens"])[1] >= 4,
+              "bench serve --dataset: %s" % d)
     except ValueError:
         fail("bench serve --json: not JSON: %r" % b.stdout[:200])
     # ... and it reports failures (a port nobody listens on), exiting 1.

@@ -39,7 +39,7 @@ struct breq {
 	char *body;               /* the request's JSON */
 	int input_len, max_tokens;
 	/* results */
-	int ok, output_len;
+	int ok, output_len, usage; /* usage: the stream's usage chunk was seen */
 	double ttft, e2el;        /* seconds */
 	double *itl;              /* (n_itl) */
 	int n_itl, cap_itl;
@@ -118,8 +118,10 @@ static void on_event(struct breq *q, const char *ev, size_t n, double t0, double
 		*last = t;
 	}
 	u = json_object_get(j, "usage");
-	if (u && json_is_integer(json_object_get(u, "completion_tokens")))
+	if (u && json_is_integer(json_object_get(u, "completion_tokens"))) {
 		q->output_len = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+		q->usage = 1;
+	}
 	if (ch && json_is_string(json_object_get(ch, "finish_reason")) &&
 	    strcmp(json_string_value(json_object_get(ch, "finish_reason")), "length") &&
 	    strcmp(json_string_value(json_object_get(ch, "finish_reason")), "stop"))
@@ -237,8 +239,8 @@ static void run_one(struct bench *b, struct breq *q)
 	if (status != 200) {
 		if (!q->err[0])
 			snprintf(q->err, sizeof(q->err), "HTTP status %d", status);
-	} else if (!q->err[0] && q->output_len > 0) {
-		q->ok = 1;
+	} else if (!q->err[0] && q->usage) {
+		q->ok = 1; /* (with no tokens too: a reply that ended on its first token) */
 	} else if (!q->err[0]) {
 		snprintf(q->err, sizeof(q->err), "no usage in the stream");
 	}
@@ -473,7 +475,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 	}
 	dur = now_s() - t_start;
 	{
-		int ok = 0, fails = 0, n_itl = 0, n_tpot = 0;
+		int ok = 0, fails = 0, n_itl = 0, n_tpot = 0, n_ttft = 0;
 		long in_tok = 0, out_tok = 0;
 		double *ttft = calloc((size_t)b.n, sizeof(double)), *e2e = calloc((size_t)b.n,
 										 sizeof(double));
@@ -499,7 +501,8 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 						q->err);
 				continue;
 			}
-			ttft[ok] = q->ttft;
+			if (q->output_len > 0) /* (a reply of no tokens has no first token) */
+				ttft[n_ttft++] = q->ttft;
 			e2e[ok] = q->e2el;
 			if (q->output_len > 1)
 				tpot[n_tpot++] = (q->e2el - q->ttft) / (q->output_len - 1);
@@ -537,7 +540,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 		json_object_set_new(res, "output_throughput", json_real((double)out_tok / dur));
 		json_object_set_new(res, "total_token_throughput",
 				    json_real((double)(in_tok + out_tok) / dur));
-		stats(ttft, ok, st[0]);
+		stats(ttft, n_ttft, st[0]);
 		stats(tpot, n_tpot, st[1]);
 		stats(itl, n_itl, st[2]);
 		stats(e2e, ok, st[3]);
