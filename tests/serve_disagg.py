@@ -127,6 +127,7 @@ def run(tmp):
     bad[2][0] ^= 1
     S.check(S.compare(want, bad, "deliberate") == 1, "the oracle comparison cannot fail")
 
+    shm_before = S.shm_entries()
     srv = S.Server(tmp, slow, *LAYOUT, "--verbose", name="disagg")
     S.check(srv.wait_ready(90), "the server did not become ready: " +
             open(srv.log_path).read()[-1500:])
@@ -228,7 +229,7 @@ def run(tmp):
     kill_one(srv, "prefill rank", 2, "rank 2 (prefill replica 0, TP 0)", want, reqs)
     kill_one(srv, "decode rank", 1, "rank 1 (DP 1, TP 0)", want, reqs)
     S.check(srv.stop() == 0, "the server did not exit 0")
-    S.check(S.shm_entries() == [], "segments left in /dev/shm: %s" % S.shm_entries())
+    S.check(S.shm_leaks(shm_before) == [], "segments left in /dev/shm: %s" % S.shm_leaks(shm_before))
     return 1 if S.failures else 0
 
 
