@@ -239,8 +239,11 @@ static void run_one(struct bench *b, struct breq *q)
 	if (status != 200) {
 		if (!q->err[0])
 			snprintf(q->err, sizeof(q->err), "HTTP status %d", status);
-	} else if (!q->err[0] && q->usage) {
-		q->ok = 1; /* (with no tokens too: a reply that ended on its first token) */
+	} else if (!q->err[0] && q->usage && q->output_len > 0) {
+		q->ok = 1;
+	} else if (!q->err[0] && q->usage) { /* (a reply that ended on its first token) */
+		snprintf(q->err, sizeof(q->err), "no token came, so no time to first token (counted "
+			 "failed, as vLLM's benchmark counts it)");
 	} else if (!q->err[0]) {
 		snprintf(q->err, sizeof(q->err), "no usage in the stream");
 	}
@@ -475,7 +478,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 	}
 	dur = now_s() - t_start;
 	{
-		int ok = 0, fails = 0, n_itl = 0, n_tpot = 0, n_ttft = 0;
+		int ok = 0, fails = 0, n_itl = 0, n_tpot = 0;
 		long in_tok = 0, out_tok = 0;
 		double *ttft = calloc((size_t)b.n, sizeof(double)), *e2e = calloc((size_t)b.n,
 										 sizeof(double));
@@ -501,8 +504,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 						q->err);
 				continue;
 			}
-			if (q->output_len > 0) /* (a reply of no tokens has no first token) */
-				ttft[n_ttft++] = q->ttft;
+			ttft[ok] = q->ttft;
 			e2e[ok] = q->e2el;
 			if (q->output_len > 1)
 				tpot[n_tpot++] = (q->e2el - q->ttft) / (q->output_len - 1);
@@ -540,7 +542,7 @@ static int run_rate(const struct sopts *o, double rate, json_t **out)
 		json_object_set_new(res, "output_throughput", json_real((double)out_tok / dur));
 		json_object_set_new(res, "total_token_throughput",
 				    json_real((double)(in_tok + out_tok) / dur));
-		stats(ttft, n_ttft, st[0]);
+		stats(ttft, ok, st[0]);
 		stats(tpot, n_tpot, st[1]);
 		stats(itl, n_itl, st[2]);
 		stats(e2e, ok, st[3]);
