@@ -341,14 +341,14 @@ __attribute__((target("avx512f"))) static void act_group_avx512(const float *v, 
  * threads quantize too, and the first to come chooses (every one the same). */
 static int act_isa = -1;
 
-void dps_q8_act_plain(int on)
-{
-	__atomic_store_n(&act_isa, on ? 0 : -1, __ATOMIC_RELAXED);
-}
-
 void dps_q8_act_isa(int isa)
 {
 	__atomic_store_n(&act_isa, isa, __ATOMIC_RELAXED);
+}
+
+void dps_q8_act_plain(int on)
+{
+	dps_q8_act_isa(on ? 0 : -1);
 }
 
 int dps_q8_act_quantize(struct dps_q8_act *a, const float *x, int m, int k)

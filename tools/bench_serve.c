@@ -39,7 +39,7 @@ struct breq {
 	char *body;               /* the request's JSON */
 	int input_len, max_tokens;
 	/* results */
-	int ok, output_len, usage; /* usage: the stream's usage chunk was seen */
+	int ok, output_len, usage; /* usage: the stream's usage chunk was seen (0 tokens too) */
 	double ttft, e2el;        /* seconds */
 	double *itl;              /* (n_itl) */
 	int n_itl, cap_itl;
@@ -239,7 +239,7 @@ static void run_one(struct bench *b, struct breq *q)
 	if (status != 200) {
 		if (!q->err[0])
 			snprintf(q->err, sizeof(q->err), "HTTP status %d", status);
-	} else if (!q->err[0] && q->usage && q->output_len > 0) {
+	} else if (!q->err[0] && q->output_len > 0) {
 		q->ok = 1;
 	} else if (!q->err[0] && q->usage) { /* (a reply that ended on its first token) */
 		snprintf(q->err, sizeof(q->err), "no token came, so no time to first token (counted "
