@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 /* The commit dpshard was built from (at least 12 hex digits, "-dirty" with uncommitted changes
- * to tracked files), written by make at each build; configure's where there is no git. */
+ * to tracked files), written by make at each build; "unknown" where there is no git. */
 extern const char dps_git_commit[];
 
 struct dps_machine {
